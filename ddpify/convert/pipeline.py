@@ -1,0 +1,34 @@
+"""The rewrite, in order. Each transform handles one concern; the order matters where one
+reads what another decided (the process-group setup goes last so that it defines exactly the
+names the other edits use)."""
+
+from __future__ import annotations
+
+from ddpify.convert.transforms.batch_size import BatchSize
+from ddpify.convert.transforms.checkpoints import Checkpoints
+from ddpify.convert.transforms.data_parallel import RemoveDataParallel
+from ddpify.convert.transforms.devices import Devices
+from ddpify.convert.transforms.local_rank_arg import LocalRankArgument
+from ddpify.convert.transforms.metrics import ReduceMetrics
+from ddpify.convert.transforms.no_sync import GradientSync
+from ddpify.convert.transforms.process_group import ProcessGroup, Teardown
+from ddpify.convert.transforms.rank_guard import RankZeroGuards
+from ddpify.convert.transforms.sampler import Sampler
+from ddpify.convert.transforms.set_epoch import SetEpoch
+from ddpify.convert.transforms.wrap_model import WrapModel
+
+PIPELINE = (
+    LocalRankArgument,
+    Devices,
+    RemoveDataParallel,
+    WrapModel,
+    Sampler,
+    SetEpoch,
+    BatchSize,
+    GradientSync,
+    ReduceMetrics,
+    Checkpoints,
+    RankZeroGuards,
+    ProcessGroup,
+    Teardown,
+)

@@ -1,0 +1,238 @@
+"""The edit plan: what the transforms decided, applied to the tree in one pass.
+
+Transforms never mutate the tree. Each one reads the facts and records edits keyed by
+nodes of the *original* tree (replace a node, insert statements around a statement, remove
+a statement, put a statement under a rank-0 guard, add an import) plus a one-line reason
+for the report. `apply()` then rebuilds the tree bottom-up in a single pass, so edits to a
+node and to its statement compose (a `torch.save(model.state_dict())` rewritten inside and
+guarded outside), and `AddImportsVisitor` adds the imports the edits asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+
+from ddpify.syntax import Tree
+
+BLANK = cst.EmptyLine(indent=False)
+Replacement = Callable[[cst.CSTNode], cst.CSTNode]
+Block = cst.IndentedBlock | cst.Module
+
+
+@dataclass(frozen=True)
+class Group:
+    """Adjacent statements with equal keys are rebuilt together into one compound statement."""
+
+    key: object
+    build: Callable[[list[cst.BaseStatement]], cst.BaseCompoundStatement]
+
+
+@dataclass(frozen=True)
+class Note:
+    """One line of the report: a change made, or a warning about something left alone."""
+
+    line: int
+    kind: Literal["change", "warning"]
+    topic: str
+    message: str
+
+    def render(self, path: str) -> str:
+        if self.kind == "warning":
+            return f"{path}:{self.line}: warning {self.message}"
+        return f"{path}:{self.line}: {self.topic}: {self.message}"
+
+
+@dataclass
+class Plan:
+    tree: Tree
+    replacements: dict[cst.CSTNode, list[Replacement]] = field(default_factory=dict)
+    before: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    after: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    removed: set[cst.CSTNode] = field(default_factory=set)
+    groups: dict[cst.CSTNode, Group] = field(default_factory=dict)
+    prepended: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    appended: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    imports: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    unused_imports: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    separated: set[cst.CSTNode] = field(default_factory=set)
+    uses: set[str] = field(default_factory=set)  # setup names (rank, world_size) the edits refer to
+
+    # --- report ----------------------------------------------------------------------
+
+    def change(self, node: cst.CSTNode, topic: str, message: str) -> None:
+        self.notes.append(Note(self.tree.line(node), "change", topic, message))
+
+    def warn(self, node: cst.CSTNode | None, message: str) -> None:
+        line = self.tree.line(node) if node is not None else 1
+        self.notes.append(Note(line, "warning", "", message))
+
+    @property
+    def has_edits(self) -> bool:
+        return any(
+            (self.replacements, self.before, self.after, self.removed, self.groups, self.prepended, self.appended)
+        )
+
+    # --- edits -----------------------------------------------------------------------
+
+    def replace(self, node: cst.CSTNode, new: cst.CSTNode | Replacement) -> None:
+        """Replace `node`; a callable receives the node with its children already edited."""
+        fn = new if callable(new) else (lambda _updated, _new=new: _new)
+        self.replacements.setdefault(node, []).append(fn)
+
+    def insert_before(self, statement: cst.CSTNode, statements: Sequence[cst.BaseStatement]) -> None:
+        self.before.setdefault(statement, []).extend(statements)
+
+    def insert_after(self, statement: cst.CSTNode, statements: Sequence[cst.BaseStatement]) -> None:
+        self.after.setdefault(statement, []).extend(statements)
+
+    def remove(self, statement: cst.CSTNode) -> None:
+        self.removed.add(statement)
+
+    def guard(self, statement: cst.CSTNode, condition: str) -> None:
+        """Run `statement` only when `condition` holds (adjacent guards merge into one `if`)."""
+        self.groups[statement] = Group(("if", condition), _if_builder(condition))
+
+    def wrap(self, statements: Sequence[cst.CSTNode], build: Callable[[list[cst.BaseStatement]], cst.BaseCompoundStatement]) -> None:
+        """Put adjacent statements of one block into the compound statement `build` makes."""
+        group = Group(object(), build)
+        for statement in statements:
+            self.groups[statement] = group
+
+    def prepend(self, block: Block, statements: Sequence[cst.BaseStatement], separate: bool = False) -> None:
+        """Put statements at the top of a block (after a docstring); `separate` adds a blank line after them."""
+        self.prepended.setdefault(block, []).extend(statements)
+        if separate:
+            self.separated.add(block)
+
+    def append(self, block: Block, statements: Sequence[cst.BaseStatement]) -> None:
+        self.appended.setdefault(block, []).extend(statements)
+
+    def add_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
+        if (module, obj, asname) not in self.imports:
+            self.imports.append((module, obj, asname))
+
+    def drop_import_if_unused(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
+        self.unused_imports.append((module, obj, asname))
+
+    # --- apply -----------------------------------------------------------------------
+
+    def apply(self) -> cst.Module:
+        module = self.tree.module.visit(_Applier(self))
+        assert isinstance(module, cst.Module)
+        context = CodemodContext()
+        for module_name, obj, asname in self.imports:
+            AddImportsVisitor.add_needed_import(context, module_name, obj, asname)
+        for module_name, obj, asname in self.unused_imports:
+            RemoveImportsVisitor.remove_unused_import(context, module_name, obj, asname)
+        if self.imports:
+            module = AddImportsVisitor(context).transform_module(module)
+        if self.unused_imports:
+            module = RemoveImportsVisitor(context).transform_module(module)
+        return module
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _blank_lines(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    return [line for line in lines if line.comment is None]
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, plan: Plan) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        updated = updated_node
+        for fn in self.plan.replacements.get(original_node, ()):
+            updated = fn(updated)
+        if isinstance(original_node, (cst.IndentedBlock, cst.Module)):
+            updated = self._rebuild(original_node, updated)
+        return updated
+
+    def _rebuild(self, original: Block, updated: Block) -> Block:
+        plan = self.plan
+        touched = (
+            original in plan.prepended
+            or original in plan.appended
+            or any(
+                s in plan.before or s in plan.after or s in plan.removed or s in plan.groups
+                for s in original.body
+            )
+        )
+        if not touched:
+            return updated
+        body: list[cst.BaseStatement] = []
+        pending: list[cst.BaseStatement] = []
+        pending_group: Group | None = None
+        carried_blank: list[cst.EmptyLine] = []
+
+        def flush() -> None:
+            nonlocal pending, pending_group
+            if pending and pending_group is not None:
+                first = pending[0]
+                inner = [first.with_changes(leading_lines=[]), *pending[1:]]
+                body.append(pending_group.build(inner).with_changes(leading_lines=first.leading_lines))
+            pending, pending_group = [], None
+
+        def emit(statements: Sequence[cst.BaseStatement]) -> None:
+            flush()
+            body.extend(statements)
+
+        pairs = list(zip(original.body, updated.body))
+        prepended = plan.prepended.get(original, [])
+        start = 1 if pairs and _is_docstring(pairs[0][0]) else 0
+        for index, (orig, upd) in enumerate(pairs):
+            if index == start and prepended:
+                emit(prepended)
+                if original in plan.separated and not _blank_lines(upd.leading_lines):
+                    upd = upd.with_changes(leading_lines=[BLANK, *upd.leading_lines])
+            if carried_blank and not getattr(upd, "leading_lines", ()):
+                upd = upd.with_changes(leading_lines=carried_blank)
+            carried_blank = []
+            inserted = plan.before.get(orig, [])
+            if inserted:
+                # the statement's comments and blank lines now introduce the inserted code
+                first = inserted[0].with_changes(leading_lines=upd.leading_lines)
+                emit([first, *inserted[1:]])
+                upd = upd.with_changes(leading_lines=[])
+            if orig in plan.removed:
+                carried_blank = _blank_lines(upd.leading_lines)
+            elif orig in plan.groups:
+                group = plan.groups[orig]
+                if pending and pending_group is not None and pending_group.key != group.key:
+                    flush()
+                pending.append(upd)
+                pending_group = group
+            else:
+                emit([upd])
+            if plan.after.get(orig):
+                emit(plan.after[orig])
+        if not pairs and prepended:
+            emit(prepended)
+        flush()
+        body.extend(plan.appended.get(original, []))
+        if not body:
+            body = [cst.SimpleStatementLine([cst.Pass()])]
+        return updated.with_changes(body=body)
+
+
+def _if_builder(condition: str) -> Callable[[list[cst.BaseStatement]], cst.If]:
+    def build(statements: list[cst.BaseStatement]) -> cst.If:
+        return cst.If(test=cst.parse_expression(condition), body=cst.IndentedBlock(body=statements))
+
+    return build

@@ -1,0 +1,50 @@
+"""Checkpoints hold the plain model: `model.module.state_dict()`, `.module.load_state_dict()`.
+
+`torch.load` gets a `map_location` (tensors saved from cuda:0 would otherwise land on GPU 0
+in every rank), and a file that rank 0 saved is read back by the other ranks only after a
+`dist.barrier()`.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify import syntax as s
+from ddpify.convert.transforms.base import Transform, add_keyword, statements
+from ddpify.syntax import code
+
+FALLBACK = 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+
+
+class Checkpoints(Transform):
+    name = "checkpoint"
+    DESCRIPTION = "state_dict through model.module, map_location on torch.load, barrier before reading back"
+
+    def run(self) -> None:
+        for function in [None, *self.program.all_functions]:
+            saves: list[cst.Call] = []
+            for node in self.program.scope_nodes(function):
+                if not isinstance(node, cst.Call):
+                    continue
+                found = s.method_call(node)
+                if found and found[1] in {"state_dict", "load_state_dict"} and self.facts.is_model(found[0], function):
+                    ref = code(found[0])
+                    self.plan.replace(found[0], cst.parse_expression(f"{ref}.module"))
+                    self.change(node, f"`{ref}.{found[1]}` goes through `.module`: no `module.` prefix in the keys")
+                elif self.tree.is_call_to(node, s.TORCH_SAVE):
+                    saves.append(node)
+                elif self.tree.is_call_to(node, s.TORCH_LOAD):
+                    self._load(node, function, saves)
+
+    def _load(self, call: cst.Call, function: cst.FunctionDef | None, saves: list[cst.Call]) -> None:
+        if s.arg(call, 1, "map_location") is None:
+            device = self.device(function)
+            location = '"cpu"' if device == FALLBACK else device
+            self.plan.replace(call, add_keyword("map_location", location))
+            self.change(call, f"torch.load maps tensors to {location}, not to the GPU they were saved from")
+        path = s.arg(call, 0, "f")
+        written = [save for save in saves if (p := s.arg(save, 1, "f")) is not None and path is not None and code(p.value) == code(path.value)]
+        if written:
+            statement = self.tree.statement(call)
+            self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
+            self.change(call, f"barrier before reading {code(path.value)} back: rank 0 saves it, every rank loads it")

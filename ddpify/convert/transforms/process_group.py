@@ -1,0 +1,74 @@
+"""Process group setup at the top of the entry point, and its teardown on the way out."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.convert.plan import BLANK
+from ddpify.convert.transforms.base import Transform, statements
+
+SETUP = """\
+# One process per GPU: torchrun sets LOCAL_RANK/RANK/WORLD_SIZE; plain `python` runs a world of one.
+local_rank = int(os.environ.get("LOCAL_RANK", 0))
+if torch.cuda.is_available():
+    torch.cuda.set_device(local_rank)
+    {device} = torch.device("cuda", local_rank)
+else:
+    {device} = torch.device("cpu")
+backend = "nccl" if {device}.type == "cuda" else "gloo"
+if "RANK" in os.environ:
+    dist.init_process_group(backend)
+else:
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+"""
+
+
+class ProcessGroup(Transform):
+    """Runs last: the setup defines `rank` / `world_size` only when other edits use them."""
+
+    name = "process-group"
+    DESCRIPTION = "init_process_group from LOCAL_RANK (nccl on GPU, gloo on CPU) at the top of the entry point"
+
+    def run(self) -> None:
+        entry = self.facts.entry
+        source = SETUP.format(device=self.facts.device.name)
+        for name in ("rank", "world_size"):
+            if name in self.plan.uses:
+                source += f"{name} = dist.get_{name}()\n"
+        setup = statements(source)
+        if entry.kind == "module":
+            assert entry.after is not None
+            setup[0] = setup[0].with_changes(leading_lines=[BLANK, *setup[0].leading_lines])
+            self.plan.insert_after(entry.after, setup)
+            anchor: cst.CSTNode = entry.after
+        else:
+            self.plan.prepend(entry.block, setup, separate=True)
+            anchor = entry.block.body[0]
+        self.change(anchor, f"process group set up at the top of {entry.label} (nccl on GPU, gloo on CPU)")
+        for name in ("os", "torch"):
+            self.plan.add_import(name)
+        self.plan.add_import("torch.distributed", asname="dist")
+
+
+class Teardown(Transform):
+    name = "teardown"
+    DESCRIPTION = "destroy_process_group() on the way out of the entry point"
+
+    def run(self) -> None:
+        entry = self.facts.entry
+        teardown = "dist.destroy_process_group()\n"
+        body = entry.block.body
+        last = body[-1]
+        if entry.function is not None:
+            for node in self.program.scope_nodes(entry.function):
+                if isinstance(node, cst.Return):
+                    statement = self.tree.statement(node)
+                    self.plan.insert_before(statement, statements(teardown))
+                    self.change(statement, "process group destroyed before returning")
+        if not _exits(last):
+            self.plan.append(entry.block, statements(teardown))
+            self.change(last, f"process group destroyed at the end of {entry.label}")
+
+
+def _exits(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[-1], (cst.Return, cst.Raise))

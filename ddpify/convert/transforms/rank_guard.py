@@ -1,0 +1,187 @@
+"""Rank-0 guards for output: print, logging, tqdm, checkpoints and other file writes,
+TensorBoard and wandb.
+
+A guard never encloses a collective or a forward of the wrapped model: such a statement is
+left on every rank, with a warning, because guarding it would hang the other ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from ddpify import syntax as s
+from ddpify.convert.transforms.base import Transform, add_keyword
+from ddpify.syntax import code, string_value
+
+WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained", "mkdir"}
+FILE_METHODS = {"write", "writelines"}
+
+
+class RankZeroGuards(Transform):
+    name = "rank-0"
+    DESCRIPTION = "output (print, logging, tqdm, saves, TensorBoard, wandb) only on rank 0"
+
+    def run(self) -> None:
+        self._block(self.tree.module, None)
+        for function in self.program.all_functions:
+            self._block(function.body, function)
+        for call in self.tree.calls():
+            if self.tree.is_call_to(call, s.TQDM):
+                self._tqdm(call)
+
+    # --- statements ------------------------------------------------------------------
+
+    def _block(self, block: cst.IndentedBlock | cst.Module, function: cst.FunctionDef | None) -> None:
+        for statement in block.body:
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            kinds = self._output(statement, function)
+            if kinds:
+                if self.facts.syncs(statement, function):
+                    self.warn(statement, "output that also runs a collective or a DDP forward stays on every rank (a rank-0 guard would hang the others)")
+                else:
+                    self._guard(statement, function, kinds)
+                continue
+            if self._creates_logger_object(statement, function):
+                continue
+            for inner in _child_blocks(statement):
+                self._block(inner, function)
+
+    def _guard(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, kinds: list[str]) -> None:
+        condition = self.is_main_process(function)
+        what = " and ".join(dict.fromkeys(kinds))
+        if isinstance(statement, cst.If) and statement.orelse is None:
+            def rewrite(updated: cst.CSTNode, condition=condition) -> cst.CSTNode:
+                assert isinstance(updated, cst.If)
+                test = updated.test
+                if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not (
+                    isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)
+                ):
+                    test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                return updated.with_changes(
+                    test=cst.BooleanOperation(left=cst.parse_expression(condition), operator=cst.And(), right=test)
+                )
+
+            self.plan.replace(statement, rewrite)
+        else:
+            self.plan.guard(statement, condition)
+        self.change(statement, f"{what} only on rank 0")
+
+    def _output(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> list[str]:
+        """What a statement outputs, when outputting is all it does (else [])."""
+        kinds: list[str] = []
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Pass):
+                    continue
+                kind = self._output_call(small.value, function) if isinstance(small, cst.Expr) else None
+                if kind is None:
+                    return []
+                kinds.append(kind)
+            return kinds
+        if isinstance(statement, cst.With):
+            if not all(self._opens_for_writing(item.item) for item in statement.items):
+                return []
+            kinds.append("file write")
+        elif isinstance(statement, cst.If):
+            if self.facts.syncs(statement.test, function):
+                return []
+            if statement.orelse is not None:
+                if not isinstance(statement.orelse, cst.Else):
+                    return []
+                kinds += self._all_output(statement.orelse.body, function) or ["!"]
+        elif isinstance(statement, cst.For):
+            if statement.orelse is not None:
+                return []
+        else:
+            return []
+        body = self._all_output(statement.body, function)
+        if not body or "!" in kinds:
+            return []
+        return kinds + body
+
+    def _all_output(self, block: cst.BaseSuite, function: cst.FunctionDef | None) -> list[str]:
+        if not isinstance(block, cst.IndentedBlock):
+            return []
+        kinds: list[str] = []
+        for statement in block.body:
+            found = self._output(statement, function)
+            if not found:
+                return []
+            kinds += found
+        return kinds
+
+    def _output_call(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
+        if not isinstance(node, cst.Call):
+            return None
+        name = self.tree.qname(node.func)
+        if self.tree.is_builtin_call(node, "print"):
+            return "print"
+        if name in s.LOGGING_EMIT:
+            return "logging"
+        if name in s.TORCH_SAVE:
+            return "checkpoint save"
+        if name in s.WANDB_CALLS:
+            return "wandb"
+        if name in s.FILE_WRITES:
+            return "file write"
+        found = s.method_call(node)
+        if found is None:
+            return None
+        obj, method = found
+        origins = [o.node for o in self.program.origins(obj, function)]
+        if method in s.LOGGER_METHODS and any(self.tree.is_call_to(o, s.GET_LOGGER) for o in origins):
+            return "logging"
+        if any(self.tree.is_call_to(o, s.SUMMARY_WRITER) for o in origins):
+            return "TensorBoard"
+        if method in FILE_METHODS and any(self._opens_for_writing(o) for o in origins):
+            return "file write"
+        if method in WRITE_METHODS:
+            return "file write"
+        return None
+
+    def _opens_for_writing(self, node: cst.CSTNode) -> bool:
+        if not self.tree.is_builtin_call(node, "open"):
+            return False
+        assert isinstance(node, cst.Call)
+        mode = s.arg(node, 1, "mode")
+        value = string_value(mode.value) if mode is not None else "r"
+        return value is not None and any(c in value for c in "wax")
+
+    def _creates_logger_object(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
+        """`writer = SummaryWriter(...)` -> `writer = SummaryWriter(...) if rank == 0 else None`."""
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            return False
+        small = statement.body[0]
+        if not isinstance(small, cst.Assign) or not (
+            self.tree.is_call_to(small.value, s.SUMMARY_WRITER) or self.tree.is_call_to(small.value, {"wandb.init"})
+        ):
+            return False
+        condition = self.is_main_process(function)
+        self.plan.replace(small.value, cst.parse_expression(f"{code(small.value)} if {condition} else None"))
+        self.change(statement, f"`{code(small.targets[0].target)}` is created on rank 0 only (None elsewhere)")
+        return True
+
+    # --- progress bars ---------------------------------------------------------------
+
+    def _tqdm(self, call: cst.Call) -> None:
+        function = self.tree.function(call)
+        hidden = f"{self.rank(function)} != 0"
+        existing = s.arg(call, None, "disable")
+        if existing is not None:
+            self.plan.replace(existing.value, cst.parse_expression(f"{code(existing.value)} or {hidden}"))
+        else:
+            self.plan.replace(call, add_keyword("disable", hidden))
+        self.change(call, "progress bar shown on rank 0 only")
+
+
+def _child_blocks(statement: cst.CSTNode) -> Iterator[cst.IndentedBlock]:
+    stack = list(statement.children)
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, cst.IndentedBlock):
+            yield node
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            stack.extend(node.children)

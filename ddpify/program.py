@@ -1,0 +1,261 @@
+"""A one-file program model: functions, call sites, argument binding and value origins.
+
+This is what lets ddpify follow a loader or a model across functions of one script:
+`train_loader, val_loader = build_loaders()` resolves into the `DataLoader(...)` call inside
+`build_loaders`, and `train(model, loader)` binds the callee's parameters to the caller's
+arguments. Anything defined in another module is out of reach and resolves to the expression
+that names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpify.syntax import Tree, dotted
+
+
+@dataclass(frozen=True)
+class Origin:
+    """An expression a value comes from, and the function it is evaluated in (None: module)."""
+
+    node: cst.BaseExpression
+    function: cst.FunctionDef | None
+
+
+def _params(function: cst.FunctionDef) -> list[cst.Param]:
+    p = function.params
+    return [*p.posonly_params, *p.params]
+
+
+class Program:
+    """Functions, classes and assignments of one script, indexed once."""
+
+    def __init__(self, tree: Tree) -> None:
+        self.tree = tree
+        self.functions: dict[str, cst.FunctionDef] = {}  # module-level functions by name
+        self.classes: dict[str, cst.ClassDef] = {}
+        self.methods: dict[cst.ClassDef, dict[str, cst.FunctionDef]] = {}
+        self.all_functions: list[cst.FunctionDef] = []
+        for node in tree.walk():
+            if isinstance(node, cst.FunctionDef):
+                self.all_functions.append(node)
+                parent = tree.parent(node)
+                owner = tree.parent(parent) if isinstance(parent, cst.IndentedBlock) else parent
+                if isinstance(owner, cst.ClassDef):
+                    self.methods.setdefault(owner, {})[node.name.value] = node
+                elif isinstance(parent, cst.Module):
+                    self.functions[node.name.value] = node
+            elif isinstance(node, cst.ClassDef) and isinstance(tree.parent(node), cst.Module):
+                self.classes[node.name.value] = node
+        self._scope_cache: dict[cst.FunctionDef | None, list[cst.CSTNode]] = {}
+        self._calls_cache: dict[cst.FunctionDef, list[tuple[cst.Call, cst.FunctionDef | None]]] = {}
+
+    # --- scopes ----------------------------------------------------------------------
+
+    def scope_nodes(self, function: cst.FunctionDef | None) -> list[cst.CSTNode]:
+        """Nodes that run in `function` (the module when None), in source order, nested defs excluded."""
+        if function not in self._scope_cache:
+            root: cst.CSTNode = function.body if function is not None else self.tree.module
+            nodes = []
+            stack = [root]
+            while stack:
+                node = stack.pop()
+                nodes.append(node)
+                for child in reversed(self.tree.children(node)):
+                    if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                        stack.append(child)
+            self._scope_cache[function] = nodes
+        return self._scope_cache[function]
+
+    def owner_class(self, function: cst.FunctionDef | None) -> cst.ClassDef | None:
+        return self.tree.enclosing_class(function) if function is not None else None
+
+    def param_names(self, function: cst.FunctionDef) -> list[str]:
+        names = [p.name.value for p in _params(function)]
+        if self.owner_class(function) is not None and names and not self._is_static(function):
+            names = names[1:]  # self / cls
+        return names
+
+    def all_param_names(self, function: cst.FunctionDef) -> set[str]:
+        p = function.params
+        return {q.name.value for q in (*p.posonly_params, *p.params, *p.kwonly_params)}
+
+    @staticmethod
+    def _is_static(function: cst.FunctionDef) -> bool:
+        return any(
+            isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
+            for d in function.decorators
+        )
+
+    # --- assignments -----------------------------------------------------------------
+
+    def assignments(self, function: cst.FunctionDef | None, target: str) -> list[tuple[cst.CSTNode, int | None]]:
+        """Statements assigning `target` (a dotted name) in a scope: (value, tuple index)."""
+        found: list[tuple[cst.CSTNode, int | None]] = []
+        for node in self.scope_nodes(function):
+            if isinstance(node, cst.Assign):
+                for t in node.targets:
+                    found.extend((node.value, i) for i in self._target_index(t.target, target))
+            elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                found.extend((node.value, i) for i in self._target_index(node.target, target))
+            elif isinstance(node, cst.WithItem) and node.asname is not None:
+                found.extend((node.item, i) for i in self._target_index(node.asname.name, target))
+        return found
+
+    @staticmethod
+    def _target_index(target: cst.BaseExpression, wanted: str) -> list[int | None]:
+        if dotted(target) == wanted:
+            return [None]
+        if isinstance(target, (cst.Tuple, cst.List)):
+            return [i for i, el in enumerate(target.elements) if dotted(el.value) == wanted]
+        return []
+
+    def binds(self, function: cst.FunctionDef | None, name: str) -> bool:
+        """Whether `name` is a parameter or assigned in `function` (module when None)."""
+        if function is not None and name in self.all_param_names(function):
+            return True
+        return bool(self.assignments(function, name)) or any(
+            isinstance(n, cst.For) and name in self._names_in(n.target) for n in self.scope_nodes(function)
+        )
+
+    @staticmethod
+    def _names_in(target: cst.BaseExpression) -> set[str]:
+        if isinstance(target, cst.Name):
+            return {target.value}
+        if isinstance(target, (cst.Tuple, cst.List)):
+            out: set[str] = set()
+            for el in target.elements:
+                out |= Program._names_in(el.value)
+            return out
+        return set()
+
+    # --- calls -----------------------------------------------------------------------
+
+    def callee(self, call: cst.Call, caller: cst.FunctionDef | None) -> tuple[cst.FunctionDef, int] | None:
+        """The same-file function a call runs, and how many leading parameters it skips."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            if func.value in self.functions and not (caller is not None and self.binds(caller, func.value)):
+                return self.functions[func.value], 0
+            if func.value in self.classes:
+                init = self.methods.get(self.classes[func.value], {}).get("__init__")
+                if init is not None:
+                    return init, 0
+            return None
+        if isinstance(func, cst.Attribute):
+            cls = self._class_of(func.value, caller)
+            if cls is not None:
+                method = self.methods.get(cls, {}).get(func.attr.value)
+                if method is not None:
+                    return method, 0
+        return None
+
+    def _class_of(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
+        """The same-file class an object is an instance of, when its assignment says so directly."""
+        if not isinstance(obj, cst.Name):
+            return None
+        if obj.value == "self" and function is not None:
+            return self.owner_class(function)
+        scope = function if function is not None and self.assignments(function, obj.value) else None
+        for value, index in self.assignments(scope, obj.value):
+            if index is None and isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes:
+                return self.classes[value.func.value]
+        return None
+
+    def calls_in(self, function: cst.FunctionDef | None) -> list[cst.Call]:
+        return [n for n in self.scope_nodes(function) if isinstance(n, cst.Call)]
+
+    def call_sites(self, function: cst.FunctionDef) -> list[tuple[cst.Call, cst.FunctionDef | None]]:
+        """Calls of `function` in this file, with the function each call is made from."""
+        if function not in self._calls_cache:
+            sites = []
+            for caller in [None, *self.all_functions]:
+                for call in self.calls_in(caller):
+                    target = self.callee(call, caller)
+                    if target is not None and target[0] is function:
+                        sites.append((call, caller))
+            self._calls_cache[function] = sites
+        return self._calls_cache[function]
+
+    def argument_for(self, call: cst.Call, function: cst.FunctionDef, param: str) -> cst.BaseExpression | None:
+        """The argument expression `call` passes for `function`'s parameter `param`."""
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value == param:
+                return a.value
+        names = self.param_names(function)
+        if param not in names:
+            return None
+        index = names.index(param)
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        return positional[index].value if index < len(positional) else None
+
+    def parameter_for(self, call: cst.Call, function: cst.FunctionDef, argument: cst.BaseExpression) -> str | None:
+        """The parameter of `function` that receives `argument` at `call`."""
+        names = self.param_names(function)
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        for i, a in enumerate(positional):
+            if a.value is argument and i < len(names):
+                return names[i]
+        for a in call.args:
+            if a.value is argument and a.keyword is not None:
+                return a.keyword.value
+        return None
+
+    def returns(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        return [n.value for n in self.scope_nodes(function) if isinstance(n, cst.Return) and n.value is not None]
+
+    # --- value origins ---------------------------------------------------------------
+
+    def origins(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, index: int | None = None) -> list[Origin]:
+        """Where the value of `expr` (element `index` of it, for tuple unpacking) comes from."""
+        return self._origins(expr, function, index, set())
+
+    def _origins(self, expr, function, index, seen) -> list[Origin]:
+        key = (id(expr), index)
+        if key in seen:
+            return []
+        seen.add(key)
+        if isinstance(expr, (cst.Tuple, cst.List)) and index is not None:
+            elements = expr.elements
+            return self._origins(elements[index].value, function, None, seen) if index < len(elements) else []
+        if isinstance(expr, cst.Call):
+            target = self.callee(expr, function)
+            if target is not None and not (isinstance(expr.func, cst.Name) and expr.func.value in self.classes):
+                callee, _ = target
+                found = []
+                for value in self.returns(callee):
+                    found += self._origins(value, callee, index, seen)
+                if found:
+                    return found
+            return [Origin(expr, function)] if index is None else []
+        name = dotted(expr)
+        if name is None:
+            return [Origin(expr, function)] if index is None else []
+        if name.startswith("self.") and function is not None:
+            cls = self.owner_class(function)
+            if cls is not None:
+                found = []
+                for method in self.methods.get(cls, {}).values():
+                    for value, i in self.assignments(method, name):
+                        found += self._origins(value, method, i if i is not None else index, seen)
+                return found or ([Origin(expr, function)] if index is None else [])
+        if "." in name:
+            return [Origin(expr, function)] if index is None else []
+        # a plain name: parameter, local, or global
+        if function is not None and name in self.all_param_names(function):
+            found = []
+            for call, caller in self.call_sites(function):
+                argument = self.argument_for(call, function, name)
+                if argument is not None:
+                    found += self._origins(argument, caller, index, seen)
+            return found
+        scopes = [function] if function is not None and self.assignments(function, name) else [None]
+        found = []
+        for scope in scopes:
+            for value, i in self.assignments(scope, name):
+                if i is not None and index is not None:
+                    continue
+                found += self._origins(value, scope, i if i is not None else index, seen)
+        return found

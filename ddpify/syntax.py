@@ -1,0 +1,368 @@
+"""Syntax-tree helpers shared by the converter and the linter.
+
+Everything here reads a LibCST tree resolved once through a `MetadataWrapper`: qualified
+names (so `import torch.nn as nn` and `from torch.nn import DataParallel as DP` are both
+seen), parents, positions and scopes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import (
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    QualifiedNameSource,
+)
+
+# --- torch names, matched by qualified name -------------------------------------------
+
+DATALOADER = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+DISTRIBUTED_SAMPLER = {
+    "torch.utils.data.DistributedSampler",
+    "torch.utils.data.distributed.DistributedSampler",
+}
+DDP = {
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.nn.DistributedDataParallel",
+}
+DATA_PARALLEL = {
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+}
+COLLECTIVES = {
+    f"torch.distributed.{name}"
+    for name in (
+        "barrier",
+        "all_reduce",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "all_to_all",
+        "all_to_all_single",
+        "broadcast",
+        "broadcast_object_list",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "monitored_barrier",
+    )
+}
+INIT_PROCESS_GROUP = {"torch.distributed.init_process_group"}
+DESTROY_PROCESS_GROUP = {"torch.distributed.destroy_process_group"}
+TORCH_SAVE = {"torch.save"}
+TORCH_LOAD = {"torch.load"}
+TORCH_DEVICE = {"torch.device"}
+SET_DEVICE = {"torch.cuda.set_device"}
+CUDA_IS_AVAILABLE = {"torch.cuda.is_available"}
+CUDA_TENSOR_TYPES = {
+    f"torch.cuda.{t}Tensor"
+    for t in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
+}
+TENSOR_FACTORIES = {
+    f"torch.{name}"
+    for name in (
+        "tensor",
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "arange",
+        "linspace",
+        "eye",
+        "as_tensor",
+        "zeros_like",
+        "ones_like",
+        "empty_like",
+        "full_like",
+        "rand_like",
+        "randn_like",
+    )
+}
+AUTOCAST = {
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.amp.autocast_mode.autocast",
+    "torch.cuda.amp.autocast",
+    "torch.cpu.amp.autocast",
+}
+GRAD_SCALER = {"torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+RANDOM_SPLIT = {"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"}
+ACCELERATOR_CURRENT = {"torch.accelerator.current_accelerator"}
+ACCELERATOR_AVAILABLE = {"torch.accelerator.is_available"}
+SUMMARY_WRITER = {
+    "torch.utils.tensorboard.SummaryWriter",
+    "torch.utils.tensorboard.writer.SummaryWriter",
+    "tensorboardX.SummaryWriter",
+}
+TQDM = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange"}
+LOGGING_EMIT = {
+    f"logging.{name}" for name in ("debug", "info", "warning", "warn", "error", "critical", "exception", "log")
+}
+GET_LOGGER = {"logging.getLogger"}
+LOGGER_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+WANDB_CALLS = {f"wandb.{name}" for name in ("init", "log", "finish", "watch", "save", "alert", "define_metric")}
+FILE_WRITES = {
+    "json.dump",
+    "pickle.dump",
+    "yaml.dump",
+    "yaml.safe_dump",
+    "numpy.save",
+    "numpy.savez",
+    "numpy.savez_compressed",
+    "numpy.savetxt",
+    "matplotlib.pyplot.savefig",
+    "shutil.copy",
+    "shutil.copy2",
+    "shutil.copyfile",
+    "shutil.move",
+    "os.makedirs",
+    "os.mkdir",
+}
+OPTIMIZER_PREFIX = "torch.optim."
+# Frameworks that already distribute a script: a script using one is left alone.
+DISTRIBUTED_FRAMEWORKS = {
+    "accelerate": "Hugging Face Accelerate",
+    "lightning": "Lightning",
+    "pytorch_lightning": "PyTorch Lightning",
+    "deepspeed": "DeepSpeed",
+    "horovod": "Horovod",
+    "colossalai": "ColossalAI",
+}
+# nn.Module methods that exist on the DDP wrapper too (calls through the wrapper are fine).
+MODULE_METHODS = {
+    "train",
+    "eval",
+    "parameters",
+    "named_parameters",
+    "buffers",
+    "named_buffers",
+    "children",
+    "named_children",
+    "modules",
+    "named_modules",
+    "zero_grad",
+    "to",
+    "cuda",
+    "cpu",
+    "float",
+    "half",
+    "double",
+    "bfloat16",
+    "type",
+    "apply",
+    "requires_grad_",
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_full_backward_hook",
+    "register_buffer",
+    "add_module",
+    "forward",
+    "no_sync",
+    "join",
+}
+# Attributes of the DDP wrapper itself (not to be rerouted through `.module`).
+WRAPPER_ATTRIBUTES = MODULE_METHODS | {"module", "training", "state_dict", "load_state_dict", "device_ids"}
+
+
+# --- tree access ------------------------------------------------------------------------
+
+
+def code(node: cst.CSTNode) -> str:
+    """Source text of a node, as LibCST renders it (without leading comments)."""
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def parse_statements(source: str) -> list[cst.BaseStatement]:
+    return list(cst.parse_module(source).body)
+
+
+def dotted(node: cst.BaseExpression) -> str | None:
+    """`a.b.c` for a chain of names and attributes, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base is not None else None
+    return None
+
+
+def string_value(node: cst.BaseExpression) -> str | None:
+    """The value of a plain string literal (no f-string, no concatenation)."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.Arg | None:
+    """The argument of `call` given at `position` or as `keyword=`."""
+    if keyword is not None:
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value == keyword:
+                return a
+    if position is not None:
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        if position < len(positional):
+            return positional[position]
+    return None
+
+
+def method_call(node: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:
+    """For `obj.name(...)`, return (obj, name)."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        return node.func.value, node.func.attr.value
+    return None
+
+
+@dataclass
+class Tree:
+    """A parsed script and the metadata resolved once for it."""
+
+    module: cst.Module
+    qualified: dict[cst.CSTNode, set]
+    parents: dict[cst.CSTNode, cst.CSTNode]
+    positions: dict[cst.CSTNode, object]
+    _children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, module: cst.Module) -> Tree:
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        resolved = wrapper.resolve_many([QualifiedNameProvider, ParentNodeProvider, PositionProvider])
+        parents = resolved[ParentNodeProvider]
+        children: dict[cst.CSTNode, list[cst.CSTNode]] = {}
+        for child, parent in parents.items():  # recorded parent by parent, children in order
+            children.setdefault(parent, []).append(child)
+        return cls(
+            module=wrapper.module,
+            qualified=dict(resolved[QualifiedNameProvider]),
+            parents=parents,
+            positions=resolved[PositionProvider],
+            _children=children,
+        )
+
+    def children(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        return self._children.get(node, [])
+
+    # names
+
+    def qname(self, node: cst.CSTNode) -> str | None:
+        """The imported qualified name of an expression (`nn.DataParallel` -> `torch.nn.DataParallel`)."""
+        names = self.qualified.get(node, set())
+        if callable(names):  # LibCST resolves qualified names lazily
+            names = self.qualified[node] = names()
+        imported = sorted(q.name for q in names if q.source == QualifiedNameSource.IMPORT)
+        if imported:
+            return imported[0]
+        builtin = sorted(q.name for q in names if q.source == QualifiedNameSource.BUILTIN)
+        return builtin[0] if builtin else None
+
+    def call_name(self, node: cst.CSTNode) -> str | None:
+        return self.qname(node.func) if isinstance(node, cst.Call) else None
+
+    def is_call_to(self, node: cst.CSTNode, names: set[str]) -> bool:
+        return isinstance(node, cst.Call) and self.qname(node.func) in names
+
+    def is_builtin_call(self, node: cst.CSTNode, name: str) -> bool:
+        return (
+            isinstance(node, cst.Call)
+            and m.matches(node.func, m.Name(name))
+            and self.qname(node.func) in {f"builtins.{name}", name}
+        )
+
+    # structure
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.line
+
+    def column(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.column + 1
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        parent = self.parents.get(node)
+        while parent is not None:
+            yield parent
+            parent = self.parents.get(parent)
+
+    def statement(self, node: cst.CSTNode) -> cst.BaseStatement:
+        """The statement that holds `node` as a direct child of a block."""
+        current = node
+        for parent in self.ancestors(node):
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                return current  # type: ignore[return-value]
+            current = parent
+        raise ValueError("node is not inside a statement")
+
+    def block(self, statement: cst.BaseStatement) -> cst.IndentedBlock | cst.Module:
+        parent = self.parents[statement]
+        assert isinstance(parent, (cst.IndentedBlock, cst.Module))
+        return parent
+
+    def function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        """The innermost function (or method) holding `node`."""
+        for parent in self.ancestors(node):
+            if isinstance(parent, cst.FunctionDef):
+                return parent
+        return None
+
+    def enclosing_class(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+        parent = self.parents.get(function)
+        while parent is not None and not isinstance(parent, (cst.ClassDef, cst.FunctionDef, cst.Module)):
+            parent = self.parents.get(parent)
+        return parent if isinstance(parent, cst.ClassDef) else None
+
+    def loops(self, node: cst.CSTNode) -> list[cst.For | cst.While]:
+        """Loops enclosing `node` inside its function, innermost first."""
+        found = []
+        for parent in self.ancestors(node):
+            if isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(parent, (cst.For, cst.While)):
+                found.append(parent)
+        return found
+
+    def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        return node is container or any(a is container for a in self.ancestors(node))
+
+    def walk(self, root: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
+        """Every node below `root` (the module by default), parents before children."""
+        stack = [root if root is not None else self.module]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(self.children(node)))
+
+    def calls(self, root: cst.CSTNode | None = None) -> Iterator[cst.Call]:
+        return (n for n in self.walk(root) if isinstance(n, cst.Call))
+
+    def is_main_guard(self, node: cst.CSTNode) -> bool:
+        """`if __name__ == "__main__":` (either operand order, either quotes)."""
+        if not isinstance(node, cst.If):
+            return False
+        test = node.test
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+            return False
+        if not isinstance(test.comparisons[0].operator, cst.Equal):
+            return False
+        sides = [test.left, test.comparisons[0].comparator]
+        has_name = any(m.matches(s, m.Name("__name__")) for s in sides)
+        has_main = any(string_value(s) == "__main__" for s in sides)
+        return has_name and has_main
