@@ -121,16 +121,17 @@ class Facts:
     def forwards_model(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         return self.is_model(call.func, function)
 
+    def call_syncs(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """Whether the call itself takes part in a collective: a DDP forward or backward, a
+        torch.distributed collective, or a same-file function that does one of these."""
+        if self.forwards_model(call, function) or _is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES):
+            return True
+        target = self.program.callee(call, function)
+        return target is not None and target[0] in self.syncing
+
     def syncs(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
-        """Whether running `node` takes part in a collective: a DDP forward or backward,
-        a torch.distributed collective, or a same-file function that does one of these."""
-        for call in self.tree.calls(node):
-            if self.forwards_model(call, function) or _is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES):
-                return True
-            target = self.program.callee(call, function)
-            if target is not None and target[0] in self.syncing:
-                return True
-        return False
+        """Whether running `node` takes part in a collective anywhere inside it."""
+        return any(self.call_syncs(call, function) for call in self.tree.calls(node))
 
 
 def _is_backward(call: cst.Call) -> bool:
@@ -187,25 +188,24 @@ class Analyzer:
     # --- should we touch this script at all? -------------------------------------------
 
     def _check_not_distributed(self) -> None:
+        """Already distributed scripts are left alone; the reason names the strongest evidence."""
         tree = self.tree
+        evidence: list[tuple[int, str]] = []  # (strength, reason)
         for node in tree.walk():
-            if isinstance(node, (cst.Import, cst.ImportFrom)):
-                names = []
-                if isinstance(node, cst.Import):
-                    names = [code(a.name) for a in node.names]
-                elif node.module is not None:
-                    names = [code(node.module)]
-                for name in names:
-                    root = name.split(".")[0]
-                    if root in s.DISTRIBUTED_FRAMEWORKS:
-                        raise NotConvertible(f"already distributed: uses {s.DISTRIBUTED_FRAMEWORKS[root]}")
             if isinstance(node, cst.Call):
                 name = tree.qname(node.func) or ""
                 if name in s.INIT_PROCESS_GROUP or name in s.DDP or name in s.DISTRIBUTED_SAMPLER:
-                    raise NotConvertible(f"already distributed: calls {name.rsplit('.', 1)[-1]} (line {tree.line(node)})")
-            if isinstance(node, cst.BaseString) and isinstance(node, cst.SimpleString):
-                if string_value(node) in {"LOCAL_RANK", "WORLD_SIZE"} and isinstance(tree.parent(tree.parent(node)), (cst.Call, cst.SubscriptElement, cst.Index)):
-                    raise NotConvertible(f"already distributed: reads {string_value(node)} (line {tree.line(node)})")
+                    evidence.append((0, f"calls {name.rsplit('.', 1)[-1]} (line {tree.line(node)})"))
+            elif isinstance(node, (cst.Import, cst.ImportFrom)):
+                names = [code(a.name) for a in node.names] if isinstance(node, cst.Import) else [code(node.module)] if node.module else []
+                for root in (n.split(".")[0] for n in names):
+                    if root in s.DISTRIBUTED_FRAMEWORKS:
+                        evidence.append((1, f"uses {s.DISTRIBUTED_FRAMEWORKS[root]} (line {tree.line(node)})"))
+            elif isinstance(node, cst.SimpleString) and string_value(node) in {"LOCAL_RANK", "RANK", "WORLD_SIZE"}:
+                if isinstance(tree.parent(tree.parent(node)), (cst.Call, cst.SubscriptElement)):
+                    evidence.append((2, f"reads {string_value(node)} (line {tree.line(node)})"))
+        if evidence:  # the strongest kind, first in the file
+            raise NotConvertible(f"already distributed: {min(evidence, key=lambda e: e[0])[1]}")
 
     def _explain_nothing_to_train(self) -> None:
         # A training loop living in another module is out of reach of a one-file rewrite.
@@ -416,8 +416,8 @@ class Analyzer:
     def _loader_loops(self, node: cst.CSTNode, function: cst.FunctionDef | None, seen: set) -> list[TrainLoop]:
         for loop in self.tree.loops(node):
             if isinstance(loop, cst.For):
-                loader = _unwrap_iterable(self.tree, loop.iter)
-                if any(self.tree.is_call_to(o.node, s.DATALOADER) for o in self.program.origins(loader, function)):
+                loader = self._loader(loop.iter, function)
+                if loader is not None:
                     return [TrainLoop(loop, loader, function)]
         if function is None or function in seen:
             return []
@@ -426,6 +426,19 @@ class Analyzer:
         for call, caller in self.program.call_sites(function):
             found += self._loader_loops(call, caller, seen)
         return found
+
+    def _loader(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
+        """The DataLoader an iterable comes from, as spelled in `function` (`pbar = tqdm(loader)` -> `loader`)."""
+        for _ in range(5):
+            expr = _unwrap_iterable(self.tree, expr)
+            origins = self.program.origins(expr, function)
+            if any(self.tree.is_call_to(o.node, s.DATALOADER) for o in origins):
+                return expr
+            wrapped = [o.node for o in origins if o.function is function and _unwrap_iterable(self.tree, o.node) is not o.node]
+            if not wrapped:
+                return None
+            expr = wrapped[0]
+        return None
 
     def _train_loaders(self, loops: list[TrainLoop]) -> list[Origin]:
         loaders: dict[cst.CSTNode, Origin] = {}
@@ -464,16 +477,22 @@ class Analyzer:
         return found
 
     def _epoch_counter(self, loop: cst.For | cst.While) -> str | None:
+        """What numbers the epochs: the loop variable, or a counter the loop increments."""
+        counted = sorted(
+            {
+                name
+                for n in self.tree.walk(loop.body)
+                if isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.AddAssign) and (name := dotted(n.target))
+            }
+        )
+        named = next((name for name in counted if "epoch" in name), None)
         if isinstance(loop, cst.For):
             target = loop.target
-            if isinstance(target, cst.Name):
+            if isinstance(target, cst.Name) and not (target.value == "_" and named):
                 return target.value
-            return None
-        counted = {
-            n.target.value
-            for n in self.tree.walk(loop.body)
-            if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and isinstance(n.operator, cst.AddAssign)
-        }
+            return named
+        if named:
+            return named
         for node in self.tree.walk(loop.test):
             if isinstance(node, cst.Name) and node.value in counted:
                 return node.value

@@ -23,6 +23,8 @@ class BatchSize(Transform):
             assert isinstance(call, cst.Call)
             batch = s.arg(call, 1, "batch_size")
             if batch is None:
+                if self.options.keep_global_batch and any(a.star == "**" for a in call.args):
+                    self.warn(call, "batch_size is passed through **kwargs: divide it by the world size by hand to keep the global batch")
                 continue
             value = code(batch.value)
             if not self.options.keep_global_batch:

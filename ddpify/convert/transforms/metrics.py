@@ -3,6 +3,7 @@
 Each rank sees 1/N of the training data, so `running_loss` on rank 0 describes rank 0's shard
 only. Totals read after the loop are all-reduced: averaged when they are divided by per-rank
 counts (`len(train_loader)`, a batch counter), summed when divided by `len(loader.dataset)`.
+Python numbers travel in one float64 tensor; tensor totals are reduced in place.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ import libcst as cst
 
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform, statements
-from ddpify.syntax import code
+from ddpify.syntax import code, method_call
+
+# An increment built from these is a Python number (`loss.item()`, `y.size(0)`, `len(y)`).
+NUMBER_METHODS = {"item", "size", "numel", "tolist"}
+NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 
 
 class ReduceMetrics(Transform):
@@ -26,11 +31,12 @@ class ReduceMetrics(Transform):
             if totals:
                 self._reduce(loop, totals)
 
-    def _accumulators(self, loop: TrainLoop) -> list[str]:
+    def _accumulators(self, loop: TrainLoop) -> dict[str, bool]:
+        """Totals summed in the loop and read after it: name -> whether it is a Python number."""
         function = loop.function
         start = self.tree.positions[loop.loop].start.line
         end = self.tree.positions[loop.loop].end.line
-        names: list[str] = []
+        increments: dict[str, list[cst.BaseExpression]] = {}
         for node in self.tree.walk(loop.loop.body):
             if (
                 isinstance(node, cst.AugAssign)
@@ -38,17 +44,30 @@ class ReduceMetrics(Transform):
                 and isinstance(node.target, cst.Name)
                 and not isinstance(node.value, (cst.Integer, cst.Float))  # counters agree on every rank
             ):
-                names.append(node.target.value)
-        found = []
-        for name in dict.fromkeys(names):
-            initialized = any(self.tree.line(value) < start for value, _ in self.program.assignments(function, name))
+                increments.setdefault(node.target.value, []).append(node.value)
+        found: dict[str, bool] = {}
+        for name, values in increments.items():
+            initial = [
+                value.elements[index].value if index is not None and isinstance(value, (cst.Tuple, cst.List)) else value
+                for value, index in self.program.assignments(function, name)
+                if self.tree.line(value) < start
+            ]
             read_after = any(
                 isinstance(n, cst.Name) and n.value == name and self.tree.line(n) > end and not self._is_target(n)
                 for n in self.program.scope_nodes(function)
             )
-            if initialized and read_after:
-                found.append(name)
+            if initial and read_after:
+                found[name] = all(isinstance(v, (cst.Integer, cst.Float)) for v in initial) and all(self._is_number(v) for v in values)
         return found
+
+    def _is_number(self, node: cst.BaseExpression) -> bool:
+        for n in self.tree.walk(node):
+            found = method_call(n)
+            if found and found[1] in NUMBER_METHODS:
+                return True
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in NUMBER_BUILTINS:
+                return True
+        return False
 
     def _is_target(self, name: cst.Name) -> bool:
         parent = self.tree.parent(name)
@@ -56,7 +75,7 @@ class ReduceMetrics(Transform):
             return True
         return isinstance(parent, (cst.Element, cst.Tuple)) and any(isinstance(a, cst.AssignTarget) for a in self.tree.ancestors(name))
 
-    def _reduce(self, loop: TrainLoop, totals: list[str]) -> None:
+    def _reduce(self, loop: TrainLoop, totals: dict[str, bool]) -> None:
         function = loop.function
         end = self.tree.positions[loop.loop].end.line
         per_dataset = f"len({code(loop.loader)}.dataset)"
@@ -64,16 +83,22 @@ class ReduceMetrics(Transform):
             isinstance(n, cst.Call) and self.tree.line(n) > end and code(n) == per_dataset
             for n in self.program.scope_nodes(function)
         )
-        tensor = next(n for n in ("totals", "reduced_totals", "rank_totals") if not self.program.binds(function, n))
-        reduced = tensor if summed else f"({tensor} / {self.world_size(function)})"
-        unpack = f"{totals[0]} = {reduced}.item()" if len(totals) == 1 else f"{', '.join(totals)} = {reduced}.tolist()"
         how = "sum" if summed else "average"
-        source = (
-            f"# Each rank trained on its own shard of the data: {how} the totals over ranks.\n"
-            f"{tensor} = torch.tensor([{', '.join(totals)}], dtype=torch.float64, device={self.device(function)})\n"
-            f"dist.all_reduce({tensor})\n"
-            f"{unpack}\n"
-        )
-        self.plan.insert_after(loop.loop, statements(source))
+        lines = [f"# Each rank trained on its own shard of the data: {how} the totals over ranks."]
+        numbers = [name for name, is_number in totals.items() if is_number]
+        if numbers:
+            tensor = next(n for n in ("totals", "reduced_totals", "rank_totals") if not self.program.binds(function, n))
+            reduced = tensor if summed else f"({tensor} / {self.world_size(function)})"
+            unpack = f"{numbers[0]} = {reduced}.item()" if len(numbers) == 1 else f"{', '.join(numbers)} = {reduced}.tolist()"
+            lines += [
+                f"{tensor} = torch.tensor([{', '.join(numbers)}], dtype=torch.float64, device={self.device(function)})",
+                f"dist.all_reduce({tensor})",
+                unpack,
+            ]
+        for name in (name for name, is_number in totals.items() if not is_number):
+            lines.append(f"dist.all_reduce({name})")
+            if not summed:
+                lines.append(f"{name} /= {self.world_size(function)}")
+        self.plan.insert_after(loop.loop, statements("\n".join(lines) + "\n"))
         listed = ", ".join(f"`{t}`" for t in totals)
         self.change(loop.loop, f"{listed} all-reduced after the loop ({how} over ranks): each rank saw only its shard")

@@ -39,9 +39,10 @@ class GradientSync(Transform):
         backwards = [c for c in self.tree.calls(loop.loop.body) if _is_backward(c)]
         if not forwards or not backwards:
             return
-        first, last = self.tree.statement(forwards[0]), self.tree.statement(backwards[-1])
-        block = self.tree.block(first)
-        if self.tree.block(last) is not block or self.tree.inside(step, first):
+        last = self.tree.statement(backwards[-1])
+        block = self.tree.block(last)
+        first = next((st for st in block.body if self.tree.inside(forwards[0], st)), None)
+        if first is None or self.tree.inside(step, first) or block.body.index(first) > block.body.index(last):
             self.warn(step, "gradient accumulation: forward and backward are in different blocks; wrap them in `model.no_sync()` on micro-steps by hand")
             return
         body = list(block.body)

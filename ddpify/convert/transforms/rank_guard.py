@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.transforms.base import Transform, add_keyword
+from ddpify.convert.transforms.base import Transform, add_keyword, statements
 from ddpify.syntax import code, string_value
 
 WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained", "mkdir"}
@@ -39,15 +39,43 @@ class RankZeroGuards(Transform):
                 continue
             kinds = self._output(statement, function)
             if kinds:
-                if self.facts.syncs(statement, function):
-                    self.warn(statement, "output that also runs a collective or a DDP forward stays on every rank (a rank-0 guard would hang the others)")
-                else:
+                if not self.facts.syncs(statement, function) or self._hoist(statement, function):
                     self._guard(statement, function, kinds)
+                else:
+                    self.warn(statement, "output that also runs a collective or a DDP forward stays on every rank (a rank-0 guard would hang the others)")
                 continue
             if self._creates_logger_object(statement, function):
                 continue
             for inner in _child_blocks(statement):
                 self._block(inner, function)
+
+    def _hoist(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
+        """`print(evaluate(model))`: every rank runs `evaluate`, only rank 0 prints its result."""
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            return False
+        calls = self._syncing_calls(statement.body[0], function)
+        if not calls or any(self.facts.syncs(a.value, function) for c in calls for a in c.args):
+            return False
+        hoisted = []
+        for call in calls:
+            callee = s.dotted(call.func) or "value"
+            base = f"{callee.rsplit('.', 1)[-1]}_result"
+            name = next(n for n in (base, f"{base}_", f"{base}2") if not self.program.binds(function, n))
+            hoisted.append(f"{name} = {code(call)}\n")
+            self.plan.replace(call, cst.Name(name))
+        self.plan.insert_before(statement, statements("".join(hoisted)))
+        self.change(statement, "the call that syncs ranks runs on every rank before the rank-0 output")
+        return True
+
+    def _syncing_calls(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> list[cst.Call]:
+        """The outermost calls inside `node` that themselves take part in a collective."""
+        found: list[cst.Call] = []
+        for child in self.tree.children(node):
+            if isinstance(child, cst.Call) and self.facts.call_syncs(child, function):
+                found.append(child)
+            else:
+                found += self._syncing_calls(child, function)
+        return found
 
     def _guard(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, kinds: list[str]) -> None:
         condition = self.is_main_process(function)

@@ -38,11 +38,23 @@ class Sampler(Transform):
                 dataset_code = self._hoist(call, dataset, origin.function)
             shuffle = s.arg(call, 2, "shuffle")
             shuffle_code = code(shuffle.value) if shuffle is not None else "False"
+            moved = "shuffle moved into the sampler" if shuffle is not None else "no shuffle, as before"
+            spread = next((a for a in call.args if a.star == "**"), None)
+            if shuffle is None and spread is not None:
+                shuffle_code = self._pop_shuffle(call, spread, origin.function)
+                moved = f"shuffle taken out of **{code(spread.value)} into the sampler"
             sampler = keyword("sampler", f"DistributedSampler({dataset_code}, shuffle={shuffle_code})")
             self.plan.replace(call, _with_sampler(shuffle, sampler))
-            moved = "shuffle moved into the sampler" if shuffle is not None else "no shuffle, as before"
             self.change(call, f"training DataLoader sharded across ranks with DistributedSampler ({moved})")
             self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+
+    def _pop_shuffle(self, call: cst.Call, spread: cst.Arg, function: cst.FunctionDef | None) -> str:
+        """`DataLoader(ds, **kwargs)` may carry shuffle=True: take it out for the sampler."""
+        name = next(n for n in ("shuffle", "train_shuffle", "shuffle_train") if not self.program.binds(function, n))
+        kwargs = code(spread.value)
+        statement = self.tree.statement(call)
+        self.plan.insert_before(statement, statements(f'{name} = {kwargs}.pop("shuffle", False)  # the sampler shuffles now\n'))
+        return name
 
     def _hoist(self, call: cst.Call, dataset: cst.Arg, function: cst.FunctionDef | None) -> str:
         """`DataLoader(TensorDataset(x, y), ...)`: name the dataset so the sampler can see it."""
