@@ -1,9 +1,140 @@
-"""`ddpify verify` (stub; owned by the verify work)."""
+"""`ddpify verify`: parse options, run `ddpify.verify.verify_script`, print its table."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import TextIO
 
 import click
 
+from ddpify import verify as verify_api
 
-@click.command("verify")
-def verify_command() -> None:
-    """Not implemented yet."""
-    raise click.ClickException("not implemented yet")
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL_ERROR = 123
+
+EPILOG = """\b
+Ranks share GPUs through gloo when there are fewer GPUs than ranks (NCCL refuses
+two ranks on one device): verify then makes init_process_group use gloo and sets
+LOCAL_RANK to local_rank % device_count in each rank (the true local rank is in
+DDPIFY_VERIFY_LOCAL_RANK). Relative paths in SCRIPT_ARGS resolve against the
+scratch directory.
+
+\b
+Exit codes:
+  0    all checks passed
+  1    a check failed: a rank exited non-zero or hung, a line was printed by
+       more than one rank, a checkpoint does not load or has 'module.' keys
+  2    bad input: missing script, an interpreter that cannot import torch
+  123  internal error
+"""
+
+
+class Spinner:
+    """A one-line progress indicator on a terminal stream, redrawn on each progress report."""
+
+    FRAMES = "|/-\\"
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.frame = 0
+        self.width = 0
+
+    def __call__(self, progress: verify_api.Progress) -> None:
+        self.frame = (self.frame + 1) % len(self.FRAMES)
+        text = (
+            f"{self.FRAMES[self.frame]} {progress.elapsed:5.1f} s  "
+            f"{progress.finished_ranks}/{progress.nproc} ranks finished"
+        )
+        if progress.idle >= 5:
+            text += f"  (no output for {progress.idle:.0f} s)"
+        self.stream.write("\r" + text.ljust(self.width))
+        self.stream.flush()
+        self.width = len(text)
+
+    def clear(self) -> None:
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+
+
+@click.command(
+    "verify",
+    epilog=EPILOG,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--nproc", type=click.IntRange(min=1), default=2, show_default=True, help="Number of ranks.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="Seconds without progress (no rank output, no new file) before the ranks still running "
+    "count as hung and are killed.",
+)
+@click.option(
+    "--python",
+    "python",
+    default=sys.executable,
+    show_default="this interpreter",
+    help="Interpreter that has torch; runs torchrun and loads the checkpoints.",
+)
+@click.option("--gloo", is_flag=True, help="Force gloo even when every rank has its own GPU.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Scratch working directory for the run (default: a new temporary directory).",
+)
+@click.option("--keep", is_flag=True, help="Keep the scratch directory and the per-rank logs.")
+def verify_command(
+    script: Path,
+    script_args: tuple[str, ...],
+    nproc: int,
+    timeout: float,
+    python: str,
+    gloo: bool,
+    workdir: Path | None,
+    keep: bool,
+) -> None:
+    """Run a DDP SCRIPT under torchrun with --nproc ranks and check the run.
+
+    Reports each rank's exit status (a hang names the ranks that did not finish and
+    where they were stuck), lines printed by more than one rank, the checkpoints
+    written (does each load, does a state dict carry 'module.' keys) and the wall
+    time. Pass the script's own arguments after `--`:
+
+        ddpify verify train_ddp.py --nproc 2 -- --epochs 1
+    """
+    options = verify_api.VerifyOptions(
+        nproc=nproc,
+        timeout=timeout,
+        python=python,
+        script_args=script_args,
+        workdir=workdir,
+        keep=keep,
+        backend="gloo" if gloo else "auto",
+    )
+    spinner = Spinner(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        result = verify_api.verify_script(script, options, progress=spinner)
+    except verify_api.VerifyInputError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except Exception:
+        click.echo("error: internal error in ddpify verify:", err=True)
+        click.echo(traceback.format_exc(), err=True)
+        sys.exit(EXIT_INTERNAL_ERROR)
+    finally:
+        if spinner is not None:
+            spinner.clear()
+    click.echo(verify_api.format_table(result), nl=False)
+    if keep:
+        click.echo(f"scratch directory: {result.run.workdir}", err=True)
+        click.echo(f"per-rank logs: {result.run.state_dir}", err=True)
+    sys.exit(EXIT_OK if result.ok else EXIT_CHECK_FAILED)
