@@ -13,7 +13,11 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ddpify import syntax as s
 from ddpify.syntax import Tree, dotted
+
+# Calls that wrap an iterable without changing what it yields batch by batch.
+ITERABLE_WRAPPERS = {"builtins.enumerate", "builtins.iter", "builtins.zip", "itertools.islice", *s.TQDM}
 
 
 @dataclass(frozen=True)
@@ -259,3 +263,71 @@ class Program:
                     continue
                 found += self._origins(value, scope, i if i is not None else index, seen)
         return found
+
+    # --- data loaders ----------------------------------------------------------------
+
+    def unwrap_iterable(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        """`enumerate(tqdm(loader))` -> `loader`."""
+        while isinstance(node, cst.Call) and node.args and self.tree.qname(node.func) in ITERABLE_WRAPPERS:
+            node = node.args[0].value
+        return node
+
+    def loader(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
+        """The DataLoader an iterable comes from, as spelled in `function` (`pbar = tqdm(loader)` -> `loader`)."""
+        for _ in range(5):
+            expr = self.unwrap_iterable(expr)
+            origins = self.origins(expr, function)
+            if any(self.tree.is_call_to(o.node, s.DATALOADER) for o in origins):
+                return expr
+            wrapped = [o.node for o in origins if o.function is function and self.unwrap_iterable(o.node) is not o.node]
+            if not wrapped:
+                return None
+            expr = wrapped[0]
+        return None
+
+    def dataloaders(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> list[Origin]:
+        """The `DataLoader(...)` calls an iterable comes from."""
+        loader = self.loader(expr, function)
+        if loader is None:
+            return []
+        return [o for o in self.origins(loader, function) if self.tree.is_call_to(o.node, s.DATALOADER)]
+
+    # --- following an object through the program ---------------------------------------
+
+    def propagate(self, seeds: list[tuple[str, cst.FunctionDef | None]]) -> dict[cst.FunctionDef | None, set[str]]:
+        """Names that denote the same object as the seeds, per function.
+
+        An object named `ref` in a function is also named by the parameter it is passed to
+        (`train(model)`), by `self.<attr>` when a constructor stores it, in every method for a
+        `self.<attr>` seed, and in module-level functions for a global.
+        """
+        refs: dict[cst.FunctionDef | None, set[str]] = {}
+        work = list(seeds)
+        while work:
+            ref, function = work.pop()
+            if ref in refs.setdefault(function, set()):
+                continue
+            refs[function].add(ref)
+            if ref.startswith("self."):
+                cls = self.owner_class(function)
+                work += [(ref, method) for method in self.methods.get(cls, {}).values()] if cls else []
+                continue
+            if function is None:  # a global: module-level functions that do not rebind it see it
+                work += [(ref, f) for f in self.functions.values() if not self.binds(f, ref)]
+            for call in self.calls_in(function):
+                target = self.callee(call, function)
+                if target is None:
+                    continue
+                callee = target[0]
+                for a in call.args:
+                    if dotted(a.value) != ref:
+                        continue
+                    param = self.parameter_for(call, callee, a.value)
+                    if param is None:
+                        continue
+                    work.append((param, callee))
+                    if callee.name.value == "__init__":  # Trainer(model) keeps it as self.<attr>
+                        for node in self.scope_nodes(callee):
+                            if isinstance(node, cst.Assign) and dotted(node.value) == param:
+                                work += [(name, callee) for t in node.targets if (name := dotted(t.target)) and name.startswith("self.")]
+        return refs

@@ -138,17 +138,6 @@ def _is_backward(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
 
 
-def _unwrap_iterable(tree: Tree, node: cst.BaseExpression) -> cst.BaseExpression:
-    """`enumerate(tqdm(loader))` -> `loader`."""
-    while isinstance(node, cst.Call) and node.args:
-        name = tree.qname(node.func) or (node.func.value if isinstance(node.func, cst.Name) else "")
-        if name in {"builtins.enumerate", "enumerate", "builtins.iter", "iter", "builtins.zip", "zip"} or name in s.TQDM or name == "itertools.islice":
-            node = node.args[0].value
-        else:
-            break
-    return node
-
-
 class Analyzer:
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
@@ -167,7 +156,7 @@ class Analyzer:
         loops = self._train_loops(backward_calls)
         loaders = self._train_loaders(loops)
         device = self._device(entry)
-        refs = self._model_refs(models, entry)
+        refs = self._model_refs(models)
         facts = Facts(
             tree=self.tree,
             program=self.program,
@@ -361,48 +350,8 @@ class Analyzer:
                     return True
         return False
 
-    def _model_refs(self, models: list[TrainedModel], entry: Entry) -> dict[cst.FunctionDef | None, set[str]]:
-        """Names that denote a wrapped model, per function (through parameters and `self`)."""
-        refs: dict[cst.FunctionDef | None, set[str]] = {}
-        work: list[tuple[str, cst.FunctionDef | None]] = [(m.ref, m.function) for m in models]
-        while work:
-            ref, function = work.pop()
-            if ref in refs.setdefault(function, set()):
-                continue
-            refs[function].add(ref)
-            if ref.startswith("self."):
-                cls = self.program.owner_class(function)
-                for method in self.program.methods.get(cls, {}).values() if cls else ():
-                    work.append((ref, method))
-                continue
-            if function is None or entry.kind != "function" and function is entry.function:
-                # a global: every module-level function that does not rebind it sees it
-                for f in self.program.functions.values():
-                    if not self.program.binds(f, ref):
-                        work.append((ref, f))
-            for call in self.program.calls_in(function):
-                target = self.program.callee(call, function)
-                if target is None:
-                    continue
-                for a in call.args:
-                    if dotted(a.value) == ref:
-                        param = self.program.parameter_for(call, target[0], a.value)
-                        if param is not None:
-                            work.append((param, target[0]))
-                if isinstance(call.func, cst.Name) and call.func.value in self.program.classes:
-                    # Trainer(model) stores it: self.<attr> = <param> in __init__
-                    init = target[0]
-                    for a in call.args:
-                        param = self.program.parameter_for(call, init, a.value) if dotted(a.value) == ref else None
-                        if param is None:
-                            continue
-                        for node in self.program.scope_nodes(init):
-                            if isinstance(node, cst.Assign) and dotted(node.value) == param:
-                                for t in node.targets:
-                                    name = dotted(t.target)
-                                    if name and name.startswith("self."):
-                                        work.append((name, init))
-        return refs
+    def _model_refs(self, models: list[TrainedModel]) -> dict[cst.FunctionDef | None, set[str]]:
+        return self.program.propagate([(m.ref, m.function) for m in models])
 
     # --- training loops and loaders --------------------------------------------------
 
@@ -428,17 +377,7 @@ class Analyzer:
         return found
 
     def _loader(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
-        """The DataLoader an iterable comes from, as spelled in `function` (`pbar = tqdm(loader)` -> `loader`)."""
-        for _ in range(5):
-            expr = _unwrap_iterable(self.tree, expr)
-            origins = self.program.origins(expr, function)
-            if any(self.tree.is_call_to(o.node, s.DATALOADER) for o in origins):
-                return expr
-            wrapped = [o.node for o in origins if o.function is function and _unwrap_iterable(self.tree, o.node) is not o.node]
-            if not wrapped:
-                return None
-            expr = wrapped[0]
-        return None
+        return self.program.loader(expr, function)
 
     def _train_loaders(self, loops: list[TrainLoop]) -> list[Origin]:
         loaders: dict[cst.CSTNode, Origin] = {}

@@ -1,0 +1,309 @@
+"""What lint rules know about a DDP script, computed once per file and shared by every rule.
+
+- whether the file is distributed at all (RULES.md "Conventions": others get no findings);
+- rank guards in their usual spellings: `rank == 0`, `dist.get_rank() == 0`,
+  `local_rank in (-1, 0)`, `args.local_rank == 0`, `is_main_process()`, `master_process`,
+  `if rank != 0: return`, and names assigned from any of these;
+- collectives: torch.distributed collectives, forwards of DDP-wrapped models, and same-file
+  functions that run either (transitively);
+- the DDP-wrapped models, followed through parameters and `self`;
+- sharded loaders (a DistributedSampler) and the loops that train (call `backward()`).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import libcst as cst
+
+from ddpify import syntax as s
+from ddpify.program import Program
+from ddpify.syntax import Tree, code, dotted, string_value
+
+# The last part of a name that holds a rank (`args.local_rank`, `self.rank`, `ddp_rank`).
+RANK_NAMES = {"rank", "local_rank", "global_rank", "world_rank", "node_rank", "ddp_rank", "ddp_local_rank", "gpu_rank"}
+# The last part of a name that holds "this is rank 0" (`master_process = rank == 0`).
+MAIN_PROCESS_NAMES = {
+    "is_main_process",
+    "main_process",
+    "is_main",
+    "is_master",
+    "master_process",
+    "is_master_process",
+    "is_rank_zero",
+    "is_rank0",
+    "is_global_zero",
+    "is_local_main_process",
+}
+GET_RANK = {"torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank", "torch.distributed.get_node_local_rank"}
+RANK_ENV = {"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"}
+EXITS = (cst.Return, cst.Continue, cst.Break, cst.Raise)
+
+
+class Script:
+    """One parsed file and the DDP facts rules ask about."""
+
+    def __init__(self, tree: Tree, path: str) -> None:
+        self.tree = tree
+        self.path = path
+        self.program = Program(tree)
+
+    # --- is this a distributed script? ---------------------------------------------
+
+    @cached_property
+    def distributed(self) -> bool:
+        """Imports or uses torch.distributed, DDP or DistributedSampler, or reads RANK/LOCAL_RANK."""
+        for node in self.tree.walk():
+            if isinstance(node, (cst.Import, cst.ImportFrom)):
+                if any(_is_distributed_name(name) for name in _imported_names(node)):
+                    return True
+            elif isinstance(node, (cst.Attribute, cst.Name)):
+                if _is_distributed_name(self.tree.qname(node) or ""):
+                    return True
+            elif isinstance(node, cst.SimpleString) and string_value(node) in RANK_ENV | {"WORLD_SIZE"}:
+                return True
+        return False
+
+    # --- ranks -----------------------------------------------------------------------
+
+    def is_rank_expr(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """An expression whose value differs from rank to rank."""
+        if isinstance(node, cst.Call):
+            if self.tree.qname(node.func) in GET_RANK:
+                return True
+            if self.tree.is_builtin_call(node, "int") and node.args:
+                return self.is_rank_expr(node.args[0].value, function)
+            return self._reads_rank_env(node)
+        if isinstance(node, cst.Subscript):
+            return self._reads_rank_env(node)
+        name = dotted(node)
+        if name is None:
+            return False
+        if name.rsplit(".", 1)[-1] in RANK_NAMES:
+            return True
+        return self._assigned_from(name, function, self.is_rank_expr)
+
+    def _reads_rank_env(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(n, cst.SimpleString) and string_value(n) in RANK_ENV for n in self.tree.walk(node))
+
+    def is_rank_condition(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """A test that is true on some ranks and false on others."""
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+            return self.is_rank_condition(node.expression, function)
+        if isinstance(node, cst.BooleanOperation):
+            return self.is_rank_condition(node.left, function) or self.is_rank_condition(node.right, function)
+        if isinstance(node, cst.Comparison):
+            sides = [node.left, *(c.comparator for c in node.comparisons)]
+            if not any(self.is_rank_expr(side, function) for side in sides):
+                return False
+            # `local_rank != -1` asks "distributed or not", which every rank answers alike
+            constants = [side for side in sides if not self.is_rank_expr(side, function)]
+            return not all(_is_minus_one(c) for c in constants)
+        if isinstance(node, cst.Call):
+            name = dotted(node.func)
+            if name is not None and name.rsplit(".", 1)[-1] in MAIN_PROCESS_NAMES:
+                return True
+            target = self.program.callee(node, function)
+            if target is not None:
+                return any(self.is_rank_condition(value, target[0]) for value in self.program.returns(target[0]))
+            return False
+        name = dotted(node)
+        if name is None:
+            return False
+        if name.rsplit(".", 1)[-1] in MAIN_PROCESS_NAMES:
+            return True
+        return self._assigned_from(name, function, self.is_rank_condition)
+
+    def _assigned_from(self, name: str, function: cst.FunctionDef | None, predicate) -> bool:
+        scopes = [function, None] if function is not None else [None]
+        if name.startswith("self.") and function is not None:
+            cls = self.program.owner_class(function)
+            scopes = list(self.program.methods.get(cls, {}).values()) if cls else []
+        for scope in scopes:
+            for value, index in self.program.assignments(scope, name):
+                if index is None and isinstance(value, cst.BaseExpression) and value is not None:
+                    key = (id(value), predicate.__name__)
+                    if key in self._busy:
+                        continue
+                    self._busy.add(key)
+                    try:
+                        if predicate(value, scope):
+                            return True
+                    finally:
+                        self._busy.discard(key)
+        return False
+
+    @cached_property
+    def _busy(self) -> set:
+        return set()
+
+    def rank_guard(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The rank condition that lets only some ranks reach `node`, if any.
+
+        Conditions count in `if`/`elif`/`else`, `while`, conditional expressions, `and`/`or`
+        short-circuits, and early exits (`if rank != 0: return`) earlier in an enclosing block.
+        """
+        function = self.tree.function(node)
+        child: cst.CSTNode = node
+        for parent in self.tree.ancestors(node):
+            if isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(parent, (cst.If, cst.While)) and child is not parent.test and self.is_rank_condition(parent.test, function):
+                return parent.test
+            if isinstance(parent, cst.IfExp) and child is not parent.test and self.is_rank_condition(parent.test, function):
+                return parent.test
+            if isinstance(parent, cst.BooleanOperation) and child is parent.right and self.is_rank_condition(parent.left, function):
+                return parent.left
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                exit_guard = self._early_exit_before(parent, child, function)
+                if exit_guard is not None:
+                    return exit_guard
+            child = parent
+        return None
+
+    def _early_exit_before(self, block, statement, function) -> cst.CSTNode | None:
+        for earlier in block.body:
+            if earlier is statement:
+                return None
+            if isinstance(earlier, cst.If) and self.is_rank_condition(earlier.test, function) and _ends_in_exit(earlier.body):
+                return earlier.test
+        return None
+
+    def is_guarded(self, node: cst.CSTNode) -> bool:
+        return self.rank_guard(node) is not None
+
+    # --- DDP models and collectives ----------------------------------------------------
+
+    @cached_property
+    def ddp_wraps(self) -> list[cst.Call]:
+        return [c for c in self.tree.calls() if self.tree.is_call_to(c, s.DDP)]
+
+    @cached_property
+    def ddp_refs(self) -> dict[cst.FunctionDef | None, set[str]]:
+        """Names that denote a DDP-wrapped model, per function (None: module level)."""
+        seeds = []
+        for call in self.ddp_wraps:
+            parent = self.tree.parent(call)
+            if isinstance(parent, cst.Assign):
+                function = self.tree.function(call)
+                seeds += [(name, function) for t in parent.targets if (name := dotted(t.target))]
+        return self.program.propagate(seeds)
+
+    def is_ddp_model(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
+        name = dotted(node) if isinstance(node, cst.BaseExpression) else None
+        return name is not None and name in self.ddp_refs.get(function, set())
+
+    def is_collective_call(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """A torch.distributed collective, a DDP forward, or a same-file function that runs one."""
+        if self.tree.is_call_to(call, s.COLLECTIVES) or self.is_ddp_model(call.func, function):
+            return True
+        target = self.program.callee(call, function)
+        return target is not None and target[0] in self.syncing_functions
+
+    @cached_property
+    def syncing_functions(self) -> set[cst.FunctionDef]:
+        """Same-file functions that (transitively) run a collective or a DDP forward."""
+        found: set[cst.FunctionDef] = set()
+        changed = True
+        while changed:
+            changed = False
+            for function in self.program.all_functions:
+                if function in found:
+                    continue
+                for call in self.program.calls_in(function):
+                    if self.tree.is_call_to(call, s.COLLECTIVES) or self.is_ddp_model(call.func, function):
+                        found.add(function)
+                        changed = True
+                        break
+                    target = self.program.callee(call, function)
+                    if target is not None and target[0] in found:
+                        found.add(function)
+                        changed = True
+                        break
+        return found
+
+    def collectives_in(self, node: cst.CSTNode) -> list[cst.Call]:
+        function = self.tree.function(node) if not isinstance(node, cst.FunctionDef) else node
+        return [c for c in self.tree.calls(node) if self.is_collective_call(c, function)]
+
+    # --- data and training -------------------------------------------------------------
+
+    @cached_property
+    def backward_calls(self) -> list[cst.Call]:
+        return [c for c in self.tree.calls() if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"]
+
+    @cached_property
+    def training_loops(self) -> list[cst.For | cst.While]:
+        """Loops whose body calls backward(), directly or through same-file functions."""
+        trains = self._training_functions
+        loops = []
+        for node in self.tree.walk():
+            if isinstance(node, (cst.For, cst.While)):
+                function = self.tree.function(node)
+                for call in self.tree.calls(node.body):
+                    target = self.program.callee(call, function)
+                    if call in self.backward_calls or (target is not None and target[0] in trains):
+                        loops.append(node)
+                        break
+        return loops
+
+    @cached_property
+    def _training_functions(self) -> set[cst.FunctionDef]:
+        found: set[cst.FunctionDef] = set()
+        changed = True
+        while changed:
+            changed = False
+            for function in self.program.all_functions:
+                if function in found:
+                    continue
+                for call in self.program.calls_in(function):
+                    target = self.program.callee(call, function)
+                    if call in self.backward_calls or (target is not None and target[0] in found):
+                        found.add(function)
+                        changed = True
+                        break
+        return found
+
+    def sampler_of(self, loader: cst.Call) -> cst.BaseExpression | None:
+        argument = s.arg(loader, 6, "sampler")
+        return argument.value if argument is not None else None
+
+    def is_distributed_sampler(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        return any(self.tree.is_call_to(o.node, s.DISTRIBUTED_SAMPLER) for o in self.program.origins(node, function))
+
+    def is_sharded(self, loader: cst.Call) -> bool:
+        """A DataLoader whose sampler is a DistributedSampler."""
+        sampler = self.sampler_of(loader)
+        return sampler is not None and self.is_distributed_sampler(sampler, self.tree.function(loader))
+
+    def calls(self, names: set[str]) -> list[cst.Call]:
+        return [c for c in self.tree.calls() if self.tree.is_call_to(c, names)]
+
+
+def _imported_names(node: cst.Import | cst.ImportFrom) -> list[str]:
+    if isinstance(node, cst.Import):
+        return [code(a.name) for a in node.names]
+    module = code(node.module) if node.module is not None else ""
+    if isinstance(node.names, cst.ImportStar):
+        return [module]
+    return [module, *(f"{module}.{code(a.name)}" for a in node.names)]
+
+
+def _is_distributed_name(name: str) -> bool:
+    return name.startswith(("torch.distributed", "torch.utils.data.distributed")) or name in s.DDP or name in s.DISTRIBUTED_SAMPLER
+
+
+def _is_minus_one(node: cst.BaseExpression) -> bool:
+    return (
+        isinstance(node, cst.UnaryOperation)
+        and isinstance(node.operator, cst.Minus)
+        and isinstance(node.expression, cst.Integer)
+        and node.expression.value == "1"
+    )
+
+
+def _ends_in_exit(body: cst.BaseSuite) -> bool:
+    if isinstance(body, cst.SimpleStatementSuite):
+        return isinstance(body.body[-1], EXITS)
+    last = body.body[-1] if body.body else None
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], EXITS)
