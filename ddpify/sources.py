@@ -25,7 +25,9 @@ def decode(data: bytes, path: str) -> Source:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as error:
-        raise InputError(path, f"cannot tell the encoding: {error}") from None
+        if "invalid or missing encoding declaration" not in str(error):
+            raise InputError(path, f"cannot tell the encoding: {error}") from None
+        encoding = "utf-8"  # undecodable bytes in the first two lines: say which, below
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as error:

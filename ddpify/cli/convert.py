@@ -16,7 +16,8 @@ KEEP_GLOBAL_BATCH_HELP = "Divide the DataLoader batch size by the world size at 
 
 
 def _echo_out(text: str) -> None:
-    click.echo(text, nl=False)
+    # color=True: ANSI codes are only there when --color (or a terminal) asked for them
+    click.echo(text, nl=False, color=True)
 
 
 def _echo_err(text: str) -> None:

@@ -24,9 +24,12 @@ class Selection:
     select: tuple[str, ...] | None = None  # None: the default rules
     ignore: tuple[str, ...] = ()
 
-    def merged(self, other: Selection) -> Selection:
-        """`self` (the command line) wins over `other` (a config file) for `select`; ignores add up."""
-        return Selection(self.select if self.select is not None else other.select, tuple(self.ignore) + tuple(other.ignore))
+    def merged(self, config: Selection) -> Selection:
+        """`self` is the command line: its --select replaces the file's select and ignore
+        (as in Ruff); without one, the file's select applies and both ignores add up."""
+        if self.select is not None:
+            return self
+        return Selection(config.select, tuple(config.ignore) + tuple(self.ignore))
 
     def enabled(self, rules: Sequence[type[Rule]]) -> list[type[Rule]]:
         def matches(rule: type[Rule], patterns: Iterable[str]) -> bool:
