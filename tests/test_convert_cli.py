@@ -194,3 +194,16 @@ def test_installed_wheel_converts_and_writes_a_valid_launcher(installed_wheel: P
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "train_ddp.py").read_text() == GOLDEN.read_text()
     assert subprocess.run(["bash", "-n", str(tmp_path / "train_ddp.sh")]).returncode == 0
+
+
+@pytest.mark.parametrize(("kind", "suffix"), [("slurm", ".sbatch"), ("k8s", ".yaml")])
+def test_convert_can_write_a_cluster_launcher(script: Path, kind: str, suffix: str) -> None:
+    result = ddpify("convert", str(script), "--launcher", kind)
+    if kind == "k8s":  # a Kubernetes job needs an image: convert names the problem, writes nothing
+        assert result.exit_code == 2 and "image" in result.stderr
+        assert not (script.parent / "train_ddp.py").exists()
+        return
+    assert result.exit_code == 0, result.output
+    launcher = script.parent / f"train_ddp{suffix}"
+    assert "#SBATCH --ntasks-per-node=1" in launcher.read_text()
+    assert subprocess.run(["bash", "-n", str(launcher)]).returncode == 0

@@ -129,7 +129,12 @@ def _convert_one(path: str, explicit: bool, settings: Settings, report: Report, 
     launcher_text = launcher_file = None
     if settings.launcher is not None:
         launcher_file = launchers.launcher_path(target, settings.launcher)
-        launcher_text = launchers.render(launchers.spec_for_script(target, settings.launcher, launcher=launcher_file))
+        try:
+            launcher_text = launchers.render(launchers.spec_for_script(target, settings.launcher, launcher=launcher_file))
+        except launchers.LaunchSpecError as error:
+            raise InputError(
+                path, f"cannot write a {settings.launcher} launcher ({error}); use --no-launcher and `ddpify launcher {target} --kind {settings.launcher} ...`"
+            ) from None
     sources.write_atomic(target, data, like=Path(path))
     written = f"converted {path} -> {target}"
     if launcher_file is not None and launcher_text is not None:
