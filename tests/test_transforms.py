@@ -351,3 +351,17 @@ def test_comments_and_formatting_survive() -> None:
     source = standard().replace("    for epoch in range(2):", "    # train (two epochs)\n    for epoch in range(2):  # noqa: E501\n")
     output = convert(source).output
     assert "    # train (two epochs)\n    for epoch in range(2):  # noqa: E501\n" in output
+
+
+def test_device_from_an_argument_is_kept_with_a_warning() -> None:
+    device = 'import argparse\nargs = argparse.Namespace(device="cuda")\ndevice = torch.device(args.device)'
+    result = convert(standard(device=device))
+    assert "    device = torch.device(args.device)\n" in result.output
+    assert any('make it "cuda" (not "cuda:N")' in w for w in warnings(result))
+
+
+def test_model_built_in_another_module_is_named() -> None:
+    source = standard(model="model = build_model(4)").replace("import torch\n", "import torch\nfrom mylib.models import build_model\n", 1)
+    result = convert(source)
+    assert "model = DDP(model" in result.output
+    assert any("comes from `mylib.models.build_model` (another module" in w for w in warnings(result))

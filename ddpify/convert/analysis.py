@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import libcst as cst
-import libcst.matchers as m
 
 from ddpify import syntax as s
 from ddpify.program import Origin, Program
@@ -476,19 +475,22 @@ class Analyzer:
         return isinstance(node, cst.Call) and self.tree.qname(node.func) in s.TORCH_DEVICE and bool(node.args) and string_value(node.args[0].value) == "cpu"
 
     def _check_names(self, entry: Entry, device: Device) -> None:
-        taken = [
-            name
-            for name in (*ENTRY_NAMES, device.name)
-            if self.program.binds(entry.function, name)
-            and not (name == device.name and device.assignment is not None and len(self.program.assignments(entry.function, name)) == 1)
-            and not (name == "local_rank" and self._local_rank_from_args(entry))
-        ]
-        if taken:
-            raise NotConvertible(f"the script already uses the name `{taken[0]}` that the DDP setup needs; rename it first")
-
-    def _local_rank_from_args(self, entry: Entry) -> bool:
-        values = self.program.assignments(entry.function, "local_rank")
-        return bool(values) and all(code(v).endswith("local_rank") for v, _ in values)
+        """The setup defines `local_rank`, `rank`, `world_size`, `backend` and the device variable."""
+        for name in ENTRY_NAMES:
+            values = self.program.assignments(entry.function, name)
+            if name == "local_rank" and values and all(code(v).endswith("local_rank") for v, _ in values):
+                continue  # `local_rank = args.local_rank`: replaced by the environment variable
+            if self.program.binds(entry.function, name):
+                raise NotConvertible(f"the script already uses the name `{name}` that the DDP setup needs; rename it first")
+        for value, _ in self.program.assignments(entry.function, device.name):
+            if device.assignment is None or not self.tree.inside(value, device.assignment):
+                self.warnings.append(
+                    (
+                        value,
+                        f"`{device.name} = {code(value)}` is kept and replaces the rank's device: make it \"cuda\" "
+                        "(not \"cuda:N\") so each rank uses the GPU set_device(local_rank) picked",
+                    )
+                )
 
     # --- what takes part in collectives ---------------------------------------------
 
@@ -532,4 +534,4 @@ def analyze(module: cst.Module) -> Facts:
     return Analyzer(Tree.parse(module)).run()
 
 
-__all__ = ["Analyzer", "Device", "Entry", "EpochStart", "Facts", "NotConvertible", "TrainLoop", "TrainedModel", "analyze", "m"]
+__all__ = ["Analyzer", "Device", "Entry", "EpochStart", "Facts", "NotConvertible", "TrainLoop", "TrainedModel", "analyze"]

@@ -29,9 +29,18 @@ class WrapModel(Transform):
             self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref}, device_ids={device_ids})\n"))
             self.change(model.anchor, f"`{model.ref}` wrapped in DistributedDataParallel once it is on its device")
             if not model.moved:
-                self.warn(model.anchor, f"`{model.ref}` is not moved to a device in this file; DDP needs it on this rank's GPU before wrapping")
+                self.warn(model.anchor, f"`{model.ref}` {self._source(model)}is not moved to a device in this file; DDP needs it on this rank's GPU before wrapping")
         self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
         self._uses_after_wrap()
+
+    def _source(self, model) -> str:
+        """ "comes from `models.build` (another module) " when an imported callable builds it."""
+        for value, _ in self.program.assignments(model.function, model.ref):
+            if isinstance(value, cst.Call) and self.program.callee(value, model.function) is None:
+                name = self.tree.qname(value.func)
+                if name and "." in name and not name.startswith("torch."):
+                    return f"comes from `{name}` (another module, out of reach of a one-file rewrite) and "
+        return ""
 
     def _uses_after_wrap(self) -> None:
         for function, refs in self.facts.model_refs.items():
