@@ -186,7 +186,8 @@ class _Applier(cst.CSTTransformer):
             if pending and pending_group is not None:
                 first = pending[0]
                 inner = [first.with_changes(leading_lines=[]), *pending[1:]]
-                body.append(pending_group.build(inner).with_changes(leading_lines=first.leading_lines))
+                built = pending_group.build(inner)  # its own comment lines follow the statement's
+                body.append(built.with_changes(leading_lines=[*first.leading_lines, *built.leading_lines]))
             pending, pending_group = [], None
 
         def emit(statements: Sequence[cst.BaseStatement]) -> None:
