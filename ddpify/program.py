@@ -54,6 +54,7 @@ class Program:
             elif isinstance(node, cst.ClassDef) and isinstance(tree.parent(node), cst.Module):
                 self.classes[node.name.value] = node
         self._scope_cache: dict[cst.FunctionDef | None, list[cst.CSTNode]] = {}
+        self._assignment_cache: dict[cst.FunctionDef | None, dict[str, list[tuple[cst.CSTNode, int | None]]]] = {}
         self._calls_cache: dict[cst.FunctionDef, list[tuple[cst.Call, cst.FunctionDef | None]]] = {}
 
     # --- scopes ----------------------------------------------------------------------
@@ -97,23 +98,31 @@ class Program:
 
     def assignments(self, function: cst.FunctionDef | None, target: str) -> list[tuple[cst.CSTNode, int | None]]:
         """Statements assigning `target` (a dotted name) in a scope: (value, tuple index)."""
-        found: list[tuple[cst.CSTNode, int | None]] = []
-        for node in self.scope_nodes(function):
-            if isinstance(node, cst.Assign):
-                for t in node.targets:
-                    found.extend((node.value, i) for i in self._target_index(t.target, target))
-            elif isinstance(node, cst.AnnAssign) and node.value is not None:
-                found.extend((node.value, i) for i in self._target_index(node.target, target))
-            elif isinstance(node, cst.WithItem) and node.asname is not None:
-                found.extend((node.item, i) for i in self._target_index(node.asname.name, target))
-        return found
+        if function not in self._assignment_cache:
+            index: dict[str, list[tuple[cst.CSTNode, int | None]]] = {}
+            for node in self.scope_nodes(function):
+                if isinstance(node, cst.Assign):
+                    pairs = [(t.target, node.value) for t in node.targets]
+                elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                    pairs = [(node.target, node.value)]
+                elif isinstance(node, cst.WithItem) and node.asname is not None:
+                    pairs = [(node.asname.name, node.item)]
+                else:
+                    continue
+                for target_node, value in pairs:
+                    for name, position in self._targets(target_node):
+                        index.setdefault(name, []).append((value, position))
+            self._assignment_cache[function] = index
+        return self._assignment_cache[function].get(target, [])
 
     @staticmethod
-    def _target_index(target: cst.BaseExpression, wanted: str) -> list[int | None]:
-        if dotted(target) == wanted:
-            return [None]
+    def _targets(target: cst.BaseExpression) -> list[tuple[str, int | None]]:
+        """The dotted names an assignment target binds, with their tuple positions."""
+        name = dotted(target)
+        if name is not None:
+            return [(name, None)]
         if isinstance(target, (cst.Tuple, cst.List)):
-            return [i for i, el in enumerate(target.elements) if dotted(el.value) == wanted]
+            return [(n, i) for i, el in enumerate(target.elements) if (n := dotted(el.value)) is not None]
         return []
 
     def binds(self, function: cst.FunctionDef | None, name: str) -> bool:
