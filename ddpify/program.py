@@ -230,6 +230,10 @@ class Program:
         if key in seen:
             return []
         seen.add(key)
+        if isinstance(expr, cst.IfExp):  # either branch
+            return self._origins(expr.body, function, index, seen) + self._origins(expr.orelse, function, index, seen)
+        if isinstance(expr, cst.BooleanOperation):  # `a or b`: either operand
+            return self._origins(expr.left, function, index, seen) + self._origins(expr.right, function, index, seen)
         if isinstance(expr, (cst.Tuple, cst.List)) and index is not None:
             elements = expr.elements
             return self._origins(elements[index].value, function, None, seen) if index < len(elements) else []

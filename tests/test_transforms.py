@@ -365,3 +365,10 @@ def test_model_built_in_another_module_is_named() -> None:
     result = convert(source)
     assert "model = DDP(model" in result.output
     assert any("comes from `mylib.models.build_model` (another module" in w for w in warnings(result))
+
+
+def test_positional_sampler_is_seen() -> None:
+    loader = "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(data, 8, False, torch.utils.data.RandomSampler(data))"
+    result = convert(standard(loader=loader))
+    assert "DistributedSampler" not in result.output
+    assert any("already has a sampler" in w for w in warnings(result))

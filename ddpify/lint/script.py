@@ -265,7 +265,7 @@ class Script:
         return found
 
     def sampler_of(self, loader: cst.Call) -> cst.BaseExpression | None:
-        argument = s.arg(loader, 6, "sampler")
+        argument = s.arg(loader, 3, "sampler")
         return argument.value if argument is not None else None
 
     def is_distributed_sampler(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:

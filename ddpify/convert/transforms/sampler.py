@@ -26,7 +26,7 @@ class Sampler(Transform):
         for origin in self.facts.train_loaders:
             call = origin.node
             assert isinstance(call, cst.Call)
-            if s.arg(call, 6, "sampler") or s.arg(call, 7, "batch_sampler"):
+            if s.arg(call, 3, "sampler") or s.arg(call, 4, "batch_sampler"):
                 self.warn(call, "the training DataLoader already has a sampler: not sharded (give each rank its own part of the data)")
                 continue
             dataset = s.arg(call, 0, "dataset")

@@ -1,14 +1,223 @@
-"""DDP204 syncbn-after-wrap (not implemented yet)."""
+"""DDP204 syncbn-after-wrap."""
 
 from __future__ import annotations
 
-from ddpify.lint.rule import Rule
+import libcst as cst
+
+from ddpify.lint.rule import Finding, Rule
+from ddpify.lint.rules._devices_and_output import (
+    CONVERT_SYNC_BATCHNORM,
+    assigned_names,
+    between,
+    devices_and_output,
+    moved_statement,
+    names_in,
+    root_names,
+    same_block,
+    single_small,
+    wrap_target,
+    wrapped_module,
+)
+from ddpify.syntax import code, dotted, method_call
 
 
 class SyncbnAfterWrap(Rule):
-    """TODO: document DDP204."""
+    """## What it does
+    Flags `nn.SyncBatchNorm.convert_sync_batchnorm(model)` and other module surgery (assigning
+    a new submodule, `add_module`, freezing or unfreezing parameters with `requires_grad`)
+    applied to a model after it was wrapped in `DistributedDataParallel`, either on the wrapper
+    or on the module it wraps.
+
+    ## Why is this bad?
+    DDP registers the module's parameters and its gradient hooks when it is constructed. Layers
+    swapped in afterwards are invisible to it: their gradients are never all-reduced, so the
+    ranks silently drift apart, or DDP fails with "Expected to have finished reduction in the
+    prior iteration". Assigning a layer to the wrapper (`ddp_model.fc = ...`) does not even
+    reach the wrapped model. Freezing parameters after the wrap fails the same way: DDP waits
+    for gradients that never come. SyncBatchNorm must be in place before the wrap, as its
+    documentation says.
+
+    ## Example
+    ```python
+    model = DDP(model, device_ids=[local_rank])
+    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    ```
+
+    ## Use instead
+    ```python
+    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = DDP(model, device_ids=[local_rank])
+    ```
+
+    ## Fix safety
+    Safe when the surgery is a statement in the same block as the wrap, acts on the module the
+    wrap takes, and nothing in between uses the model except through `.parameters()`: the wrap
+    moves to just after the surgery, with its comments, and `model.module.x` in the surgery is
+    written `model.x`. Otherwise no fix is offered.
+
+    ## References
+    - [torch.nn.SyncBatchNorm: convert before wrapping with DDP](https://pytorch.org/docs/stable/generated/torch.nn.SyncBatchNorm.html)
+    - [DistributedDataParallel: do not change parameters after wrapping](https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html)
+    """
 
     code = "DDP204"
     name = "syncbn-after-wrap"
     fix = "safe"
 
+    def visit_Call(self, node: cst.Call) -> None:
+        subject, what = self._surgery(node)
+        if subject is None:
+            return
+        function = self.tree.function(node)
+        facts = devices_and_output(self.script)
+        for name in _prefixes(subject):
+            wrap = facts.wrapped_at(name, node, function)
+            if wrap is None:
+                continue
+            if "requires_grad" in what:
+                why = "DDP only syncs the parameters that required grad when it was built; freeze before wrapping"
+            else:
+                why = "DDP never syncs the new layers; change the model before wrapping it"
+            self.report(node, f"{what} after the DDP wrap (line {self.tree.line(wrap)}): {why}", fixable=self._reorder(node, wrap) is not None)
+            return
+
+    def _surgery(self, node: cst.Call) -> tuple[str | None, str]:
+        """The model a call changes, and how: convert_sync_batchnorm(m), m.x = Layer(),
+        m.add_module(...), m.requires_grad_(...), or a loop over m.parameters() that sets requires_grad."""
+        if self.tree.qname(node.func) in CONVERT_SYNC_BATCHNORM and node.args:
+            return dotted(node.args[0].value), f"`convert_sync_batchnorm({code(node.args[0].value)})`"
+        found = method_call(node)
+        if found is not None and found[1] in ("add_module", "register_module") and self._builds_module(node.args[-1].value if node.args else None):
+            return dotted(found[0]), f"`{code(node.func)}(...)`"
+        if found is not None and found[1] == "requires_grad_":
+            owner = self._parameters_owner(found[0])
+            subject = owner if owner is not None else dotted(found[0])
+            return subject, f"`{code(node.func)}(...)`"
+        if found is not None and found[1] in ("parameters", "named_parameters") and self._sets_requires_grad(node):
+            return dotted(found[0]), f"`requires_grad` set on `{code(node)}`"
+        parent = self.tree.parent(node)
+        if isinstance(parent, cst.Assign) and parent.value is node and self._builds_module(node):
+            for t in parent.targets:
+                if isinstance(t.target, cst.Attribute) and (owner := dotted(t.target.value)) is not None:
+                    return owner, f"`{code(t.target)}` replaced"
+        return None, ""
+
+    def _loop_over(self, parameters: cst.Call) -> cst.For | None:
+        """The `for p in m.parameters():` (or `enumerate(...)`, `named_parameters()`) loop a call feeds."""
+        node: cst.CSTNode = parameters
+        parent = self.tree.parent(node)
+        if isinstance(parent, cst.Arg) and self.tree.is_builtin_call(self.tree.parent(parent), "enumerate"):
+            node = self.tree.parent(parent)  # type: ignore[assignment]
+            parent = self.tree.parent(node)
+        return parent if isinstance(parent, cst.For) and parent.iter is node else None
+
+    def _sets_requires_grad(self, parameters: cst.Call) -> bool:
+        loop = self._loop_over(parameters)
+        if loop is None:
+            return False
+        loop_names = names_in(self.tree, loop.target)
+        for n in self.tree.walk(loop.body):
+            if isinstance(n, cst.Assign):
+                for target in n.targets:
+                    if isinstance(target.target, cst.Attribute) and target.target.attr.value == "requires_grad" and dotted(target.target.value) in loop_names:
+                        return True
+        return False
+
+    def _parameters_owner(self, receiver: cst.BaseExpression) -> str | None:
+        """For `p.requires_grad_()` inside `for p in m.parameters():`, the model `m`."""
+        if not isinstance(receiver, cst.Name):
+            return None
+        for loop in self.tree.loops(receiver):
+            if isinstance(loop, cst.For) and receiver.value in names_in(self.tree, loop.target):
+                iterated = loop.iter
+                if self.tree.is_builtin_call(iterated, "enumerate") and iterated.args:  # type: ignore[union-attr]
+                    iterated = iterated.args[0].value  # type: ignore[union-attr]
+                found = method_call(iterated)
+                if found is not None and found[1] in ("parameters", "named_parameters"):
+                    return dotted(found[0])
+        return None
+
+    def _builds_module(self, node: cst.BaseExpression | None) -> bool:
+        """A call that constructs a layer: `nn.Linear(...)`, `torchvision.ops.FrozenBatchNorm2d(...)`,
+        or a same-file `nn.Module` subclass."""
+        if not isinstance(node, cst.Call):
+            return False
+        found = method_call(node)
+        if found is not None and found[1] in ("to", "cuda", "cpu", "float", "half", "bfloat16", "double", "requires_grad_", "train", "eval"):
+            return self._builds_module(found[0])  # nn.Linear(16, 1).to(device)
+        name = self.tree.qname(node.func) or ""
+        last = name.rsplit(".", 1)[-1]
+        if name.startswith(("torch.nn.", "torchvision.")) and last[:1].isupper():
+            return not name.startswith(("torch.nn.parallel.", "torch.nn.utils."))
+        cls = self.program.classes.get(dotted(node.func) or "")
+        return cls is not None and any("Module" in code(b.value) or "Layer" in code(b.value) for b in cls.bases)
+
+    def _reorder(self, node: cst.Call, wrap: cst.Call) -> tuple[cst.BaseStatement, cst.BaseStatement, str, str] | None:
+        """(surgery statement, wrap statement, wrapper name, module name) when the move is safe."""
+        statement = self.tree.statement(node)
+        wrap_statement = self.tree.statement(wrap)
+        if not same_block(self.tree, statement, wrap_statement):
+            return None
+        small = single_small(statement)
+        target, inner = wrap_target(self.tree, wrap), wrapped_module(wrap)
+        wrapper = dotted(target) if target is not None else None
+        module = dotted(inner) if inner is not None else None
+        wrap_small = single_small(wrap_statement)
+        if wrapper is None or module is None or not isinstance(wrap_small, cst.Assign) or wrap_small.value is not wrap:
+            return None
+        if not isinstance(small, (cst.Assign, cst.Expr)) or not self.tree.inside(node, small.value):
+            return None
+        # after the move every use must name the plain module
+        for n in self.tree.walk(statement):
+            if isinstance(n, (cst.Name, cst.Attribute)) and dotted(n) == wrapper and wrapper != module:
+                parent = self.tree.parent(n)
+                if not (isinstance(parent, cst.Attribute) and parent.attr.value == "module"):
+                    return None
+        if isinstance(small, cst.Assign) and self.tree.qname(node.func) in CONVERT_SYNC_BATCHNORM:
+            if [dotted(t.target) for t in small.targets] != [module]:
+                return None
+        assigned: set[str] = set()
+        for other in between(self.tree, wrap_statement, statement):
+            if self._uses(other, {wrapper, module}):
+                return None
+            assigned |= assigned_names(self.tree, other)
+        if root_names(self.tree, statement) & assigned or names_in(self.tree, statement) & assigned_names(self.tree, wrap_statement) - {wrapper, module}:
+            return None
+        return statement, wrap_statement, wrapper, module
+
+    def _uses(self, statement: cst.CSTNode, names: set[str]) -> bool:
+        """Uses of the model other than `.parameters()` (the same Parameter objects either way)."""
+        for n in self.tree.walk(statement):
+            if isinstance(n, (cst.Name, cst.Attribute)) and dotted(n) in names:
+                parent = self.tree.parent(n)
+                if isinstance(parent, cst.Attribute) and parent.value is n:
+                    if dotted(parent) in names or parent.attr.value in ("parameters", "named_parameters"):
+                        continue
+                return True
+        return False
+
+    def apply_fix(self, finding: Finding, plan) -> str | None:
+        node = finding.node
+        assert isinstance(node, cst.Call)
+        subject, _ = self._surgery(node)
+        function = self.tree.function(node)
+        facts = devices_and_output(self.script)
+        wrap = next((w for name in _prefixes(subject or "") if (w := facts.wrapped_at(name, node, function)) is not None), None)
+        order = self._reorder(node, wrap) if wrap is not None else None
+        if order is None:
+            return None
+        statement, wrap_statement, wrapper, module = order
+        # the surgery now runs on the plain module: `model.module.fc` is `model.fc`
+        for n in self.tree.walk(statement):
+            if isinstance(n, cst.Attribute) and dotted(n) == f"{wrapper}.module":
+                plan.replace(n, cst.parse_expression(module))
+        plan.remove(wrap_statement)
+        plan.insert_after(statement, [moved_statement(wrap_statement)])
+        return "wraps the model in DDP after the change"
+
+
+def _prefixes(name: str) -> list[str]:
+    """`model.module.fc` -> `model.module.fc`, `model.module`, `model`."""
+    parts = name.split(".")
+    found = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+    return [p for p in found if p and p != "self"]

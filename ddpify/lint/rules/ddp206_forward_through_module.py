@@ -1,14 +1,106 @@
-"""DDP206 forward-through-module (not implemented yet)."""
+"""DDP206 forward-through-module."""
 
 from __future__ import annotations
 
+import libcst as cst
+
 from ddpify.lint.rule import Rule
+from ddpify.lint.rules._devices_and_output import assigned_names, names_in, under_no_grad
+from ddpify.syntax import code, dotted
 
 
 class ForwardThroughModule(Rule):
-    """TODO: document DDP206."""
+    """## What it does
+    Flags a training forward through the module a DDP wrapper holds, `model.module(x)` or
+    `model.module.forward(x)`: one whose result feeds `backward()`, or that runs in a loop that
+    calls `backward()`. Evaluation through `.module` under `torch.no_grad()` is fine.
+
+    ## Why is this bad?
+    DDP synchronizes gradients from hooks it arms in its own `forward`. A forward that bypasses
+    the wrapper arms nothing: `backward()` computes local gradients only, each rank steps with
+    its own, and the replicas silently drift apart. Buffers (BatchNorm statistics) are not
+    broadcast either. Nothing crashes; the model is just wrong.
+
+    ## Example
+    ```python
+    model = DDP(model, device_ids=[local_rank])
+    for x, y in loader:
+        loss = criterion(model.module(x), y)
+        loss.backward()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+    ```
+
+    ## Fix safety
+    No fix: whether the wrapper's forward is wanted (it is a collective) depends on every rank
+    running it.
+
+    ## References
+    - [DistributedDataParallel: forward and gradient synchronization](https://pytorch.org/docs/stable/notes/ddp.html#internal-design)
+    - [DistributedDataParallel](https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html)
+    """
 
     code = "DDP206"
     name = "forward-through-module"
-    fix = "no"
 
+    def visit_Call(self, node: cst.Call) -> None:
+        wrapper = _module_forward(node)
+        if wrapper is None:
+            return
+        function = self.tree.function(node)
+        if not self.script.is_ddp_model(wrapper, function) or under_no_grad(self.tree, node):
+            return
+        in_training_loop = any(loop in self.script.training_loops for loop in self.tree.loops(node))
+        if not (in_training_loop or self._feeds_backward(node, function)):
+            return
+        name = dotted(wrapper)
+        self.report(node, f"training forward through `{code(node.func)}(...)` skips DDP's gradient all-reduce: the ranks drift apart; call `{name}(...)`")
+
+    def _feeds_backward(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """The call's result reaches a `.backward()` in the same function (through assignments)."""
+        scope = self.program.scope_nodes(function)
+        tainted: set[str] = set()
+        statement = self.tree.statement(call)
+        tainted |= _targets(self.tree, statement, call)
+        changed = True
+        while changed:
+            changed = False
+            for node in scope:
+                if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and node.value is not None:
+                    if names_in(self.tree, node.value) & tainted:
+                        new = assigned_names(self.tree, node) - tainted
+                        if new:
+                            tainted |= new
+                            changed = True
+        for node in scope:
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
+                receiver = node.func.value
+                if self.tree.inside(call, receiver) or names_in(self.tree, receiver) & tainted:
+                    return True
+                if any(names_in(self.tree, a.value) & tainted for a in node.args):
+                    return True
+        return False
+
+
+def _module_forward(node: cst.Call) -> cst.BaseExpression | None:
+    """The wrapper in `wrapper.module(...)` or `wrapper.module.forward(...)`."""
+    func = node.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+        func = func.value
+    if isinstance(func, cst.Attribute) and func.attr.value == "module":
+        return func.value
+    return None
+
+
+def _targets(tree, statement: cst.CSTNode, call: cst.Call) -> set[str]:
+    """Names a statement assigns from an expression holding `call`."""
+    found: set[str] = set()
+    for node in tree.walk(statement):
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and node.value is not None and tree.inside(call, node.value):
+            found |= assigned_names(tree, node)
+    return found
