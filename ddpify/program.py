@@ -9,6 +9,7 @@ that names it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -275,6 +276,26 @@ class Program:
                 if i is not None and index is not None:
                     continue
                 found += self._origins(value, scope, i if i is not None else index, seen)
+        return found
+
+    # --- what functions do, transitively --------------------------------------------------
+
+    def reaching(self, predicate: Callable[[cst.Call, cst.FunctionDef | None], bool]) -> set[cst.FunctionDef]:
+        """Same-file functions that make a call `predicate` accepts, directly or through
+        other same-file functions they call."""
+        found: set[cst.FunctionDef] = set()
+        changed = True
+        while changed:
+            changed = False
+            for function in self.all_functions:
+                if function in found:
+                    continue
+                for call in self.calls_in(function):
+                    target = self.callee(call, function)
+                    if predicate(call, function) or (target is not None and target[0] in found):
+                        found.add(function)
+                        changed = True
+                        break
         return found
 
     # --- data loaders ----------------------------------------------------------------

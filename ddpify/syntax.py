@@ -134,6 +134,14 @@ FILE_WRITES = {
     "os.makedirs",
     "os.mkdir",
 }
+NO_GRAD = {
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.autograd.no_grad",
+    "torch.autograd.grad_mode.no_grad",
+    "torch.autograd.grad_mode.inference_mode",
+}
+SET_GRAD_ENABLED = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled"}
 OPTIMIZER_PREFIX = "torch.optim."
 # Frameworks that already distribute a script: a script using one is left alone.
 DISTRIBUTED_FRAMEWORKS = {
@@ -352,6 +360,15 @@ class Tree:
 
     def calls(self, root: cst.CSTNode | None = None) -> Iterator[cst.Call]:
         return (n for n in self.walk(root) if isinstance(n, cst.Call))
+
+    def opens_for_writing(self, node: cst.CSTNode) -> bool:
+        """`open(path, "w")` (or "a", "x", binary or not)."""
+        if not self.is_builtin_call(node, "open"):
+            return False
+        assert isinstance(node, cst.Call)
+        mode = arg(node, 1, "mode")
+        value = string_value(mode.value) if mode is not None else "r"
+        return value is not None and any(c in value for c in "wax")
 
     def is_main_guard(self, node: cst.CSTNode) -> bool:
         """`if __name__ == "__main__":` (either operand order, either quotes)."""

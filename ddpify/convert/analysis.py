@@ -8,6 +8,7 @@ script calls its device. Transforms read these facts; none re-derives them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 import libcst as cst
@@ -239,18 +240,12 @@ class Analyzer:
             raise NotConvertible("no imports found: not a PyTorch training script")
         return Entry("module", None, module, imports[-1], "the module")
 
-    def _reaches_training(self, function: cst.FunctionDef, seen: set | None = None) -> bool:
-        seen = seen if seen is not None else set()
-        if function in seen:
-            return False
-        seen.add(function)
-        for call in self.program.calls_in(function):
-            if _is_backward(call):
-                return True
-            target = self.program.callee(call, function)
-            if target is not None and self._reaches_training(target[0], seen):
-                return True
-        return False
+    @cached_property
+    def _training_functions(self) -> set[cst.FunctionDef]:
+        return self.program.reaching(lambda call, _function: _is_backward(call))
+
+    def _reaches_training(self, function: cst.FunctionDef) -> bool:
+        return function in self._training_functions
 
     # --- models --------------------------------------------------------------------
 
@@ -305,22 +300,18 @@ class Analyzer:
         return [(ref, function)]
 
     def _trained_model(self, ref: str, function: cst.FunctionDef | None) -> TrainedModel | None:
+        """The model is wrapped after the last statement that assigns or moves it before training starts."""
         body = function.body if function is not None else self.tree.module
-        statements = list(_flatten_main_block(self.tree, body))
-        first_use = len(statements)
-        candidates: list[int] = []
+        anchor: cst.BaseStatement | None = None
         moved = False
-        for i, statement in enumerate(statements):
+        for statement in _flatten_main_block(self.tree, body):
             if self._uses_for_training(statement, ref, function):
-                first_use = i
                 break
             assigns, moves = self._prepares(statement, ref)
             if assigns or moves:
-                candidates.append(i)
+                anchor = statement
                 moved = moved or moves
-        if not candidates:
-            return None
-        return TrainedModel(ref, function, statements[candidates[-1]], moved)
+        return TrainedModel(ref, function, anchor, moved) if anchor is not None else None
 
     def _prepares(self, statement: cst.CSTNode, ref: str) -> tuple[bool, bool]:
         assigns = moves = False
@@ -495,18 +486,9 @@ class Analyzer:
     # --- what takes part in collectives ---------------------------------------------
 
     def _syncing(self, facts: Facts) -> set[cst.FunctionDef]:
-        syncing: set[cst.FunctionDef] = set()
-        changed = True
-        while changed:
-            changed = False
-            for function in self.program.all_functions:
-                if function in syncing:
-                    continue
-                facts.syncing = syncing
-                if facts.syncs(function.body, function):
-                    syncing.add(function)
-                    changed = True
-        return syncing
+        return self.program.reaching(
+            lambda call, function: facts.forwards_model(call, function) or _is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES)
+        )
 
 
 def _flatten_main_block(tree: Tree, body: cst.IndentedBlock | cst.Module) -> list[cst.BaseStatement]:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TypeVar
 
 import libcst as cst
 
@@ -38,6 +39,7 @@ MAIN_PROCESS_NAMES = {
 GET_RANK = {"torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank", "torch.distributed.get_node_local_rank"}
 RANK_ENV = {"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"}
 EXITS = (cst.Return, cst.Continue, cst.Break, cst.Raise)
+T = TypeVar("T")
 
 
 class Script:
@@ -47,6 +49,13 @@ class Script:
         self.tree = tree
         self.path = path
         self.program = Program(tree)
+        self._shared: dict[type, object] = {}
+
+    def shared(self, factory: type[T]) -> T:
+        """One `factory(self)` per script: analyses that several rules share are built once."""
+        if factory not in self._shared:
+            self._shared[factory] = factory(self)
+        return self._shared[factory]  # type: ignore[return-value]
 
     # --- is this a distributed script? ---------------------------------------------
 
@@ -203,24 +212,7 @@ class Script:
     @cached_property
     def syncing_functions(self) -> set[cst.FunctionDef]:
         """Same-file functions that (transitively) run a collective or a DDP forward."""
-        found: set[cst.FunctionDef] = set()
-        changed = True
-        while changed:
-            changed = False
-            for function in self.program.all_functions:
-                if function in found:
-                    continue
-                for call in self.program.calls_in(function):
-                    if self.tree.is_call_to(call, s.COLLECTIVES) or self.is_ddp_model(call.func, function):
-                        found.add(function)
-                        changed = True
-                        break
-                    target = self.program.callee(call, function)
-                    if target is not None and target[0] in found:
-                        found.add(function)
-                        changed = True
-                        break
-        return found
+        return self.program.reaching(lambda call, function: self.tree.is_call_to(call, s.COLLECTIVES) or self.is_ddp_model(call.func, function))
 
     def collectives_in(self, node: cst.CSTNode) -> list[cst.Call]:
         function = self.tree.function(node) if not isinstance(node, cst.FunctionDef) else node
@@ -235,7 +227,7 @@ class Script:
     @cached_property
     def training_loops(self) -> list[cst.For | cst.While]:
         """Loops whose body calls backward(), directly or through same-file functions."""
-        trains = self._training_functions
+        trains = self.training_functions
         loops = []
         for node in self.tree.walk():
             if isinstance(node, (cst.For, cst.While)):
@@ -248,21 +240,10 @@ class Script:
         return loops
 
     @cached_property
-    def _training_functions(self) -> set[cst.FunctionDef]:
-        found: set[cst.FunctionDef] = set()
-        changed = True
-        while changed:
-            changed = False
-            for function in self.program.all_functions:
-                if function in found:
-                    continue
-                for call in self.program.calls_in(function):
-                    target = self.program.callee(call, function)
-                    if call in self.backward_calls or (target is not None and target[0] in found):
-                        found.add(function)
-                        changed = True
-                        break
-        return found
+    def training_functions(self) -> set[cst.FunctionDef]:
+        """Same-file functions that (transitively) call backward()."""
+        backward = set(self.backward_calls)
+        return self.program.reaching(lambda call, _function: call in backward)
 
     def sampler_of(self, loader: cst.Call) -> cst.BaseExpression | None:
         argument = s.arg(loader, 3, "sampler")

@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform, add_keyword, statements
-from ddpify.syntax import code, string_value
+from ddpify.syntax import code
 
 WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained", "mkdir"}
 FILE_METHODS = {"write", "writelines"}
@@ -110,7 +110,7 @@ class RankZeroGuards(Transform):
                 kinds.append(kind)
             return kinds
         if isinstance(statement, cst.With):
-            if not all(self._opens_for_writing(item.item) for item in statement.items):
+            if not all(self.tree.opens_for_writing(item.item) for item in statement.items):
                 return []
             kinds.append("file write")
         elif isinstance(statement, cst.If):
@@ -164,19 +164,11 @@ class RankZeroGuards(Transform):
             return "logging"
         if any(self.tree.is_call_to(o, s.SUMMARY_WRITER) for o in origins):
             return "TensorBoard"
-        if method in FILE_METHODS and any(self._opens_for_writing(o) for o in origins):
+        if method in FILE_METHODS and any(self.tree.opens_for_writing(o) for o in origins):
             return "file write"
         if method in WRITE_METHODS:
             return "file write"
         return None
-
-    def _opens_for_writing(self, node: cst.CSTNode) -> bool:
-        if not self.tree.is_builtin_call(node, "open"):
-            return False
-        assert isinstance(node, cst.Call)
-        mode = s.arg(node, 1, "mode")
-        value = string_value(mode.value) if mode is not None else "r"
-        return value is not None and any(c in value for c in "wax")
 
     def _creates_logger_object(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
         """`writer = SummaryWriter(...)` -> `writer = SummaryWriter(...) if rank == 0 else None`."""

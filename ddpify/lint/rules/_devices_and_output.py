@@ -14,7 +14,6 @@ Facts are computed once per `Script` (`devices_and_output(script)`) and shared b
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Iterator
 from functools import cached_property
 
@@ -32,14 +31,6 @@ DTYPES = {
         "int8 int16 int32 int64 uint8 long int short bool complex64 complex128"
     ).split()
 }
-NO_GRAD = {
-    "torch.no_grad",
-    "torch.inference_mode",
-    "torch.autograd.no_grad",
-    "torch.autograd.grad_mode.no_grad",
-    "torch.autograd.grad_mode.inference_mode",
-}
-SET_GRAD_ENABLED = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled"}
 CONVERT_SYNC_BATCHNORM = {
     "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
     "torch.nn.modules.SyncBatchNorm.convert_sync_batchnorm",
@@ -217,9 +208,9 @@ def under_no_grad(tree: s.Tree, node: cst.CSTNode) -> bool:
 def _disables_grad(tree: s.Tree, expr: cst.BaseExpression) -> bool:
     func = expr.func if isinstance(expr, cst.Call) else expr
     name = tree.qname(func)
-    if name in NO_GRAD:
+    if name in s.NO_GRAD:
         return True
-    if name in SET_GRAD_ENABLED and isinstance(expr, cst.Call) and expr.args:
+    if name in s.SET_GRAD_ENABLED and isinstance(expr, cst.Call) and expr.args:
         value = expr.args[0].value
         return isinstance(value, cst.Name) and value.value == "False"
     return False
@@ -550,12 +541,7 @@ class DevicesAndOutput:
     # --- writes and other output -----------------------------------------------------------
 
     def opens_for_writing(self, node: cst.CSTNode) -> bool:
-        if not self.tree.is_builtin_call(node, "open"):
-            return False
-        assert isinstance(node, cst.Call)
-        mode = s.arg(node, 1, "mode")
-        value = string_value(mode.value) if mode is not None else "r"
-        return value is not None and any(c in value for c in "wax")
+        return self.tree.opens_for_writing(node)
 
     def write_destination(self, call: cst.Call, function: cst.FunctionDef | None) -> tuple[str, cst.BaseExpression] | None:
         """For a call that writes a file: (what it is, the destination). A dump into a file
@@ -849,15 +835,9 @@ def _ends_in_exit(body: cst.BaseSuite) -> bool:
     return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], EXITS)
 
 
-_FACTS: weakref.WeakKeyDictionary[Script, DevicesAndOutput] = weakref.WeakKeyDictionary()
-
-
 def devices_and_output(script: Script) -> DevicesAndOutput:
     """The shared facts for `script`, computed once."""
-    facts = _FACTS.get(script)
-    if facts is None:
-        facts = _FACTS[script] = DevicesAndOutput(script)
-    return facts
+    return script.shared(DevicesAndOutput)
 
 
 def guard_fix(facts: DevicesAndOutput, plan, call: cst.Call) -> str | None:

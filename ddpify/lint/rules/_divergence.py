@@ -17,7 +17,6 @@ reduced one, reduce an argument in place, or return a total accumulated over a s
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -547,25 +546,6 @@ class Flow:
     def training_loops(self) -> set[cst.CSTNode]:
         return set(self.script.training_loops)
 
-    @cached_property
-    def training_functions(self) -> set[cst.FunctionDef]:
-        """Same-file functions that (transitively) call backward()."""
-        found: set[cst.FunctionDef] = set()
-        backward = set(self.script.backward_calls)
-        changed = True
-        while changed:
-            changed = False
-            for function in self.program.all_functions:
-                if function in found:
-                    continue
-                for call in self.program.calls_in(function):
-                    target = self.program.callee(call, function)
-                    if call in backward or (target is not None and target[0] in found):
-                        found.add(function)
-                        changed = True
-                        break
-        return found
-
     def syncs(self, node: cst.CSTNode, function: Function) -> bool:
         """It runs a collective, a DDP forward or a backward (directly or through a same-file call)."""
         backward = set(self.script.backward_calls)
@@ -573,7 +553,7 @@ class Flow:
             if call in backward or self.script.is_collective_call(call, function):
                 return True
             target = self.program.callee(call, function)
-            if target is not None and target[0] in self.training_functions:
+            if target is not None and target[0] in self.script.training_functions:
                 return True
         return False
 
@@ -643,12 +623,6 @@ class Flow:
         return False
 
 
-_FLOWS: weakref.WeakKeyDictionary[Script, Flow] = weakref.WeakKeyDictionary()
-
-
 def flow(script: Script) -> Flow:
     """The shared analysis of `script`, built on first use."""
-    found = _FLOWS.get(script)
-    if found is None:
-        found = _FLOWS[script] = Flow(script)
-    return found
+    return script.shared(Flow)

@@ -13,7 +13,6 @@ Computed once per `Script` and cached beside it:
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -52,14 +51,6 @@ SPAWN = {
     "torch.multiprocessing.spawn.spawn",
     "torch.multiprocessing.spawn.start_processes",
 }
-NO_GRAD = {
-    "torch.no_grad",
-    "torch.inference_mode",
-    "torch.autograd.no_grad",
-    "torch.autograd.grad_mode.no_grad",
-    "torch.autograd.grad_mode.inference_mode",
-}
-SET_GRAD_ENABLED = {"torch.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled"}
 PLAIN_SAMPLERS = {
     "torch.utils.data.RandomSampler",
     "torch.utils.data.sampler.RandomSampler",
@@ -152,14 +143,9 @@ def quote_of(node: cst.CSTNode, tree: Tree) -> str:
 
 # --- per-script facts -------------------------------------------------------------------
 
-_FACTS: weakref.WeakKeyDictionary[Script, Facts] = weakref.WeakKeyDictionary()
-
-
 def facts(script: Script) -> Facts:
-    found = _FACTS.get(script)
-    if found is None:
-        found = _FACTS[script] = Facts(script)
-    return found
+    """The shared facts of `script`, built on first use."""
+    return script.shared(Facts)
 
 
 @dataclass(frozen=True)
@@ -324,20 +310,8 @@ class Facts:
     @cached_property
     def initializing(self) -> set[cst.FunctionDef]:
         """Same-file functions that (transitively) set up the process group."""
-        found = {f for c in self.all_inits if (f := self.tree.function(c)) is not None}
-        changed = True
-        while changed:
-            changed = False
-            for function in self.program.all_functions:
-                if function in found:
-                    continue
-                for call in self.program.calls_in(function):
-                    target = self.program.callee(call, function)
-                    if target is not None and target[0] in found:
-                        found.add(function)
-                        changed = True
-                        break
-        return found
+        inits = set(self.all_inits)
+        return self.program.reaching(lambda call, _function: call in inits)
 
     def init_points(self, scope: cst.FunctionDef | None) -> list[cst.Call]:
         """Calls in `scope` that set up the process group, directly or through a same-file function."""
@@ -516,10 +490,10 @@ class Facts:
     def _no_grad(self, node: cst.BaseExpression) -> bool:
         func = node.func if isinstance(node, cst.Call) else node
         name = self.tree.qname(func)
-        if name in NO_GRAD:
+        if name in s.NO_GRAD:
             return True
         return (
-            name in SET_GRAD_ENABLED
+            name in s.SET_GRAD_ENABLED
             and isinstance(node, cst.Call)
             and bool(node.args)
             and is_literal(node.args[0].value, "False")
