@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -38,6 +39,17 @@ class Finding:
         return (self.path, self.line, self.column, self.code)
 
 
+@lru_cache(maxsize=None)
+def _handlers(rule: type) -> frozenset[str]:
+    """The `visit_*` / `leave_*` methods a rule class defines itself (not LibCST's defaults)."""
+    names = set()
+    for klass in rule.__mro__:
+        if klass in (cst.CSTVisitor, object) or klass.__module__.startswith("libcst"):
+            continue
+        names |= {n for n in vars(klass) if n.startswith(("visit_", "leave_"))}
+    return frozenset(names)
+
+
 class Rule(cst.CSTVisitor):
     code: ClassVar[str]
     name: ClassVar[str]  # the pattern flagged, kebab-case ("unguarded-checkpoint-save")
@@ -52,7 +64,22 @@ class Rule(cst.CSTVisitor):
         self.findings: list[Finding] = []
 
     def check(self) -> list[Finding]:
-        self.tree.module.visit(self)
+        """Visit the tree read-only: `visit_<Node>` before a node's children (returning False
+        skips them), `leave_<Node>` after. The traversal uses the tree's cached children:
+        LibCST's own `visit` rebuilds every node, which costs more than the rules do."""
+        handlers = _handlers(type(self))
+        stack: list[tuple[cst.CSTNode, bool]] = [(self.tree.module, False)]
+        while stack:
+            node, leaving = stack.pop()
+            name = type(node).__name__
+            if leaving:
+                getattr(self, f"leave_{name}")(node)
+                continue
+            descend = getattr(self, f"visit_{name}")(node) if f"visit_{name}" in handlers else True
+            if f"leave_{name}" in handlers:
+                stack.append((node, True))
+            if descend is not False:
+                stack.extend((child, False) for child in reversed(self.tree.children(node)))
         return self.findings
 
     def report(self, node: cst.CSTNode, message: str, fixable: bool | None = None) -> None:
