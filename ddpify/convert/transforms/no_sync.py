@@ -7,11 +7,31 @@ that traffic is wasted. The forward and backward of each micro-step go under
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 
 from ddpify.convert.analysis import TrainLoop, _is_backward
+from ddpify.convert.plan import Plan
 from ddpify.convert.transforms.base import Transform, statements
 from ddpify.syntax import code, method_call
+
+
+def wrap_micro_steps(plan: Plan, span: Sequence[cst.CSTNode], model: str, condition: str) -> None:
+    """Put a micro-step's forward..backward statements under `model.no_sync()` unless `condition`
+    (the optimizer-step test) holds. Shared with lint's DDP404 fix."""
+    header = statements(
+        "# Sync gradients only on the micro-step that updates the weights.\n"
+        f"with contextlib.nullcontext() if {condition} else {model}.no_sync():\n"
+        "    pass\n"
+    )[0]
+    assert isinstance(header, cst.With)
+
+    def build(inner: list[cst.BaseStatement]) -> cst.With:
+        return header.with_changes(body=cst.IndentedBlock(body=inner))
+
+    plan.wrap(span, build)
+    plan.add_import("contextlib")
 
 
 class GradientSync(Transform):
@@ -56,18 +76,7 @@ class GradientSync(Transform):
             return
         model = code(forwards[0].func)
         condition = code(step.test)
-        header = statements(
-            "# Sync gradients only on the micro-step that updates the weights.\n"
-            f"with contextlib.nullcontext() if {condition} else {model}.no_sync():\n"
-            "    pass\n"
-        )[0]
-        assert isinstance(header, cst.With)
-
-        def build(inner: list[cst.BaseStatement]) -> cst.With:
-            return header.with_changes(body=cst.IndentedBlock(body=inner))
-
-        self.plan.wrap(span, build)
-        self.plan.add_import("contextlib")
+        wrap_micro_steps(self.plan, span, model, condition)
         self.change(first, f"micro-steps run under `{model}.no_sync()` until `{condition}`: one all-reduce per optimizer step")
 
     def _assigned(self, name: cst.Name) -> bool:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpify.convert.transforms.base import statements
+from ddpify.convert.transforms.no_sync import wrap_micro_steps
 from ddpify.lint.rule import Finding, Rule
 from ddpify.syntax import code, method_call
 
@@ -239,16 +239,5 @@ class AccumulationWithoutNoSync(Rule):
         wrap = self._wrap(found) if found is not None else None
         if wrap is None:
             return None
-        header = statements(
-            "# Sync gradients only on the micro-step that updates the weights.\n"
-            f"with contextlib.nullcontext() if {wrap.condition} else {wrap.model}.no_sync():\n"
-            "    pass\n"
-        )[0]
-        assert isinstance(header, cst.With)
-
-        def build(inner: list[cst.BaseStatement]) -> cst.With:
-            return header.with_changes(body=cst.IndentedBlock(body=inner))
-
-        plan.wrap(wrap.statements, build)
-        plan.add_import("contextlib")
+        wrap_micro_steps(plan, wrap.statements, wrap.model, wrap.condition)
         return f"micro-steps run under `{wrap.model}.no_sync()` unless `{wrap.condition}`"
