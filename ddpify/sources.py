@@ -20,6 +20,18 @@ class Source:
     encoding: str
 
 
+SKIPPED_FOLDERS = {"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"}
+
+
+def python_files(folder: Path) -> list[Path]:
+    """The *.py files under `folder`, sorted, outside hidden and vendored folders."""
+    return [
+        path
+        for path in sorted(folder.rglob("*.py"))
+        if not any(p.startswith(".") or p in SKIPPED_FOLDERS for p in path.relative_to(folder).parts[:-1])
+    ]
+
+
 def decode(data: bytes, path: str) -> Source:
     """Decode with the encoding Python itself would use (PEP 263 cookie, BOM, else UTF-8)."""
     try:

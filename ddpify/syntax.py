@@ -218,6 +218,22 @@ def string_value(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def is_gpu_string(node: cst.BaseExpression) -> bool:
+    """"cuda", "cuda:0", f"cuda:{gpu}"."""
+    value = string_value(node)
+    if value is not None:
+        return value == "cuda" or value.startswith("cuda:")
+    if isinstance(node, cst.FormattedString):
+        text = "".join(p.value for p in node.parts if isinstance(p, cst.FormattedStringText))
+        return text.startswith("cuda")
+    return False
+
+
+def is_backward(call: cst.Call) -> bool:
+    """`loss.backward()`, `scaler.scale(loss).backward()`."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+
+
 def arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.Arg | None:
     """The argument of `call` given at `position` or as `keyword=`."""
     if keyword is not None:

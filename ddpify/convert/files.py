@@ -20,7 +20,6 @@ from ddpify.errors import InputError
 from ddpify.report import Report
 
 STDIN = "-"
-SKIPPED_FOLDERS = {"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"}
 
 
 class Mode(Enum):
@@ -57,13 +56,8 @@ def discover(paths: Sequence[str]) -> list[tuple[str, bool]]:
             continue
         path = Path(raw)
         if path.is_dir():
-            for candidate in sorted(path.rglob("*.py")):
-                parts = candidate.relative_to(path).parts
-                if any(p.startswith(".") or p in SKIPPED_FOLDERS for p in parts[:-1]):
-                    continue
-                if candidate.stem.endswith("_ddp"):  # our own output
-                    continue
-                found.append((str(candidate), False))
+            # our own outputs (*_ddp.py) are not converted again
+            found += [(str(f), False) for f in sources.python_files(path) if not f.stem.endswith("_ddp")]
         elif path.exists():
             found.append((raw, True))
         else:
@@ -163,17 +157,13 @@ def _diff(result: ConvertResult, before: str, after: str, color: bool) -> str:
     return _colorize(text) if color else text
 
 
+# ANSI colors by line prefix, most specific first: headers bold, hunks cyan, + green, - red.
+DIFF_COLORS = (("+++", "1"), ("---", "1"), ("@@", "36"), ("+", "32"), ("-", "31"))
+
+
 def _colorize(diff: str) -> str:
     colored = []
     for line in diff.splitlines(keepends=True):
-        if line.startswith(("+++", "---")):
-            colored.append(f"\033[1m{line.rstrip(chr(10))}\033[0m\n")
-        elif line.startswith("@@"):
-            colored.append(f"\033[36m{line.rstrip(chr(10))}\033[0m\n")
-        elif line.startswith("+"):
-            colored.append(f"\033[32m{line.rstrip(chr(10))}\033[0m\n")
-        elif line.startswith("-"):
-            colored.append(f"\033[31m{line.rstrip(chr(10))}\033[0m\n")
-        else:
-            colored.append(line)
+        color = next((c for prefix, c in DIFF_COLORS if line.startswith(prefix)), None)
+        colored.append(f"\033[{color}m{line.rstrip(chr(10))}\033[0m\n" if color else line)
     return "".join(colored)

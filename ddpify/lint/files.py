@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpify import sources
-from ddpify.convert.files import SKIPPED_FOLDERS
 from ddpify.errors import InputError
 from ddpify.lint import Finding, Selection, fix_source, lint_source
 from ddpify.lint.selection import ConfigError, config_for
@@ -39,10 +38,7 @@ def discover(paths: Sequence[str]) -> tuple[list[Path], list[str]]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for candidate in sorted(path.rglob("*.py")):
-                parts = candidate.relative_to(path).parts[:-1]
-                if not any(p.startswith(".") or p in SKIPPED_FOLDERS for p in parts):
-                    files.append(candidate)
+            files += sources.python_files(path)
         elif path.is_file():
             files.append(path)
         else:

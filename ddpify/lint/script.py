@@ -76,7 +76,9 @@ class Script:
     # --- ranks -----------------------------------------------------------------------
 
     def is_rank_expr(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
-        """An expression whose value differs from rank to rank."""
+        """An expression whose value differs from rank to rank (`args.rank % ngpus` too)."""
+        if isinstance(node, cst.BinaryOperation):
+            return self.is_rank_expr(node.left, function) or self.is_rank_expr(node.right, function)
         if isinstance(node, cst.Call):
             if self.tree.qname(node.func) in GET_RANK:
                 return True
@@ -222,7 +224,7 @@ class Script:
 
     @cached_property
     def backward_calls(self) -> list[cst.Call]:
-        return [c for c in self.tree.calls() if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"]
+        return [c for c in self.tree.calls() if s.is_backward(c)]
 
     @cached_property
     def training_loops(self) -> list[cst.For | cst.While]:

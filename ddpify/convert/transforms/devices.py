@@ -12,9 +12,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.analysis import _is_gpu_string
 from ddpify.convert.transforms.base import Transform
-from ddpify.syntax import code, dotted, string_value
+from ddpify.syntax import code, dotted, is_gpu_string, string_value
 
 DEVICE_KEYWORDS = {"device", "map_location"}
 
@@ -154,14 +153,14 @@ class Devices(Transform):
     def _pins_gpu(self, call: cst.Call) -> bool:
         """torch.device("cuda"), torch.device("cuda:0"), torch.device("cuda", 0)."""
         first = s.arg(call, 0, "type")
-        return first is not None and _is_gpu_string(first.value)
+        return first is not None and is_gpu_string(first.value)
 
     def _pins_gpu_expr(self, node: cst.BaseExpression) -> bool:
-        return (isinstance(node, cst.Call) and self.tree.qname(node.func) in s.TORCH_DEVICE and self._pins_gpu(node)) or _is_gpu_string(node)
+        return (isinstance(node, cst.Call) and self.tree.qname(node.func) in s.TORCH_DEVICE and self._pins_gpu(node)) or is_gpu_string(node)
 
     def _is_gpu(self, node: cst.BaseExpression) -> bool:
         """A GPU given as a string or an integer id (torch.device(...) calls are rewritten on their own)."""
-        if _is_gpu_string(node) or isinstance(node, cst.Integer):
+        if is_gpu_string(node) or isinstance(node, cst.Integer):
             return True
         name = dotted(node)
         return name is not None and name.rsplit(".", 1)[-1] in {"gpu", "gpu_id", "device_id", "local_rank"}

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from ddpify.convert.analysis import TrainLoop, _is_backward
+from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.plan import Plan
 from ddpify.convert.transforms.base import Transform, statements
-from ddpify.syntax import code, method_call
+from ddpify.syntax import code, is_backward, method_call
 
 
 def wrap_micro_steps(plan: Plan, span: Sequence[cst.CSTNode], model: str, condition: str) -> None:
@@ -56,7 +56,7 @@ class GradientSync(Transform):
     def _wrap(self, loop: TrainLoop, step: cst.If) -> None:
         function = loop.function
         forwards = [c for c in self.tree.calls(loop.loop.body) if self.facts.forwards_model(c, function)]
-        backwards = [c for c in self.tree.calls(loop.loop.body) if _is_backward(c)]
+        backwards = [c for c in self.tree.calls(loop.loop.body) if is_backward(c)]
         if not forwards or not backwards:
             return
         last = self.tree.statement(backwards[-1])

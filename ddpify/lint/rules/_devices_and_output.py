@@ -20,7 +20,7 @@ from functools import cached_property
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.lint.script import EXITS, MAIN_PROCESS_NAMES, Script
+from ddpify.lint.script import MAIN_PROCESS_NAMES, Script
 from ddpify.syntax import code, dotted, method_call, string_value
 
 GPU_INDEX = re.compile(r"^cuda:(\d+)$")
@@ -472,49 +472,9 @@ class DevicesAndOutput:
 
     # --- rank guards ---------------------------------------------------------------------
 
-    def is_rank_condition(self, test: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
-        """Script.is_rank_condition, plus comparisons of arithmetic on a rank (`args.rank % ngpus == 0`)."""
-        if self.script.is_rank_condition(test, function):
-            return True
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            return self.is_rank_condition(test.expression, function)
-        if isinstance(test, cst.BooleanOperation):
-            return self.is_rank_condition(test.left, function) or self.is_rank_condition(test.right, function)
-        if isinstance(test, cst.Comparison):
-            sides = [test.left, *(c.comparator for c in test.comparisons)]
-            return any(self._rank_arithmetic(side, function) for side in sides)
-        return False
-
-    def _rank_arithmetic(self, node: cst.BaseExpression, function) -> bool:
-        if isinstance(node, cst.BinaryOperation):
-            return any(self._rank_arithmetic(side, function) for side in (node.left, node.right))
-        return self.script.is_rank_expr(node, function)
-
-    def rank_guard(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        guard = self.script.rank_guard(node)
-        if guard is not None:
-            return guard
-        function = self.tree.function(node)
-        child: cst.CSTNode = node
-        for parent in self.tree.ancestors(node):
-            if isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
-                break
-            if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and child is not parent.test and self.is_rank_condition(parent.test, function):
-                return parent.test
-            if isinstance(parent, cst.BooleanOperation) and child is parent.right and self.is_rank_condition(parent.left, function):
-                return parent.left
-            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-                for earlier in parent.body:
-                    if earlier is child:
-                        break
-                    if isinstance(earlier, cst.If) and self.is_rank_condition(earlier.test, function) and _ends_in_exit(earlier.body):
-                        return earlier.test
-            child = parent
-        return None
-
     def guarded_everywhere(self, node: cst.CSTNode, seen: frozenset = frozenset()) -> bool:
         """Only some ranks reach `node`: a rank guard around it, or around every call of its function."""
-        if self.rank_guard(node) is not None:
+        if self.script.rank_guard(node) is not None:
             return True
         function = self.tree.function(node)
         if function is None:
@@ -655,10 +615,10 @@ class DevicesAndOutput:
             if not configures:
                 continue
             function = self.tree.function(call)
-            if self.rank_guard(call) is not None:
+            if self.script.rank_guard(call) is not None:
                 return True
             for node in self.tree.walk(call):
-                if isinstance(node, cst.IfExp) and self.is_rank_condition(node.test, function):
+                if isinstance(node, cst.IfExp) and self.script.is_rank_condition(node.test, function):
                     return True
             if any(self.mentions_rank(a.value, function, depth=1) for a in call.args):
                 return True
@@ -753,7 +713,7 @@ class DevicesAndOutput:
                 if self._positive_part(rank_side, function) is not None and self._asks_distributed(other):
                     return test
             return None
-        if not self.is_rank_condition(test, function):
+        if not self.script.is_rank_condition(test, function):
             return None
         if isinstance(test, cst.Comparison):
             if len(test.comparisons) != 1:
@@ -828,13 +788,6 @@ def _names_a_type(name: str) -> bool:
     return any(word in last for word in NOT_A_PLACEMENT)
 
 
-def _ends_in_exit(body: cst.BaseSuite) -> bool:
-    if isinstance(body, cst.SimpleStatementSuite):
-        return isinstance(body.body[-1], EXITS)
-    last = body.body[-1] if body.body else None
-    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], EXITS)
-
-
 def devices_and_output(script: Script) -> DevicesAndOutput:
     """The shared facts for `script`, computed once."""
     return script.shared(DevicesAndOutput)
@@ -851,3 +804,16 @@ def guard_fix(facts: DevicesAndOutput, plan, call: cst.Call) -> str | None:
         plan.add_import("torch.distributed", None, "dist")
     plan.guard(statement, condition)
     return f"runs on rank 0 only (`if {condition}:`)"
+
+
+def uses_beyond_parameters(tree: s.Tree, statement: cst.CSTNode, names: set[str]) -> bool:
+    """Whether `statement` refers to one of `names` other than through `.parameters()` /
+    `.named_parameters()` (the same Parameter objects whether wrapped or not)."""
+    for node in tree.walk(statement):
+        if isinstance(node, (cst.Name, cst.Attribute)) and dotted(node) in names:
+            parent = tree.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                if dotted(parent) in names or parent.attr.value in ("parameters", "named_parameters"):
+                    continue  # judged at the full name (`self.model`), or a parameter read
+            return True
+    return False

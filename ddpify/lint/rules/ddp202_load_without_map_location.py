@@ -55,7 +55,7 @@ class LoadWithoutMapLocation(Rule):
             return
         if s.arg(node, 1, "map_location") is not None or any(a.star == "**" for a in node.args):
             return
-        if devices_and_output(self.script).rank_guard(node) is not None:
+        if self.script.rank_guard(node) is not None:
             return  # one rank loads onto its own GPU
         self.report(node, f"`{code(node.func)}` without `map_location`: tensors saved from GPU 0 load onto GPU 0 on every rank; pass `map_location`")
 

@@ -14,13 +14,13 @@ from ddpify.lint.rules._devices_and_output import (
     root_names,
     same_block,
     single_small,
+    uses_beyond_parameters,
     wrap_target,
     wrapped_module,
 )
 from ddpify.syntax import code, dotted
 
 # Uses of the model that see the same Parameter objects before and after `.to(device)`.
-SAME_PARAMETERS = {"parameters", "named_parameters"}
 
 
 class WrapBeforeMove(Rule):
@@ -139,24 +139,12 @@ class WrapBeforeMove(Rule):
         involved = {inner, target}
         assigned: set[str] = set()
         for statement in between(self.tree, wrap_statement, move_statement):
-            if self._uses(statement, involved):
+            if uses_beyond_parameters(self.tree, statement, involved):
                 return None
             assigned |= assigned_names(self.tree, statement)
         if root_names(self.tree, wrap) & assigned:
             return None
         return wrap_statement, move_statement
-
-    def _uses(self, statement: cst.CSTNode, names: set[str]) -> bool:
-        """Whether a statement refers to one of `names` other than through `.parameters()`."""
-        for node in self.tree.walk(statement):
-            if isinstance(node, (cst.Name, cst.Attribute)) and dotted(node) in names:
-                parent = self.tree.parent(node)
-                if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in SAME_PARAMETERS:
-                    continue
-                if isinstance(parent, cst.Attribute) and parent.value is node and dotted(parent) in names:
-                    continue  # `self.model`: judged at the full name
-                return True
-        return False
 
     def apply_fix(self, finding: Finding, plan) -> str | None:
         wrap = finding.node

@@ -15,6 +15,7 @@ from ddpify.lint.rules._devices_and_output import (
     root_names,
     same_block,
     single_small,
+    uses_beyond_parameters,
     wrap_target,
     wrapped_module,
 )
@@ -178,23 +179,12 @@ class SyncbnAfterWrap(Rule):
                 return None
         assigned: set[str] = set()
         for other in between(self.tree, wrap_statement, statement):
-            if self._uses(other, {wrapper, module}):
+            if uses_beyond_parameters(self.tree, other, {wrapper, module}):
                 return None
             assigned |= assigned_names(self.tree, other)
         if root_names(self.tree, statement) & assigned or names_in(self.tree, statement) & assigned_names(self.tree, wrap_statement) - {wrapper, module}:
             return None
         return statement, wrap_statement, wrapper, module
-
-    def _uses(self, statement: cst.CSTNode, names: set[str]) -> bool:
-        """Uses of the model other than `.parameters()` (the same Parameter objects either way)."""
-        for n in self.tree.walk(statement):
-            if isinstance(n, (cst.Name, cst.Attribute)) and dotted(n) in names:
-                parent = self.tree.parent(n)
-                if isinstance(parent, cst.Attribute) and parent.value is n:
-                    if dotted(parent) in names or parent.attr.value in ("parameters", "named_parameters"):
-                        continue
-                return True
-        return False
 
     def apply_fix(self, finding: Finding, plan) -> str | None:
         node = finding.node

@@ -6,7 +6,7 @@ import libcst as cst
 
 from ddpify.lint.rule import Rule
 from ddpify.lint.rules._devices_and_output import assigned_names, names_in, under_no_grad
-from ddpify.syntax import code, dotted
+from ddpify.syntax import code, dotted, is_backward
 
 
 class ForwardThroughModule(Rule):
@@ -78,7 +78,7 @@ class ForwardThroughModule(Rule):
                             tainted |= new
                             changed = True
         for node in scope:
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
+            if isinstance(node, cst.Call) and is_backward(node):
                 receiver = node.func.value
                 if self.tree.inside(call, receiver) or names_in(self.tree, receiver) & tainted:
                     return True

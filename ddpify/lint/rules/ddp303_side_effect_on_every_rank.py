@@ -130,7 +130,7 @@ class SideEffectOnEveryRank(Rule):
                 continue
             if isinstance(parent, cst.Arg):
                 return False  # passed on: uses elsewhere are not checked
-            if facts.rank_guard(node) is None and not self._tests_name(node, name):
+            if self.script.rank_guard(node) is None and not self._tests_name(node, name):
                 return False
         return True
 
