@@ -25,8 +25,8 @@ top-level module call) and times the steps after --bench-warmup with CUDA synchr
 report gives samples/s of each and the converted/original ratio.
 
 Needs only torch and torchvision (and whatever the fixtures import): it runs the golden files
-already in fixtures/convert/ and loads ddpify/verify.py by path, which imports only the standard
-library. Exit status: 0 every fixture passed, 1 one failed, 2 bad usage (no CUDA without --cpu,
+already in fixtures/convert/ and loads the ddpify/verify package by path, which imports only the
+standard library. Exit status: 0 every fixture passed, 1 one failed, 2 bad usage (no CUDA without --cpu,
 an unknown case).
 """
 
@@ -66,9 +66,11 @@ EQUIVALENCE_ATOL = 1e-5
 
 
 def load_verify_module():
-    """ddpify/verify.py by path: standard library only, so no ddpify dependencies are needed."""
-    path = REPO / "ddpify" / "verify.py"
-    spec = importlib.util.spec_from_file_location("ddpify_verify_standalone", path)
+    """The ddpify/verify package by path: standard library only, so no ddpify dependencies are needed."""
+    package = REPO / "ddpify" / "verify"
+    spec = importlib.util.spec_from_file_location(
+        "ddpify_verify_standalone", package / "__init__.py", submodule_search_locations=[str(package)]
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
@@ -265,7 +267,7 @@ class FixtureReport:
     runs: list[RunReport] = field(default_factory=list)
 
 
-COLUMNS = ("exit", "epochs", "loss", "single output", "checkpoints", "equivalence")
+COLUMNS = ("exit", "epochs", "loss", "single output", "checkpoints", "verify", "equivalence")
 
 
 def gpu_modes() -> list[Mode]:
@@ -370,6 +372,11 @@ def check_run(case: Case, script: Path, mode: Mode, options, workdir: Path, refe
     report.cells["loss"] = Cell(loss_ok, loss_text)
     if not loss_ok:
         report.problems.append(f"loss does not go down: {losses}")
+
+    # ddpify verify's own judgement: replicas, forward through DDP, data sharding, side effects...
+    failed = [check for check in result.failures if not check.name.startswith(("rank ", "checkpoint"))]
+    report.cells["verify"] = Cell(not failed, "ok" if not failed else ", ".join(c.name for c in failed))
+    report.problems += [f"verify {check.name}: {check.detail}" for check in failed]
 
     problems = check_checkpoints(case, result, workdir)
     report.cells["checkpoints"] = Cell(not problems, "ok" if not problems else "FAIL")
@@ -492,7 +499,7 @@ def run_benchmark(case_dir: Path, mode: Mode, options: argparse.Namespace, scrat
                     },
                 ),
             )  # fmt: skip
-            if not result.ok or not out.is_file():
+            if not result.run.ok or not out.is_file():  # the original is no DDP script: exit status only
                 rank = result.run.ranks[0] if result.run.ranks else None
                 bench.error = f"{name}.py: {rank.describe() if rank else 'did not start'}"
                 return bench

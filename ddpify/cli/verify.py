@@ -17,6 +17,29 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERNAL_ERROR = 123
 
 EPILOG = """\b
+Checks (each row of the table; --format json gives the same with evidence):
+  rank N               the rank's exit status; a hang names the line it is stuck on
+  steps                with --steps: where the ranks were stopped
+  replicas             every DDP model ends with the same parameters on every
+                       rank, and so do parameters an optimizer steps outside
+                       DDP; backward() with no DDP model at all fails
+  forward through DDP  the training forward ran through the DDP wrapper, not
+                       model.module(...) or a custom method of the model
+  data sharding        each DataLoader that fed backward() gave each rank its
+                       own samples (disjoint indices apart from padding; for an
+                       IterableDataset, different first batches), and a
+                       shuffling DistributedSampler changed order per epoch;
+                       data not from a DataLoader is reported as unchecked
+  side effects         files written under the scratch or the script's folder
+                       by ranks other than 0 are listed; a path written by two
+                       ranks fails
+  process group        initialized once and destroyed once on every rank
+  duplicate lines      no output line printed by more than one rank
+  checkpoint PATH      each checkpoint loads and has no 'module.' keys
+  single process       with --single: `python SCRIPT` as one process exits 0
+The facts are recorded inside every rank by a shim that adds no collective.
+
+\b
 Ranks share GPUs through gloo when there are fewer GPUs than ranks (NCCL refuses
 two ranks on one device): verify then makes init_process_group use gloo and sets
 LOCAL_RANK to local_rank % device_count in each rank (the true local rank is in
@@ -25,9 +48,8 @@ scratch directory.
 
 \b
 Exit codes:
-  0    all checks passed
-  1    a check failed: a rank exited non-zero or hung, a line was printed by
-       more than one rank, a checkpoint does not load or has 'module.' keys
+  0    all checks passed (unchecked and info rows do not fail)
+  1    a check failed
   2    bad input: missing script, an interpreter that cannot import torch
   123  internal error
 """
@@ -92,6 +114,27 @@ class Spinner:
     help="Scratch working directory for the run (default: a new temporary directory).",
 )
 @click.option("--keep", is_flag=True, help="Keep the scratch directory and the per-rank logs.")
+@click.option(
+    "--single",
+    is_flag=True,
+    help="Also run SCRIPT as one plain process (no torchrun), in a scratch directory of its own; "
+    "the check fails if that run fails.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="K",
+    help="Stop every rank right after its K-th optimizer step and judge the run so far.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table: one row per check; json: one object with each check, its status and evidence.",
+)
 def verify_command(
     script: Path,
     script_args: tuple[str, ...],
@@ -101,15 +144,19 @@ def verify_command(
     gloo: bool,
     workdir: Path | None,
     keep: bool,
+    single: bool,
+    steps: int | None,
+    output_format: str,
 ) -> None:
-    """Run a DDP SCRIPT under torchrun with --nproc ranks and check the run.
+    """Run a DDP SCRIPT under torchrun with --nproc ranks and judge the run.
 
-    Reports each rank's exit status (a hang names the ranks that did not finish and
-    where they were stuck), lines printed by more than one rank, the checkpoints
-    written (does each load, does a state dict carry 'module.' keys) and the wall
-    time. Pass the script's own arguments after `--`:
+    Beyond exit codes and hangs, verify checks what silently trains wrong: replicas
+    that diverge, training that bypasses DDP, data every rank shares, files written
+    by several ranks, a process group not set up and torn down once; then output
+    printed by several ranks and checkpoints with 'module.' keys. Pass the script's
+    own arguments after `--`:
 
-        ddpify verify train_ddp.py --nproc 2 -- --epochs 1
+        ddpify verify train_ddp.py --nproc 2 --single --steps 20 -- --epochs 1
     """
     options = verify_api.VerifyOptions(
         nproc=nproc,
@@ -119,6 +166,8 @@ def verify_command(
         workdir=workdir,
         keep=keep,
         backend="gloo" if gloo else "auto",
+        single=single,
+        steps=steps or 0,
     )
     spinner = Spinner(sys.stderr) if sys.stderr.isatty() else None
     try:
@@ -133,7 +182,8 @@ def verify_command(
     finally:
         if spinner is not None:
             spinner.clear()
-    click.echo(verify_api.format_table(result), nl=False)
+    render = verify_api.format_json if output_format == "json" else verify_api.format_table
+    click.echo(render(result), nl=False)
     if keep:
         click.echo(f"scratch directory: {result.run.workdir}", err=True)
         click.echo(f"per-rank logs: {result.run.state_dir}", err=True)
