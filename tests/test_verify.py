@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import io
+import json
 import os
 import shutil
 import sys
@@ -24,7 +25,7 @@ from ddpify.cli import cli
 from ddpify.cli.verify import Spinner
 
 CASES = Path(__file__).resolve().parent / "verify_cases"
-VERIFY_MODULE = Path(verify_api.__file__)
+VERIFY_PACKAGE = Path(verify_api.__file__).parent
 # The hang case waits this long without progress; long enough for torch to import on a busy 2-core
 # machine. The cases that do not hang get far more, so that a slow machine does not fake a hang.
 HANG_TIMEOUT = "20"
@@ -40,12 +41,18 @@ class CliRun:
 
 
 def run_cli(args: list[str], result: verify_api.VerifyResult | None = None) -> CliRun:
-    """Invoke `ddpify verify`; a given `result` stands in for the run (the CLI then only renders it)."""
+    """Invoke `ddpify verify`; a given `result` stands in for the run (the CLI then only renders it).
+
+    With a stand-in, the options the CLI built must equal the stand-in's: the run behind it was
+    made through the API with the options these arguments mean.
+    """
     results: list[verify_api.VerifyResult] = []
     real_verify = verify_api.verify_script
 
-    def spy(*a, **kw):
-        results.append(result if result is not None else real_verify(*a, **kw))
+    def spy(script, options, **kw):
+        if result is not None:
+            assert (Path(script).resolve(), options) == (result.script, result.options)
+        results.append(result if result is not None else real_verify(script, options, **kw))
         return results[-1]
 
     with pytest.MonkeyPatch.context() as mp:
@@ -68,53 +75,63 @@ def line_of(case: str, needle: str) -> int:
     return number
 
 
+# Each case is a DDP script with one thing wrong, and the checks it must fail; `correct` fails none.
+FAILING = {
+    "print_every_rank": ["duplicate lines"],
+    "module_prefix_checkpoint": ["checkpoint checkpoint.pt"],
+    "diverged_replicas": ["replicas"],
+    "no_ddp": ["replicas"],
+    "trained_outside_ddp": ["replicas"],
+    "bypass_ddp": ["replicas", "forward through DDP"],
+    "unsharded_loader": ["data sharding"],
+    "unsharded_stream": ["data sharding"],
+    "no_set_epoch": ["data sharding"],
+    "writes_every_rank": ["side effects"],
+    "no_teardown": ["process group"],
+}
+# Cases run with verify options of their own: (CLI arguments, the same as VerifyOptions fields).
+OPTIONS = {
+    "correct": (["--single", "--format", "json"], {"single": True}),
+    "needs_torchrun": (["--single"], {"single": True}),
+    "endless": (["--steps", "5"], {"steps": 5}),
+    "tensor_batches": ([], {}),
+    "exit_code_and_args": (["--keep", "--", "--epochs", "1", "x y"], {"keep": True, "script_args": ("--epochs", "1", "x y")}),
+}
+
+
 @pytest.fixture(scope="module")
 def runs() -> dict[str, CliRun]:
-    """Each case verified once.
+    """Each case verified once, through the API, three at a time; then rendered by the CLI.
 
-    The hang case spends its time blocked, waiting for the timeout, so it runs through the API
-    in a thread while the other cases run through the CLI; the CLI then renders its result.
-    It keeps its logs so the test can check that no rank outlived the run.
+    The CLI is invoked with each case's arguments and must build the options the API run used
+    (see `run_cli`). The hang case keeps its logs so the test can check that no rank outlived the
+    run; the GPU-sharing case is an API run only.
     """
-    hang_case = CASES / "hang_collective_under_guard.py"
-    hang_options = verify_api.VerifyOptions(
-        timeout=float(HANG_TIMEOUT), keep=True, extra_env={"OMP_NUM_THREADS": "1"}
-    )
+    timeout = {"timeout": float(TIMEOUT)}
+    jobs = {name: (["--timeout", TIMEOUT, *args], {**timeout, **fields}) for name, (args, fields) in OPTIONS.items()}
+    jobs.update({name: (["--timeout", TIMEOUT], timeout) for name in FAILING})
+    jobs["hang_collective_under_guard"] = (["--timeout", HANG_TIMEOUT, "--keep"], {"timeout": float(HANG_TIMEOUT), "keep": True})
     # What verify sets when ranks share one GPU, forced here on a machine without one.
-    shared_gpu_env = {"OMP_NUM_THREADS": "1", verify_api.ENV_FORCE_GLOO: "1", verify_api.ENV_SHARED_GPUS: "1"}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        hang = pool.submit(verify_api.verify_script, hang_case, hang_options)
-        forced = pool.submit(
-            verify_api.verify_script,
-            CASES / "nccl_backend_forced_to_gloo.py",
-            verify_api.VerifyOptions(timeout=float(TIMEOUT), extra_env=shared_gpu_env),
-        )
-        runs = {
-            name: run_cli([str(CASES / f"{name}.py"), "--timeout", TIMEOUT])
-            for name in ("correct", "print_every_rank", "module_prefix_checkpoint")
+    shared_gpu_env = {verify_api.ENV_FORCE_GLOO: "1", verify_api.ENV_SHARED_GPUS: "1"}
+    api_only = {"nccl_backend_forced_to_gloo": {**timeout, "extra_env": shared_gpu_env}}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {
+            name: pool.submit(verify_api.verify_script, CASES / f"{name}.py", verify_api.VerifyOptions(**fields))
+            for name, fields in [*((n, f) for n, (_, f) in jobs.items()), *api_only.items()]
         }
-        runs["exit_code_and_args"] = run_cli(
-            [
-                str(CASES / "exit_code_and_args.py"),
-                "--timeout",
-                TIMEOUT,
-                "--keep",
-                "--",
-                "--epochs",
-                "1",
-                "x y",
-            ]
-        )
-        runs["hang_collective_under_guard"] = run_cli(
-            [str(hang_case), "--timeout", HANG_TIMEOUT], hang.result()
-        )
-        runs["nccl_backend_forced_to_gloo"] = CliRun(0, "", "", forced.result())  # API only, no CLI run
+        results = {name: future.result() for name, future in futures.items()}
+    runs = {}
+    for name, (args, _) in jobs.items():
+        script_args = args[args.index("--"):] if "--" in args else []
+        options = [a for a in args if a not in script_args]
+        runs[name] = run_cli([str(CASES / f"{name}.py"), *options, *script_args], results[name])
+    runs.update({name: CliRun(0, "", "", results[name]) for name in api_only})
     yield runs
     for name in ("hang_collective_under_guard", "exit_code_and_args"):
-        shutil.rmtree(runs[name].result.run.state_dir.parent, ignore_errors=True)
+        shutil.rmtree(runs[name].result.run.state_dir.parent.parent, ignore_errors=True)
 
 
-def test_correct_script_passes(runs: dict[str, CliRun]) -> None:
+def test_correct_script_passes_every_check(runs: dict[str, CliRun]) -> None:
     run = runs["correct"]
     result = run.result
     assert result is not None and result.ok, run.stdout
@@ -125,43 +142,102 @@ def test_correct_script_passes(runs: dict[str, CliRun]) -> None:
     assert [(sd.key, sd.num_keys) for sd in ckpt.state_dicts] == [("", 2)]
     assert "epoch 1 loss" in result.run.ranks[0].stdout and result.run.ranks[1].stdout == ""
     assert run.exit_code == 0
-    assert "gloo on CPU" in run.stdout.splitlines()[0]
-    assert table_row(run.stdout, "rank 1").split()[2] == "ok"
-    assert table_row(run.stdout, "duplicate lines").split()[2:] == ["ok", "none"]
-    assert "no 'module.' prefix" in table_row(run.stdout, "checkpoint model.pt")
-    assert run.stdout.rstrip().endswith("all checks passed")
+    report = json.loads(run.stdout)
+    assert report["ok"] is True and report["setup"]["nproc"] == 2 and report["setup"]["single"] is True
+    statuses = {check["name"]: check["status"] for check in report["checks"]}
+    assert statuses == {
+        "rank 0": "ok", "rank 1": "ok", "replicas": "ok", "forward through DDP": "ok", "data sharding": "ok",
+        "side effects": "ok", "process group": "ok", "duplicate lines": "ok", "checkpoint model.pt": "ok",
+        "single process": "ok", "wall time": "info",
+    }  # fmt: skip
+    evidence = {check["name"]: check["evidence"] for check in report["checks"]}
+    # 8 steps of SGD over 2 epochs of 32 samples per rank, batch 8: the facts behind the verdicts.
+    (model,) = evidence["replicas"]["models"]
+    assert (model["params"], model["mismatch"]) == (2, None)
+    (loader,) = evidence["data sharding"]["loaders"]
+    assert (loader["sampler"], loader["indices_per_rank"], loader["shared_indices"]) == ("DistributedSampler", [32, 32], 0)
+    assert evidence["forward through DDP"]["models"][0]["forward_grad"] == {"0": 8, "1": 8}
+    assert evidence["process group"] == {"0": {"init": 1, "destroy": 1}, "1": {"init": 1, "destroy": 1}}
 
 
-def test_print_on_every_rank_is_flagged(runs: dict[str, CliRun]) -> None:
-    run = runs["print_every_rank"]
+def test_correct_script_table(runs: dict[str, CliRun]) -> None:
+    """The same result as a table: one row per check, 'all checks passed' at the end."""
+    table = verify_api.format_table(runs["correct"].result)
+    assert "gloo on CPU" in table.splitlines()[0]
+    assert table_row(table, "rank 1").split()[2] == "ok"
+    assert table_row(table, "duplicate lines").split()[2:] == ["ok", "none"]
+    assert "no 'module.' prefix" in table_row(table, "checkpoint model.pt")
+    assert "identical on 2 ranks" in table_row(table, "replicas")
+    assert "DistributedSampler: disjoint sample indices on 2 ranks" in table_row(table, "data sharding")
+    assert "as one plain process: exit 0" in table_row(table, "single process")
+    assert table.rstrip().endswith("all checks passed")
+
+
+@pytest.mark.parametrize("case", sorted(FAILING))
+def test_each_wrong_script_fails_its_check(runs: dict[str, CliRun], case: str) -> None:
+    run = runs[case]
     result = run.result
-    assert result is not None and not result.ok
-    assert all(r.exit_code == 0 for r in result.run.ranks)
-    # Losses differ per rank; the lines still count as the same line printed twice.
-    assert [(d.text.split(" loss ")[0], d.ranks) for d in result.duplicates] == [
-        ("epoch 0", (0, 1)),
-        ("epoch 1", (0, 1)),
-    ]
-    assert [c.name for c in result.failures] == ["duplicate lines"]
+    assert result is not None
+    assert all(r.exit_code == 0 for r in result.run.ranks), [r.stderr[-2000:] for r in result.run.ranks]
+    assert [c.name for c in result.failures] == FAILING[case], run.stdout
     assert run.exit_code == 1
-    row = table_row(run.stdout, "duplicate lines")
-    assert "FAIL" in row and "2 line(s) printed on ranks 0,1: 'epoch 0 loss" in row
-    assert run.stdout.rstrip().endswith("1 check(s) failed")
+    for name in FAILING[case]:
+        assert table_row(run.stdout, name).split()[len(name.split())] == "FAIL"
+    assert run.stdout.rstrip().endswith(f"{len(FAILING[case])} check(s) failed")
 
 
-def test_module_prefixed_checkpoint_is_flagged(runs: dict[str, CliRun]) -> None:
-    run = runs["module_prefix_checkpoint"]
+@pytest.mark.parametrize(
+    ("case", "check", "needles"),
+    [
+        pytest.param("diverged_replicas", "replicas", ["Linear (wrapped at diverged_replicas.py:", "weight differs between ranks 0 and 1"], id="reinit-after-wrap"),
+        pytest.param("no_ddp", "replicas", ["no DistributedDataParallel model, yet backward() ran 8 time(s)"], id="no-ddp"),
+        pytest.param("trained_outside_ddp", "replicas", ["optimizer SGD", "outside DDP and they differ across ranks", "Linear.weight"], id="outside-ddp"),
+        pytest.param("bypass_ddp", "forward through DDP", ["Regressor", "never ran forward with gradients through DDP", "its module ran forward 8 time(s) directly"], id="custom-method"),
+        pytest.param("unsharded_loader", "data sharding", ["RandomSampler is not distributed", "64 of 64 sample indices"], id="random-sampler"),
+        pytest.param("unsharded_stream", "data sharding", ["IterableDataset that yields the same first batch on every rank"], id="iterable"),
+        pytest.param("no_set_epoch", "data sharding", ["set_epoch() is not called"], id="set-epoch"),
+        pytest.param("writes_every_rank", "side effects", ["2 path(s) written by more than one rank", "train.log (ranks 0,1, writes_every_rank.py:", "samples.pt (ranks 0,1", "also wrote rank1.txt"], id="writes"),
+        pytest.param("no_teardown", "process group", ["never destroyed on rank(s) 0,1"], id="teardown"),
+    ],
+)  # fmt: skip
+def test_failure_names_its_evidence(runs: dict[str, CliRun], case: str, check: str, needles: list[str]) -> None:
+    detail = runs[case].result.check(check).detail
+    for needle in needles:
+        assert needle in detail, detail
+
+
+def test_data_not_from_a_dataloader_is_unchecked_not_passed(runs: dict[str, CliRun]) -> None:
+    run = runs["tensor_batches"]
+    check = run.result.check("data sharding")
+    assert check.status == verify_api.UNCHECKED and check.ok
+    assert "8 of 8 backward() call(s)" in check.detail and "identical on every rank" in check.detail
+    assert run.exit_code == 0 and table_row(run.stdout, "data sharding").split()[2] == "unchecked"
+
+
+def test_steps_stops_every_rank_and_judges_the_run_so_far(runs: dict[str, CliRun]) -> None:
+    run = runs["endless"]
     result = run.result
-    assert result is not None and not result.ok
-    (ckpt,) = result.checkpoints
-    assert (ckpt.path, ckpt.loaded) == ("checkpoint.pt", True)
-    (state_dict,) = ckpt.state_dicts
-    assert (state_dict.key, state_dict.num_keys) == ("model", 2)
-    assert sorted(state_dict.prefixed) == ["module.bias", "module.weight"]
-    assert [c.name for c in result.failures] == ["checkpoint checkpoint.pt"]
-    assert run.exit_code == 1
-    row = table_row(run.stdout, "checkpoint checkpoint.pt")
-    assert "FAIL" in row and "['model']: 2/2 keys start with 'module.'" in row
+    assert run.exit_code == 0 and result.ok, run.stdout
+    assert [r.exit_code for r in result.run.ranks] == [0, 0]
+    assert [r.facts["steps"] for r in result.run.ranks] == [5, 5]
+    assert [r.facts["stopped"] for r in result.run.ranks] == [True, True]
+    assert result.check("steps").detail == "stopped after optimizer step 5 on rank(s) 0,1"
+    assert "after 5 optimizer step(s)" in result.check("replicas").detail
+    assert "teardown not reached" in result.check("process group").detail
+    # The script's `except Exception` did not see the stop; it printed epoch 0 only (4 steps an epoch).
+    assert result.run.ranks[0].stdout.splitlines() == [line for line in result.run.ranks[0].stdout.splitlines() if line.startswith("epoch 0 ")]
+    assert "training failed" not in result.run.ranks[0].stdout + result.run.ranks[1].stdout
+
+
+def test_single_runs_the_script_as_one_plain_process(runs: dict[str, CliRun]) -> None:
+    run = runs["needs_torchrun"]
+    result = run.result
+    assert all(r.ok for r in result.run.ranks)
+    assert result.single_run is not None and result.single_run.ranks[0].exit_code == 1
+    assert [c.name for c in result.failures] == ["single process"]
+    assert "KeyError: 'RANK'" in result.check("single process").detail
+    assert run.exit_code == 1 and "FAIL" in table_row(run.stdout, "single process")
+    assert result.single_run.workdir != result.run.workdir  # a fresh folder: no files of the DDP run
 
 
 def test_collective_under_rank_guard_is_a_named_hang(runs: dict[str, CliRun]) -> None:
@@ -185,6 +261,8 @@ def test_collective_under_rank_guard_is_a_named_hang(runs: dict[str, CliRun]) ->
     row = table_row(run.stdout, "rank 0")
     assert row.split()[2] == "hang" and f"stuck at {stuck[0]}" in row
     assert "hang" in table_row(run.stdout, "rank 1")
+    # What the ranks did cannot be judged from ranks that never finished.
+    assert result.check("replicas").status == verify_api.UNCHECKED
 
 
 def test_exit_status_arguments_and_scratch_dir(runs: dict[str, CliRun]) -> None:
@@ -240,18 +318,26 @@ def test_help_documents_exit_codes() -> None:
         ("123", "internal error"),
     ):
         assert f"  {code}  " in out.stdout and meaning in out.stdout
+    for check in ("replicas", "forward through DDP", "data sharding", "side effects", "process group", "single process"):
+        assert f"\n    {check}  " in out.stdout, check
+    for option in ("--single", "--steps K", "--format [table|json]"):
+        assert option in out.stdout
 
 
-def test_verify_module_imports_only_the_standard_library() -> None:
-    """scripts/gpu_verify.py loads ddpify/verify.py by path where only torch is installed."""
-    tree = ast.parse(VERIFY_MODULE.read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            imported.add(node.module.split(".")[0])
-    assert imported - {"__future__"} <= sys.stdlib_module_names
+def test_verify_package_imports_only_the_standard_library() -> None:
+    """scripts/gpu_verify.py loads ddpify/verify/ by path where only torch is installed.
+
+    The rank shim is the one file that imports torch: it runs inside the ranks, never in ddpify.
+    """
+    for path in VERIFY_PACKAGE.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
+        allowed = sys.stdlib_module_names | ({"torch"} if path.name == "rank_shim.py" else set())
+        assert imported - {"__future__"} <= allowed, path
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,29 @@
+"""A correct DDP script that would train for a million epochs: verify --steps judges its start."""
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddp_case import dataset, init, sharded_loader, train_epoch, wrap
+
+
+def main() -> None:
+    device = init()
+    torch.manual_seed(0)
+    loader = sharded_loader(dataset())
+    model = wrap(nn.Linear(4, 1), device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        for epoch in range(1_000_000):
+            loader.sampler.set_epoch(epoch)
+            loss = train_epoch(model, loader, optimizer, device)
+            if dist.get_rank() == 0:
+                print(f"epoch {epoch} loss {loss:.4f}")
+    except Exception as exc:  # a script's own error handling must not swallow the stop
+        print(f"training failed: {exc}")
+        raise
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""Right under torchrun, but `python needs_torchrun.py` fails: it reads RANK without a default."""
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddp_case import dataset, init, sharded_loader, train_epoch, wrap
+
+
+def main() -> None:
+    rank = int(os.environ["RANK"])
+    device = init()
+    torch.manual_seed(0)
+    loader = sharded_loader(dataset())
+    model = wrap(nn.Linear(4, 1), device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = train_epoch(model, loader, optimizer, device)
+    if rank == 0:
+        print(f"loss {loss:.4f}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
