@@ -117,8 +117,8 @@ class Spinner:
 @click.option(
     "--single",
     is_flag=True,
-    help="Also run SCRIPT as one plain process (no torchrun), in a scratch directory of its own; "
-    "the check fails if that run fails.",
+    help="Also run SCRIPT as one plain process (no torchrun), in a scratch directory of its own "
+    "(a copy of --workdir when given); the check fails if that run fails.",
 )
 @click.option(
     "--steps",

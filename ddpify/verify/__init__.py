@@ -242,7 +242,12 @@ def verify_script(
     try:
         single = None
         if options.single and options.torchrun:
-            single_options = dataclasses.replace(options, torchrun=False, workdir=None)
+            single_workdir = None
+            if options.workdir is not None:  # the data the script reads is there: a copy, as it is now
+                single_workdir = root / "single-work"
+                if Path(options.workdir).is_dir():
+                    shutil.copytree(options.workdir, single_workdir, symlinks=True)
+            single_options = dataclasses.replace(options, torchrun=False, workdir=single_workdir)
             single = _Background(run_ranks, script, single_options, setup, root / "single")
             if setup.cuda_devices:
                 single.join()  # one after the other: the plain run and the ranks would share GPU memory

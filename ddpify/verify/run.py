@@ -67,7 +67,8 @@ class VerifyOptions:
     cuda_visible_devices: str | None = None
     # False runs one plain `python script` process (through the same shim) instead of torchrun.
     torchrun: bool = True
-    # Also run the script as one plain process, in a scratch folder of its own; it must succeed.
+    # Also run the script as one plain process, in a scratch folder of its own (a copy of
+    # `workdir` when one is given, taken before the ranks start); it must succeed.
     single: bool = False
     # Stop every rank right after its K-th optimizer step (0: run to the end).
     steps: int = 0
