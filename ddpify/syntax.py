@@ -23,6 +23,11 @@ from libcst.metadata import (
 # --- torch names, matched by qualified name -------------------------------------------
 
 DATALOADER = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+RANDOM_SAMPLER = {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}
+SEQUENTIAL_SAMPLER = {"torch.utils.data.SequentialSampler", "torch.utils.data.sampler.SequentialSampler"}
+WEIGHTED_SAMPLER = {"torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler"}
+SUBSET_SAMPLER = {"torch.utils.data.SubsetRandomSampler", "torch.utils.data.sampler.SubsetRandomSampler"}
+ITERABLE_DATASET = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 DISTRIBUTED_SAMPLER = {
     "torch.utils.data.DistributedSampler",
     "torch.utils.data.distributed.DistributedSampler",
@@ -104,6 +109,14 @@ AUTOCAST = {
 GRAD_SCALER = {"torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
 RANDOM_SPLIT = {"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"}
 ACCELERATOR_CURRENT = {"torch.accelerator.current_accelerator"}
+# Calls by which a script decides at run time whether to use a GPU.
+DEVICE_CHECKS = {
+    "torch.cuda.is_available",
+    "torch.cuda.device_count",
+    "torch.accelerator.is_available",
+    "torch.accelerator.current_accelerator",
+    "torch.backends.mps.is_available",
+}
 ACCELERATOR_AVAILABLE = {"torch.accelerator.is_available"}
 SUMMARY_WRITER = {
     "torch.utils.tensorboard.SummaryWriter",
@@ -133,7 +146,23 @@ FILE_WRITES = {
     "shutil.move",
     "os.makedirs",
     "os.mkdir",
+    "torchvision.utils.save_image",
+    "torch.onnx.export",
+    "torch.jit.save",
+    "matplotlib.pyplot.imsave",
+    "imageio.imwrite",
+    "imageio.imsave",
+    "imageio.mimsave",
+    "imageio.v2.imwrite",
+    "imageio.v3.imwrite",
+    "cv2.imwrite",
+    "scipy.io.savemat",
+    "skimage.io.imsave",
+    "sys.stdout.write",
+    "sys.stderr.write",
 }
+# Calls that build an image object whose `.save(path)` writes a file.
+IMAGE_MAKERS = {"PIL.Image.fromarray", "PIL.Image.new", "PIL.Image.open", "torchvision.transforms.functional.to_pil_image"}
 NO_GRAD = {
     "torch.no_grad",
     "torch.inference_mode",

@@ -61,68 +61,69 @@ def warnings(result) -> list[str]:
 @pytest.mark.parametrize(
     ("before", "after"),
     [
-        pytest.param("model = nn.Linear(4, 1).cuda()", "model = nn.Linear(4, 1).to(device)", id="cuda"),
-        pytest.param("model = nn.Linear(4, 1).cuda(0)", "model = nn.Linear(4, 1).to(device)", id="cuda-index"),
-        pytest.param('model = nn.Linear(4, 1).to("cuda:0")', "model = nn.Linear(4, 1).to(device)", id="to-string"),
-        pytest.param("model = nn.Linear(4, 1).to(0)", "model = nn.Linear(4, 1).to(device)", id="to-int"),
-        pytest.param('model = nn.Linear(4, 1).to(torch.device("cuda", 0))', "model = nn.Linear(4, 1).to(device)", id="torch-device-index"),
-        pytest.param("model = nn.Linear(4, 1).cuda(args_gpu)", "model = nn.Linear(4, 1).to(device)", id="gpu-id-name"),
-        pytest.param('model = nn.Linear(4, 1, device="cuda")', "model = nn.Linear(4, 1, device=device)", id="device-keyword"),
+        pytest.param("model = nn.Linear(4, 1).cuda(0)", "model = nn.Linear(4, 1).cuda()", id="cuda-index"),
+        pytest.param("model = nn.Linear(4, 1).cuda(device=0)", "model = nn.Linear(4, 1).cuda()", id="cuda-device-keyword"),
+        pytest.param('model = nn.Linear(4, 1).to("cuda:0")', 'model = nn.Linear(4, 1).to("cuda")', id="to-string"),
+        pytest.param("model = nn.Linear(4, 1).to(f'cuda:{gpu}')", "model = nn.Linear(4, 1).to('cuda')", id="f-string"),
+        pytest.param("model = nn.Linear(4, 1).to(0)", 'model = nn.Linear(4, 1).to("cuda")', id="to-int"),
+        pytest.param('model = nn.Linear(4, 1).to(torch.device("cuda", 0))', 'model = nn.Linear(4, 1).to(torch.device("cuda"))', id="torch-device-index"),
+        pytest.param("model = nn.Linear(4, 1).cuda(args_gpu)", "model = nn.Linear(4, 1).cuda()", id="gpu-id-name"),
     ],
 )
 def test_devices_fixes(before: str, after: str) -> None:
+    """What names one GPU for every rank becomes "the GPU": this rank's, after set_device(local_rank)."""
     source = standard(model=before.replace("args_gpu", "gpu"), device="gpu = 0\n" + DEVICE)
     output = convert(source).output
     assert after in output
-    assert 'torch.device("cuda" if' not in output  # the user's device line is replaced by the setup
+    assert f"    {DEVICE}\n" in output  # the script's own choice of device is kept
+    assert "        torch.cuda.set_device(local_rank)" in output
 
 
 @pytest.mark.parametrize(
     "device",
     [
         pytest.param('device = "cuda" if torch.cuda.is_available() else "cpu"', id="string"),
-        pytest.param('device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")', id="cuda-0"),
-        pytest.param("device = torch.device('cuda', 0) if torch.cuda.is_available() else torch.device('cpu')", id="index"),
+        pytest.param("device = torch.device('cuda' if args.cuda and torch.cuda.is_available() else 'cpu')", id="flag"),
+        pytest.param('device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")', id="mps"),
         pytest.param(
             "device = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device('cpu')",
             id="accelerator",
         ),
+        pytest.param("device = torch.device(args.device)", id="argument"),
     ],
 )
-def test_device_variable_becomes_the_rank_device(device: str) -> None:
-    output = convert(standard(device=device)).output
-    assert device not in output
-    assert '        device = torch.device("cuda", local_rank)\n' in output
+def test_devices_noop_the_scripts_own_choice_is_kept(device: str) -> None:
+    source = standard(device="args = parse_args()\n" + device, loop=LOOP.replace("loss = nn", "with torch.autocast(device_type=str(device)):\n            pass\n        loss = nn"))
+    output = convert(source).output
+    assert f"    {device}\n" in output
+    assert "with torch.autocast(device_type=str(device)):" in output
+    assert "model = DDP(model)\n" in output  # no device_ids: DDP takes the device the model is on
+    assert 'backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"' in output
 
 
-def test_string_device_gives_its_type_where_a_string_is_needed() -> None:
-    loop = LOOP.replace("        loss = nn", "        with torch.autocast(device_type=device, enabled=device == 'cuda'):\n            pass\n        loss = nn")
-    output = convert(standard(device='device = "cuda" if torch.cuda.is_available() else "cpu"', loop=loop)).output
-    assert "torch.autocast(device_type=device.type, enabled=device.type == 'cuda')" in output
+def test_cuda_index_in_the_device_choice_becomes_this_ranks_gpu() -> None:
+    output = convert(standard(device='device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")')).output
+    assert '    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n' in output
 
 
-def test_devices_noop_outside_the_entry_point() -> None:
-    helpers = '''
-    class Evaluator:
-        def __init__(self):
-            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-            self.scale = torch.ones(1, device=self.device)
-
-    def amp():
-        return torch.autocast("cuda", enabled=torch.cuda.is_available())
-    '''
-    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers)).output
-    assert 'self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")' in output
-    assert 'torch.autocast("cuda", enabled=torch.cuda.is_available())' in output
-
-
-def test_cuda_tensor_type_gets_a_cpu_fallback_and_set_device_goes() -> None:
-    loop = LOOP.replace("        loss = nn", "        ones = torch.cuda.FloatTensor(x.size(0), 1).fill_(1.0)\n        loss = nn")
-    source = standard(model="torch.cuda.set_device(0)\nmodel = nn.Linear(4, 1).cuda()", loop=loop)
+def test_cuda_only_script_gets_a_cpu_fallback() -> None:
+    """A script that never asks whether CUDA is there runs on the CPU too, as a world of one."""
+    loop = LOOP.replace("        x, y = x.to(device), y.to(device)\n", "        x, y = x.cuda(), y.cuda(non_blocking=True)\n        ones = torch.cuda.FloatTensor(x.size(0), 1).fill_(1.0)\n")
+    source = standard(model="torch.cuda.set_device(0)\nmodel = nn.Linear(4, 1).cuda()", device="", loop=loop)
     source = source.replace("def main():\n", 'def main():\n    os.environ["CUDA_VISIBLE_DEVICES"] = "0"\n').replace("import torch\n", "import os\nimport torch\n", 1)
     result = convert(source)
     assert "(torch.cuda.FloatTensor if torch.cuda.is_available() else torch.FloatTensor)(x.size(0), 1)" in result.output
+    assert "x, y = x.to(device), y.to(device, non_blocking=True)" in result.output
+    assert "model = nn.Linear(4, 1).to(device)" in result.output
+    assert '    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n' in result.output  # by the setup
     assert "torch.cuda.set_device(0)" not in result.output and "CUDA_VISIBLE_DEVICES" not in result.output
+
+
+def test_cuda_calls_noop_where_the_script_chooses_its_device() -> None:
+    source = standard(model="model = nn.Linear(4, 1)\nif torch.cuda.is_available():\n    model.cuda()", device="")
+    output = convert(source).output
+    assert "if torch.cuda.is_available():\n        model.cuda()\n" in output
+    assert "torch.device(" not in output.split("dist.init_process_group")[-1]
 
 
 # --- DataParallel and the wrap ----------------------------------------------------------------
@@ -139,16 +140,26 @@ def test_cuda_tensor_type_gets_a_cpu_fallback_and_set_device_goes() -> None:
 def test_data_parallel_is_replaced_by_ddp(model: str) -> None:
     output = convert(standard(model=model)).output
     assert "DataParallel(" not in output.replace("DistributedDataParallel", "")
-    assert output.count("model = DDP(model, device_ids=[local_rank] if device.type == \"cuda\" else None)") == 1
+    assert output.count("model = DDP(model)") == 1
 
 
-def test_wrap_goes_after_the_move_and_loads_go_through_module() -> None:
-    model = 'model = nn.Linear(4, 1)\nmodel.load_state_dict(torch.load("init.pt"))\nmodel.to(device)\nmodel.load_state_dict(torch.load("resume.pt"))'
+def test_wrap_goes_after_every_change_to_the_weights() -> None:
+    """DDP broadcasts rank 0's weights when it wraps: loads, init and freezing come before it."""
+    model = (
+        'model = nn.Linear(4, 1)\nmodel.load_state_dict(torch.load("init.pt"))\nmodel.to(device)\n'
+        "model.apply(init_weights)\nfor p in model.bias.parameters():\n    p.requires_grad = False"
+    )
     output = convert(standard(model=model)).output
     lines = [line.strip() for line in output.splitlines()]
-    assert lines.index("model.to(device)") + 1 == lines.index('model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)')
+    assert lines.index("p.requires_grad = False") + 1 == lines.index("model = DDP(model)")
+    assert lines.index("model = DDP(model)") + 1 == lines.index("optimizer = torch.optim.SGD(model.parameters(), lr=0.1)")
     assert 'model.load_state_dict(torch.load("init.pt", map_location=device))' in lines
-    assert 'model.module.load_state_dict(torch.load("resume.pt", map_location=device))' in lines
+
+
+def test_loads_after_the_wrap_go_through_module() -> None:
+    loop = LOOP + 'model.load_state_dict(torch.load("best.pt"))\n'
+    output = convert(standard(loop=loop)).output
+    assert '    model.module.load_state_dict(torch.load("best.pt", map_location=device))\n' in output
 
 
 def test_a_model_that_is_only_evaluated_is_not_wrapped() -> None:
@@ -157,11 +168,58 @@ def test_a_model_that_is_only_evaluated_is_not_wrapped() -> None:
     assert "teacher = DDP(" not in output and "model = DDP(" in output
 
 
-def test_custom_method_calls_are_warned_about_and_attribute_reads_go_through_module() -> None:
-    loop = LOOP.replace("model(x)", "model.features(x)") + 'print(model.weight.shape)\n'
+def test_training_through_a_custom_method_is_refused() -> None:
+    loop = LOOP.replace("model(x)", "model.features(x)")
     result = convert(standard(loop=loop))
-    assert "model.features(x)" in result.output and "model.module.weight.shape" in result.output
-    assert any("`model.features(...)` is not forward()" in w for w in warnings(result))
+    assert result.status == "unchanged" and result.output == result.source
+    assert result.reason.startswith("`model.features(...)` (line ") and "runs the model for training outside its forward()" in result.reason
+
+
+HELPERS = """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def sample(self, n):
+        return self(torch.randn(n, 4))
+
+    def init_state(self, n):
+        return torch.zeros(n, 1)
+
+    def describe(self):
+        return {"layers": 1}
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "where"),
+    [
+        pytest.param("samples = model.sample(4)", "after", id="sampling-after-training"),
+        pytest.param("with torch.no_grad():\n            samples = model.sample(4)", "loop", id="under-no-grad"),
+        pytest.param("state = model.init_state(8)", "loop", id="no-forward-in-the-loop"),
+        pytest.param("info = model.describe()", "loop", id="no-forward-known-class"),
+    ],
+)
+def test_custom_methods_outside_training_go_through_module(call: str, where: str) -> None:
+    if where == "loop":
+        loop = LOOP.replace("        loss = nn", f"        {call}\n        loss = nn")
+    else:
+        loop = LOOP + call + "\n"
+    source = standard(model="model = Net().to(device)", loop=loop).replace("\n\ndef main", "\n" + HELPERS + "\n\ndef main")
+    result = convert(source)
+    assert result.status == "converted", result.reason
+    method = call.split("model.")[1].split("(")[0]
+    assert f"model.module.{method}(" in result.output
+    assert any(f"`model.{method}(...)` called on the plain model" in n.message for n in result.notes)
+
+
+def test_attribute_reads_go_through_module() -> None:
+    result = convert(standard(loop=LOOP + "print(model.weight.shape)\n"))
+    assert "model.module.weight.shape" in result.output
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -174,12 +232,88 @@ def test_sampler_takes_the_shuffle_and_the_dataset_is_named() -> None:
     assert "        loader.sampler.set_epoch(epoch)\n        for x, y in loader:" in output
 
 
-def test_sampler_noop_for_a_loader_with_its_own_sampler_and_for_eval_loaders() -> None:
-    source = standard().replace("shuffle=True)", "sampler=torch.utils.data.RandomSampler(range(64)))")
-    source = source.replace("    for epoch", "    val = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=8)\n    for epoch")
+def test_sampler_noop_for_eval_loaders() -> None:
+    source = standard().replace("    for epoch", "    val = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=8)\n    for epoch")
     result = convert(source)
-    assert "DistributedSampler" not in result.output and "val = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=8)" in result.output
-    assert any("already has a sampler" in w for w in warnings(result))
+    assert "val = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=8)" in result.output
+    assert result.output.count("DistributedSampler(") == 1
+
+
+DATA = "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+
+
+@pytest.mark.parametrize(
+    ("loader", "expected", "set_epoch"),
+    [
+        pytest.param(
+            DATA + "loader = DataLoader(data, 8, False, torch.utils.data.RandomSampler(data))",
+            "loader = DataLoader(data, 8, False, DistributedSampler(data, shuffle=True))", True, id="random-positional",
+        ),
+        pytest.param(
+            DATA + "loader = DataLoader(data, batch_size=8, sampler=torch.utils.data.SequentialSampler(data))",
+            "loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data, shuffle=False))", True, id="sequential",
+        ),
+        pytest.param(
+            DATA + "weights = torch.ones(64)\nsampler = torch.utils.data.WeightedRandomSampler(weights, 64)\nloader = DataLoader(data, batch_size=8, sampler=sampler)",
+            "sampler = torch.utils.data.WeightedRandomSampler(weights, 64, generator=torch.Generator().manual_seed(torch.initial_seed() + rank))",
+            False, id="weighted-keeps-its-weights",
+        ),
+        pytest.param(
+            DATA + "loader = DataLoader(data, batch_size=8, sampler=torch.utils.data.RandomSampler(data, replacement=True, num_samples=10**6))",
+            "sampler=torch.utils.data.RandomSampler(data, replacement=True, num_samples=10**6, generator=torch.Generator().manual_seed(torch.initial_seed() + rank))",
+            False, id="with-replacement",
+        ),
+        pytest.param(
+            DATA + "train_idx = list(range(48))\nloader = DataLoader(data, batch_size=8, sampler=torch.utils.data.SubsetRandomSampler(train_idx))",
+            "sampler=torch.utils.data.SubsetRandomSampler(train_idx[rank::world_size])", False, id="subset",
+        ),
+    ],
+)  # fmt: skip
+def test_existing_samplers_are_split_by_rank(loader: str, expected: str, set_epoch: bool) -> None:
+    output = convert(standard(loader=loader)).output
+    assert expected in output
+    assert ("loader.sampler.set_epoch(epoch)" in output) is set_epoch
+
+
+@pytest.mark.parametrize(
+    ("loader", "reason"),
+    [
+        pytest.param(
+            DATA + "loader = DataLoader(data, batch_sampler=torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 8, False))",
+            "takes a batch_sampler", id="batch-sampler",
+        ),
+        pytest.param(DATA + "loader = DataLoader(data, batch_size=8, sampler=MySampler(data))", "draws with `MySampler(data)`", id="custom-sampler"),
+    ],
+)  # fmt: skip
+def test_samplers_that_cannot_be_split_are_refused(loader: str, reason: str) -> None:
+    result = convert(standard(loader=loader))
+    assert result.status == "unchanged" and reason in result.reason
+
+
+def test_iterable_dataset_is_refused() -> None:
+    helpers = """
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            yield torch.randn(4), torch.randn(1)
+    """
+    source = script(f"{DEVICE}\nloader = DataLoader(Stream(), batch_size=8)\nmodel = nn.Linear(4, 1).to(device)\n"
+                    f"optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers)
+    result = convert(source)
+    assert result.status == "unchanged" and "reads an IterableDataset" in result.reason
+
+
+def test_data_not_from_a_dataloader_is_refused() -> None:
+    loop = "x, y = torch.randn(64, 4), torch.randn(64, 1)\nfor step in range(100):\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    result = convert(standard(loop=loop))
+    assert result.status == "unchanged"
+    assert result.reason.startswith("the training data does not come from a DataLoader: the training loop (line ")
+    assert "iterates `range(100)`" in result.reason
+
+
+def test_batches_drawn_with_next_are_sharded() -> None:
+    loop = "batches = iter(loader)\nfor step in range(4):\n    x, y = next(batches)\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    output = convert(standard(loop=loop)).output
+    assert "sampler=DistributedSampler(" in output
 
 
 def test_positional_shuffle_and_trailing_comma_layout() -> None:
@@ -357,18 +491,40 @@ def test_device_from_an_argument_is_kept_with_a_warning() -> None:
     device = 'import argparse\nargs = argparse.Namespace(device="cuda")\ndevice = torch.device(args.device)'
     result = convert(standard(device=device))
     assert "    device = torch.device(args.device)\n" in result.output
-    assert any('make it "cuda" (not "cuda:N")' in w for w in warnings(result))
+    assert any('pass "cuda" (not "cuda:N")' in w for w in warnings(result))
 
 
 def test_model_built_in_another_module_is_named() -> None:
     source = standard(model="model = build_model(4)").replace("import torch\n", "import torch\nfrom mylib.models import build_model\n", 1)
     result = convert(source)
     assert "model = DDP(model" in result.output
-    assert any("comes from `mylib.models.build_model` (another module" in w for w in warnings(result))
+    assert any("`model` is built by `mylib.models.build_model`: if its forward leaves some parameters" in w for w in warnings(result))
 
 
-def test_positional_sampler_is_seen() -> None:
-    loader = "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(data, 8, False, torch.utils.data.RandomSampler(data))"
-    result = convert(standard(loader=loader))
-    assert "DistributedSampler" not in result.output
-    assert any("already has a sampler" in w for w in warnings(result))
+@pytest.mark.parametrize(
+    ("forward", "reason"),
+    [
+        pytest.param("return self.head(self.body(x))", "", id="every-layer"),
+        pytest.param("return self.body(x)", "`Net.forward` does not use `head`", id="unused-layer"),
+        pytest.param(
+            "h = self.body(x)\n        if x.sum() > 0:\n            h = self.head(h)\n        return h",
+            "`Net.forward` runs some layers only on some inputs", id="branch-on-input",
+        ),
+        pytest.param("h = self.body(x)\n        return h, self.head(h)", "`Net.forward` returns several outputs", id="several-outputs"),
+    ],
+)  # fmt: skip
+def test_find_unused_parameters_from_the_models_source(forward: str, reason: str) -> None:
+    net = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n"
+        f"        self.head = nn.Linear(4, 1)\n\n    def forward(self, x):\n        {forward}\n"
+    )
+    loop = LOOP.replace("model(x)", "model(x)[0]") if "h, self" in forward else LOOP
+    source = standard(model="model = Net().to(device)", loop=loop).replace("\n\ndef main", "\n" + net + "\n\ndef main")
+    result = convert(source)
+    if reason:
+        assert "model = DDP(model, find_unused_parameters=True)\n" in result.output
+        assert any(reason in n.message for n in result.notes)
+    else:
+        assert "model = DDP(model)\n" in result.output
+
+

@@ -18,6 +18,10 @@ from ddpify.program import Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, string_value
 
 ENTRY_NAMES = ("local_rank", "rank", "world_size", "backend")
+# What `next()` draws batches through: an iterator over a loader.
+ITERATORS = {"builtins.iter", "itertools.cycle"}
+# Method names that set up state rather than run the layers (`init_hidden`, `reset_states`).
+STATE_METHOD_PREFIXES = ("init_", "reset", "get_", "set_", "num_", "count_", "zero_", "detach_", "repackage")
 MOVE_METHODS = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
 
 
@@ -36,9 +40,11 @@ class Entry:
 
 @dataclass
 class Device:
-    name: str
-    assignment: cst.BaseStatement | None  # the user's device statement, replaced by the setup
-    was_string: bool
+    """The script's own device variable, if it has one: kept, since it holds the script's choice."""
+
+    name: str | None  # None: the script names no device (`.cuda()` calls, or CPU only)
+    function: cst.FunctionDef | None  # where it is assigned (None: the module)
+    cuda_only: bool  # the script never asks whether CUDA is there: its GPU calls get a CPU fallback
 
 
 @dataclass
@@ -47,13 +53,31 @@ class TrainedModel:
     function: cst.FunctionDef | None  # where it is assigned, and wrapped
     anchor: cst.BaseStatement  # DDP(...) goes right after this statement
     moved: bool
+    # Why some parameters may get no gradient in a step (DDP then needs find_unused_parameters),
+    # "" when the model's forward uses all of them, None when its class is not in this file.
+    unused_parameters: str | None = ""
+    class_name: str | None = None  # the qualified name it is built from, when not a same-file class
 
 
 @dataclass
 class TrainLoop:
-    loop: cst.For
-    loader: cst.BaseExpression  # the loader as iterated
+    loop: cst.For | cst.While  # the loop whose steps call backward()
+    loader: cst.BaseExpression  # the loader as consumed: iterated by `loop`, or wrapped by iter()/cycle()
+    function: cst.FunctionDef | None  # where `loader` is spelled
+    consumed_by: Literal["for", "next"] = "for"  # `for batch in loader`, or `next(...)` per step
+
+
+@dataclass
+class LoaderPlan:
+    """How one training DataLoader gets its share of the data on each rank."""
+
+    call: cst.Call
     function: cst.FunctionDef | None
+    # "shard": a DistributedSampler (in place of `shuffle`, a RandomSampler or a SequentialSampler);
+    # "generator": a sampler drawing with replacement keeps its draws, from a per-rank generator;
+    # "subset": SubsetRandomSampler's indices are split by rank.
+    how: Literal["shard", "generator", "subset"]
+    sampler: cst.Call | None = None  # the user's sampler, for "generator", "subset" and a replaced one
 
 
 @dataclass
@@ -72,6 +96,7 @@ class Facts:
     models: list[TrainedModel]
     train_loops: list[TrainLoop]
     train_loaders: list[Origin]
+    loader_plans: list[LoaderPlan]
     epoch_starts: list[EpochStart]
     model_refs: dict[cst.FunctionDef | None, set[str]]
     syncing: set[cst.FunctionDef]
@@ -85,26 +110,37 @@ class Facts:
             return function is self.entry.function
         return function is None or self.program.owner_class(function) is None
 
-    def device_expr(self, function: cst.FunctionDef | None) -> str:
-        """How code in `function` names the rank's device."""
-        if self.sees_entry_names(function):
-            return self.device.name
+    def device_expr(self, function: cst.FunctionDef | None) -> str | None:
+        """How code in `function` names the script's device, when a variable of the script does."""
+        name = self.device.name
+        if name is not None:
+            if self.program.binds(function, name) or (
+                self.device.function is None and not (function is not None and self.program.binds(function, name))
+            ):
+                return name
+        if self.program.binds(function, "device"):
+            return "device"
         if function is not None:
-            for name in (self.device.name, "device"):
-                if self.program.binds(function, name):
-                    return name
             cls = self.program.owner_class(function)
             if cls is not None:
                 for method in self.program.methods.get(cls, {}).values():
                     if self.program.assignments(method, "self.device"):
                         return "self.device"
-        return 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+        return None
 
     def rank_expr(self, function: cst.FunctionDef | None) -> str:
-        return "rank" if self.sees_entry_names(function) else "dist.get_rank()"
+        if self.sees_entry_names(function):
+            return "rank"
+        if function is None:  # module code of a script whose group is set up in a function: maybe not yet
+            return 'int(os.environ.get("RANK", 0))'
+        return "dist.get_rank()"
 
     def world_size_expr(self, function: cst.FunctionDef | None) -> str:
-        return "world_size" if self.sees_entry_names(function) else "dist.get_world_size()"
+        if self.sees_entry_names(function):
+            return "world_size"
+        if function is None:
+            return 'int(os.environ.get("WORLD_SIZE", 1))'
+        return "dist.get_world_size()"
 
     # --- the wrapped model -----------------------------------------------------------
 
@@ -117,6 +153,17 @@ class Facts:
             if model.ref == ref and model.function is function:
                 return self.tree.line(node) > self.tree.positions[model.anchor].end.line
         return True
+
+    def custom_method_calls(self) -> list[tuple[cst.Call, cst.FunctionDef | None]]:
+        """Calls of the wrapped model's own methods (`model.generate(...)`): DDP has none of them."""
+        found = []
+        for function in self.model_refs:
+            for node in self.program.scope_nodes(function):
+                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and self.is_model(node.func.value, function):
+                    attr = node.func.attr.value
+                    if attr not in s.WRAPPER_ATTRIBUTES and not attr.startswith("__"):
+                        found.append((node, function))
+        return found
 
     def forwards_model(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         return self.is_model(call.func, function)
@@ -145,12 +192,15 @@ class Analyzer:
         backward_calls = [c for c in self.tree.calls() if is_backward(c)]
         if not backward_calls:
             self._explain_nothing_to_train()
-        entry = self._entry()
         models = self._models()
         if not models:
             raise NotConvertible("nothing to convert: no optimizer over a model's parameters was found")
         loops = self._train_loops(backward_calls)
         loaders = self._train_loaders(loops)
+        if not loaders:
+            raise NotConvertible(self._no_loader_reason(backward_calls))
+        loader_plans = [self._loader_plan(origin) for origin in loaders]
+        entry = self._entry(loaders)
         device = self._device(entry)
         refs = self._model_refs(models)
         facts = Facts(
@@ -161,13 +211,15 @@ class Analyzer:
             models=models,
             train_loops=loops,
             train_loaders=loaders,
-            epoch_starts=self._epoch_starts(loops),
+            loader_plans=loader_plans,
+            epoch_starts=self._epoch_starts([loop for loop in loops if self._sharded(loop, loader_plans)]),
             model_refs=refs,
             syncing=set(),
             warnings=self.warnings,
         )
         facts.syncing = self._syncing(facts)
-        self._check_names(entry, device)
+        self._check_names(entry)
+        self._check_custom_methods(facts)
         return facts
 
     # --- should we touch this script at all? -------------------------------------------
@@ -216,10 +268,10 @@ class Analyzer:
 
     # --- entry point -----------------------------------------------------------------
 
-    def _entry(self) -> Entry:
+    def _entry(self, loaders: list[Origin]) -> Entry:
         module = self.tree.module
         guard = next((st for st in module.body if self.tree.is_main_guard(st)), None)
-        if guard is not None:
+        if guard is not None and not self._needs_group_at_import(guard, loaders):
             assert isinstance(guard.body, cst.IndentedBlock)
             called = [
                 self.program.functions[c.func.value]
@@ -231,10 +283,22 @@ class Analyzer:
                 f = training[0]
                 return Entry("function", f, f.body, None, f"{f.name.value}()")  # type: ignore[arg-type]
             return Entry("main-block", None, guard.body, None, "the __main__ block")
-        imports = [st for st in module.body if isinstance(st, cst.SimpleStatementLine) and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in st.body)]
+        imports = []
+        for statement in module.body:  # the imports at the top: the setup goes right after them
+            if _is_import(statement):
+                imports.append(statement)
+            elif imports and not _is_preamble(statement):
+                break
         if not imports:
             raise NotConvertible("no imports found: not a PyTorch training script")
         return Entry("module", None, module, imports[-1], "the module")
+
+    def _needs_group_at_import(self, guard: cst.If, loaders: list[Origin]) -> bool:
+        """Module code outside the `__main__` block that needs the process group (a training
+        loader's sampler, a dataset download) runs at import: the setup must come before it."""
+        nodes = [o.node for o in loaders if o.function is None]
+        nodes += [c for c in self.program.calls_in(None) if s.arg(c, None, "download") is not None]
+        return any(not self.tree.inside(node, guard) for node in nodes)
 
     @cached_property
     def _training_functions(self) -> set[cst.FunctionDef]:
@@ -257,8 +321,80 @@ class Analyzer:
                     if key not in found:
                         model = self._trained_model(model_ref, model_function)
                         if model is not None:
+                            self._judge_unused_parameters(model)
                             found[key] = model
         return list(found.values())
+
+    # --- parameters a step may leave without gradients --------------------------------
+
+    def _judge_unused_parameters(self, model: TrainedModel) -> None:
+        values = [v for v, _ in self.program.assignments(model.function, model.ref)]
+        classes = {self._model_class_of_value(v, model.function) for v in values}
+        if len(classes) != 1 or None in classes:
+            model.class_name = next((name for v in values if (name := self._constructor_name(v))), None)
+            model.unused_parameters = None
+            return
+        model.unused_parameters = self._forward_may_skip(classes.pop())
+
+    def _constructor_name(self, value: cst.BaseExpression) -> str | None:
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MOVE_METHODS | {"train", "eval"}:
+            value = value.func.value
+        return self.tree.qname(value.func) if isinstance(value, cst.Call) else None
+
+    def _forward_may_skip(self, cls: cst.ClassDef) -> str:
+        """Why a step may leave some of the model's parameters without a gradient, from its source."""
+        methods = self._class_methods(cls)
+        forward = methods.get("forward")
+        if forward is None:
+            return ""
+        used, reachable = set(), [forward]
+        seen: set[cst.FunctionDef] = set()
+        while reachable:
+            method = reachable.pop()
+            if method in seen:
+                continue
+            seen.add(method)
+            for node in self.program.scope_nodes(method):
+                if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+                    used.add(node.attr.value)
+                    if node.attr.value in methods:
+                        reachable.append(methods[node.attr.value])
+        init = methods.get("__init__")
+        layers = []
+        for node in self.program.scope_nodes(init) if init is not None else ():
+            if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+                for target in node.targets:
+                    name = dotted(target.target)
+                    if name and name.startswith("self.") and name.count(".") == 1 and self._builds_layer(node.value):
+                        layers.append(name[5:])
+        unused = [name for name in layers if name not in used]
+        if unused:
+            return f"`{cls.name.value}.forward` does not use `{unused[0]}`"
+        params = set(self.program.all_param_names(forward)) - {"self"}
+        for node in self.program.scope_nodes(forward):
+            if isinstance(node, (cst.If, cst.While, cst.For, cst.IfExp)):
+                test = node.iter if isinstance(node, cst.For) else node.test
+                names = {n.value for n in self.tree.walk(test) if isinstance(n, cst.Name)}
+                randomness = any(
+                    isinstance(n, cst.Call) and (self.tree.qname(n.func) or "").startswith(("random.", "numpy.random.", "torch.rand"))
+                    for n in self.tree.walk(test)
+                )
+                if (names & params or randomness) and self._calls_self(node):
+                    return f"`{cls.name.value}.forward` runs some layers only on some inputs (line {self.tree.line(node)})"
+        for node in self.program.scope_nodes(forward):
+            if isinstance(node, cst.Return) and isinstance(node.value, (cst.Tuple, cst.Dict)) and len(node.value.elements) > 1:
+                return f"`{cls.name.value}.forward` returns several outputs: a loss that uses only some leaves parameters without gradients"
+        return ""
+
+    def _builds_layer(self, value: cst.Call) -> bool:
+        name = self.tree.qname(value.func) or ""
+        return name.startswith("torch.nn.") or (isinstance(value.func, cst.Name) and value.func.value in self.program.classes)
+
+    def _calls_self(self, node: cst.CSTNode) -> bool:
+        return any(
+            isinstance(c.func, cst.Attribute) and isinstance(c.func.value, cst.Name) and c.func.value.value == "self"
+            for c in self.tree.calls(node)
+        )
 
     def _parameter_owners(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> list[str]:
         """Models whose `.parameters()` feed an optimizer argument (param groups too)."""
@@ -296,18 +432,32 @@ class Analyzer:
         return [(ref, function)]
 
     def _trained_model(self, ref: str, function: cst.FunctionDef | None) -> TrainedModel | None:
-        """The model is wrapped after the last statement that assigns or moves it before training starts."""
+        """The model is wrapped right before training starts: after the last statement that uses it
+        before then, so that weight init (`apply`), loaded or frozen weights and moves come first
+        (DDP broadcasts rank 0's weights when it wraps; a change after that is per rank)."""
         body = function.body if function is not None else self.tree.module
         anchor: cst.BaseStatement | None = None
-        moved = False
+        assigned = moved = False
         for statement in _flatten_main_block(self.tree, body):
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue
             if self._uses_for_training(statement, ref, function):
                 break
             assigns, moves = self._prepares(statement, ref)
-            if assigns or moves:
+            if assigns or moves or (assigned and self._mentions(statement, ref)):
                 anchor = statement
+                assigned = assigned or assigns
                 moved = moved or moves
         return TrainedModel(ref, function, anchor, moved) if anchor is not None else None
+
+    def _mentions(self, statement: cst.CSTNode, ref: str) -> bool:
+        """Whether a statement uses the model, other than handing its parameters to an optimizer."""
+        for node in self.tree.walk(statement):
+            if isinstance(node, (cst.Name, cst.Attribute)) and dotted(node) == ref:
+                parent = self.tree.parent(node)
+                if not (isinstance(parent, cst.Attribute) and parent.attr.value in {"parameters", "named_parameters"}):
+                    return True
+        return False
 
     def _prepares(self, statement: cst.CSTNode, ref: str) -> tuple[bool, bool]:
         assigns = moves = False
@@ -349,11 +499,16 @@ class Analyzer:
         return list(loops.values())
 
     def _loader_loops(self, node: cst.CSTNode, function: cst.FunctionDef | None, seen: set) -> list[TrainLoop]:
-        for loop in self.tree.loops(node):
+        loops = self.tree.loops(node)
+        for loop in loops:
             if isinstance(loop, cst.For):
                 loader = self.program.loader(loop.iter, function)
                 if loader is not None:
                     return [TrainLoop(loop, loader, function)]
+        if loops:  # batches drawn with next() in the step loop, maybe inside a same-file helper
+            drawn = self._next_loaders(loops[0].body, function, depth=2)
+            if drawn:
+                return [TrainLoop(loops[0], loader, where, "next") for loader, where in drawn]
         if function is None or function in seen:
             return []
         seen.add(function)
@@ -362,6 +517,84 @@ class Analyzer:
             found += self._loader_loops(call, caller, seen)
         return found
 
+    def _next_loaders(self, node: cst.CSTNode, function: cst.FunctionDef | None, depth: int) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None]]:
+        """Loaders that `next(...)` calls under `node` draw from (`next(iter(loader))`, an
+        iterator kept in a variable, `itertools.cycle(loader)`), following same-file calls."""
+        found = []
+        for call in self.tree.calls(node):
+            if self.tree.is_builtin_call(call, "next") and call.args:
+                for origin in self.program.origins(call.args[0].value, function):
+                    wrapped = origin.node
+                    if isinstance(wrapped, cst.Call) and wrapped.args and self.tree.qname(wrapped.func) in ITERATORS:
+                        loader = self.program.loader(wrapped.args[0].value, origin.function)
+                        if loader is not None:
+                            found.append((loader, origin.function))
+            elif depth > 0:
+                target = self.program.callee(call, function)
+                if target is not None and not self._under_no_grad(target[0].body, target[0]):
+                    found += self._next_loaders(target[0].body, target[0], depth - 1)
+        return found
+
+    def _no_loader_reason(self, backward_calls: list[cst.Call]) -> str:
+        call = backward_calls[0]
+        loops = self.tree.loops(call)
+        if loops and isinstance(loops[-1], cst.For):
+            where = f"the training loop (line {self.tree.line(loops[-1])}) iterates `{code(loops[-1].iter)}`"
+        else:
+            where = f"the training step (line {self.tree.line(call)}) uses tensors the script builds itself"
+        return (
+            f"the training data does not come from a DataLoader: {where}, which ddpify cannot split by rank "
+            "(every rank would train on the same batches); build the batches with a DataLoader over a Dataset, "
+            "or give each rank its own part of the data by hand"
+        )
+
+    def _loader_plan(self, origin: Origin) -> LoaderPlan:
+        """How a training DataLoader is split by rank; the script is refused when it cannot be."""
+        call = origin.node
+        assert isinstance(call, cst.Call)
+        line = self.tree.line(call)
+        if s.arg(call, 4, "batch_sampler") is not None:
+            raise NotConvertible(
+                f"the training DataLoader (line {line}) takes a batch_sampler, which ddpify cannot split by rank: "
+                "give each rank its own batches in it, or use a sampler"
+            )
+        dataset = s.arg(call, 0, "dataset")
+        if dataset is not None and self._is_iterable_dataset(dataset.value, origin.function):
+            raise NotConvertible(
+                f"the training DataLoader (line {line}) reads an IterableDataset: a DistributedSampler cannot sample a "
+                "stream; split the stream by rank in its __iter__ (torch.distributed.get_rank()), then convert"
+            )
+        sampler = s.arg(call, 3, "sampler")
+        if sampler is None:
+            return LoaderPlan(call, origin.function, "shard")
+        origins = self.program.origins(sampler.value, origin.function)
+        made = origins[0].node if len(origins) == 1 else None
+        name = self.tree.qname(made.func) if isinstance(made, cst.Call) else None
+        if name in s.RANDOM_SAMPLER:
+            replacement = s.arg(made, 1, "replacement")
+            if replacement is not None and not (isinstance(replacement.value, cst.Name) and replacement.value.value == "False"):
+                return LoaderPlan(call, origin.function, "generator", made)
+            return LoaderPlan(call, origin.function, "shard", made)
+        if name in s.SEQUENTIAL_SAMPLER:
+            return LoaderPlan(call, origin.function, "shard", made)
+        if name in s.WEIGHTED_SAMPLER:
+            return LoaderPlan(call, origin.function, "generator", made)
+        if name in s.SUBSET_SAMPLER:
+            return LoaderPlan(call, origin.function, "subset", made)
+        raise NotConvertible(
+            f"the training DataLoader (line {line}) draws with `{code(sampler.value)}`, a sampler ddpify cannot split by "
+            "rank: make it give each rank its own samples (or use a DistributedSampler), then convert"
+        )
+
+    def _is_iterable_dataset(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        for origin in self.program.origins(expr, function):
+            node = origin.node
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in self.program.classes:
+                cls = self.program.classes[node.func.value]
+                if any(self.tree.qname(base.value) in s.ITERABLE_DATASET for base in cls.bases):
+                    return True
+        return False
+
     def _train_loaders(self, loops: list[TrainLoop]) -> list[Origin]:
         loaders: dict[cst.CSTNode, Origin] = {}
         for loop in loops:
@@ -369,6 +602,13 @@ class Analyzer:
                 if self.tree.is_call_to(origin.node, s.DATALOADER):
                     loaders.setdefault(origin.node, origin)
         return list(loaders.values())
+
+    def _sharded(self, loop: TrainLoop, plans: list[LoaderPlan]) -> bool:
+        """Whether a `for` loop iterates a loader that gets a DistributedSampler (which needs set_epoch)."""
+        if loop.consumed_by != "for":
+            return False
+        shard = {plan.call for plan in plans if plan.how == "shard"}
+        return any(origin.node in shard for origin in self.program.origins(loop.loader, loop.function))
 
     def _epoch_starts(self, loops: list[TrainLoop]) -> list[EpochStart]:
         starts: dict[cst.CSTNode, EpochStart] = {}
@@ -423,31 +663,37 @@ class Analyzer:
     # --- device ----------------------------------------------------------------------
 
     def _device(self, entry: Entry) -> Device:
-        body = entry.block
-        for statement in _flatten_main_block(self.tree, body) if entry.kind != "main-block" else body.body:
-            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-                continue
-            small = statement.body[0]
-            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
-                kind = self.device_kind(small.value)
-                if kind is not None:
-                    return Device(small.targets[0].target.value, statement, kind == "str")
-        return Device("device", None, False)
+        """The script's device variable: assigned a device pick in the entry point, else in the module."""
+        cuda_only = not any(self.tree.qname(n) in s.DEVICE_CHECKS for n in self.tree.walk() if isinstance(n, (cst.Attribute, cst.Name)))
+        scopes = [entry.function, None] if entry.function is not None else [None]
+        for function in scopes:
+            for node in self.program.scope_nodes(function):
+                if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                    if self.device_kind(node.value) is not None:
+                        name = node.targets[0].target.value
+                        self._warn_if_from_arguments(name, node.value)
+                        return Device(name, function, cuda_only)
+        return Device(None, None, cuda_only)
+
+    def _warn_if_from_arguments(self, name: str, value: cst.BaseExpression) -> None:
+        """`torch.device(args.device)`: a "cuda:N" passed in would put every rank on GPU N."""
+        if isinstance(value, cst.Call) and value.args and self.tree.qname(value.func) in s.TORCH_DEVICE:
+            first = value.args[0].value
+            if dotted(first) is not None and not isinstance(value.args[0].value, cst.SimpleString):
+                self.warnings.append(
+                    (value, f'`{name} = {code(value)}` is kept: pass "cuda" (not "cuda:N") so that each rank uses the GPU set_device(local_rank) picked')
+                )
 
     def device_kind(self, node: cst.BaseExpression) -> Literal["str", "device"] | None:
-        """Whether an expression picks a GPU (possibly falling back to the CPU): as a string or a torch.device."""
+        """Whether an expression picks a device: as a string or a torch.device."""
         if isinstance(node, cst.IfExp):
             body, orelse = self.device_kind(node.body), self.device_kind(node.orelse)
-            if body is not None and (orelse is not None or self._is_cpu(node.orelse)):
-                return body
-            return None
-        if is_gpu_string(node):
+            return body or orelse if (body or self._is_cpu(node.body)) and (orelse or self._is_cpu(node.orelse)) else None
+        if is_gpu_string(node) or string_value(node) == "mps":
             return "str"
         if isinstance(node, cst.Call):
             name = self.tree.qname(node.func)
-            if name in s.TORCH_DEVICE and node.args and (self.device_kind(node.args[0].value) == "str" or is_gpu_string(node.args[0].value)):
-                return "device"
-            if name in s.ACCELERATOR_CURRENT:
+            if name in s.TORCH_DEVICE or name in s.ACCELERATOR_CURRENT:
                 return "device"
         if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Call) and self.tree.qname(node.value.func) in s.ACCELERATOR_CURRENT:
             return "str"  # torch.accelerator.current_accelerator().type
@@ -458,23 +704,128 @@ class Analyzer:
             return True
         return isinstance(node, cst.Call) and self.tree.qname(node.func) in s.TORCH_DEVICE and bool(node.args) and string_value(node.args[0].value) == "cpu"
 
-    def _check_names(self, entry: Entry, device: Device) -> None:
-        """The setup defines `local_rank`, `rank`, `world_size`, `backend` and the device variable."""
+    def _check_names(self, entry: Entry) -> None:
+        """The setup defines `local_rank`, `rank`, `world_size` and `backend` in the entry point."""
         for name in ENTRY_NAMES:
             values = self.program.assignments(entry.function, name)
             if name == "local_rank" and values and all(code(v).endswith("local_rank") for v, _ in values):
                 continue  # `local_rank = args.local_rank`: replaced by the environment variable
             if self.program.binds(entry.function, name):
                 raise NotConvertible(f"the script already uses the name `{name}` that the DDP setup needs; rename it first")
-        for value, _ in self.program.assignments(entry.function, device.name):
-            if device.assignment is None or not self.tree.inside(value, device.assignment):
-                self.warnings.append(
-                    (
-                        value,
-                        f"`{device.name} = {code(value)}` is kept and replaces the rank's device: make it \"cuda\" "
-                        "(not \"cuda:N\") so each rank uses the GPU set_device(local_rank) picked",
-                    )
+
+    # --- custom methods of the wrapped model -------------------------------------------
+
+    def _check_custom_methods(self, facts: Facts) -> None:
+        """`model.compute_loss(x)` in a training loop runs the forward outside DDP's: no gradient
+        averaging. Outside training (sampling, evaluation, `init_hidden`) it goes through `.module`."""
+        for call, function in facts.custom_method_calls():
+            assert isinstance(call.func, cst.Attribute)
+            method = call.func.attr.value
+            if self._feeds_backward(call, function) and self._may_run_forward(call.func.value, method, function):
+                raise NotConvertible(
+                    f"`{code(call.func)}(...)` (line {self.tree.line(call)}) runs the model for training outside its "
+                    "forward(), so DDP would not average its gradients across ranks: call the model itself "
+                    "(its forward) in the training loop, then convert"
                 )
+
+    def _feeds_backward(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """Whether a value `backward()` is called on comes from `call` (`loss = model.loss(x)`), or
+        `call` is returned by a function whose result a caller runs backward() on."""
+        if self._under_no_grad(call, function):
+            return False
+        names: list[str] = []
+        for node in self.program.scope_nodes(function):
+            if isinstance(node, cst.Call) and is_backward(node):
+                receiver = node.func.value  # type: ignore[attr-defined]
+                if self.tree.inside(call, receiver):
+                    return True
+                names += [n.value for n in self.tree.walk(receiver) if isinstance(n, cst.Name)]
+        seen: set[str] = set()
+        while names:
+            name = names.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for value in self._values_of(function, name):
+                if self.tree.inside(call, value):
+                    return True
+                names += [n.value for n in self.tree.walk(value) if isinstance(n, cst.Name)]
+        return False
+
+    def _values_of(self, function: cst.FunctionDef | None, name: str) -> list[cst.CSTNode]:
+        values = [v for v, _ in self.program.assignments(function, name)]
+        values += [
+            n.value for n in self.program.scope_nodes(function) if isinstance(n, cst.AugAssign) and dotted(n.target) == name
+        ]
+        return values
+
+    def _under_no_grad(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
+        for parent in self.tree.ancestors(node):
+            if isinstance(parent, cst.With) and any(
+                isinstance(item.item, cst.Call) and self.tree.qname(item.item.func) in s.NO_GRAD for item in parent.items
+            ):
+                return True
+            if isinstance(parent, cst.FunctionDef):
+                return any(self.tree.qname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) in s.NO_GRAD for d in parent.decorators)
+        return False
+
+    def _may_run_forward(self, obj: cst.BaseExpression, method: str, function: cst.FunctionDef | None) -> bool:
+        """Whether `obj.method(...)` runs the model's layers; unknown classes are assumed to,
+        except for methods whose names say they set up state (`init_hidden`, `reset`)."""
+        if method.startswith(STATE_METHOD_PREFIXES):
+            return False
+        cls = self._model_class(obj, function)
+        if cls is None:
+            return True
+        methods = self._class_methods(cls)
+        seen: set[str] = set()
+        work = [method]
+        while work:
+            name = work.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            body = methods.get(name)
+            if body is None:
+                return True  # inherited from a class not in this file
+            for call in self.program.calls_in(body):
+                func = call.func
+                if isinstance(func, cst.Name) and func.value == "self":
+                    return True
+                if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+                    if func.attr.value in methods:
+                        work.append(func.attr.value)
+                    else:
+                        return True  # a submodule's forward
+        return False
+
+    def _class_methods(self, cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+        """Methods of a same-file class, with those of its same-file bases."""
+        methods: dict[str, cst.FunctionDef] = {}
+        for base in cls.bases:
+            name = dotted(base.value)
+            if name in self.program.classes and self.program.classes[name] is not cls:
+                methods.update(self._class_methods(self.program.classes[name]))
+        methods.update(self.program.methods.get(cls, {}))
+        return methods
+
+    def _model_class(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
+        """The same-file class a model is built from (`Net(...).to(device)`), when all its origins agree."""
+        classes = set()
+        for origin in self.program.origins(obj, function):
+            cls = self._model_class_of_value(origin.node, origin.function, follow=False)
+            if cls is None:
+                return None
+            classes.add(cls)
+        return classes.pop() if len(classes) == 1 else None
+
+    def _model_class_of_value(self, value: cst.BaseExpression, function: cst.FunctionDef | None, follow: bool = True) -> cst.ClassDef | None:
+        node = value
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in MOVE_METHODS | {"train", "eval"}:
+            node = node.func.value
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in self.program.classes:
+            return self.program.classes[node.func.value]
+        return self._model_class(node, function) if follow else None  # a name, or a same-file factory
 
     # --- what takes part in collectives ---------------------------------------------
 
@@ -482,6 +833,23 @@ class Analyzer:
         return self.program.reaching(
             lambda call, function: facts.forwards_model(call, function) or is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES)
         )
+
+
+def _is_import(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in statement.body)
+
+
+def _is_preamble(statement: cst.BaseStatement) -> bool:
+    """What may sit between imports at the top of a script: `sys.path.append(...)`, a docstring,
+    `warnings.filterwarnings(...)`, `try: import x / except ImportError: ...`."""
+    if isinstance(statement, cst.Try):
+        return all(_is_import(s) or isinstance(s, cst.SimpleStatementLine) for s in statement.body.body)
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+        return True
+    return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and (dotted(small.value.func) or "").startswith(("sys.path.", "warnings."))
 
 
 def _flatten_main_block(tree: Tree, body: cst.IndentedBlock | cst.Module) -> list[cst.BaseStatement]:

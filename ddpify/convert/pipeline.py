@@ -8,6 +8,7 @@ from ddpify.convert.transforms.batch_size import BatchSize
 from ddpify.convert.transforms.checkpoints import Checkpoints
 from ddpify.convert.transforms.data_parallel import RemoveDataParallel
 from ddpify.convert.transforms.devices import Devices
+from ddpify.convert.transforms.downloads import Downloads
 from ddpify.convert.transforms.local_rank_arg import LocalRankArgument
 from ddpify.convert.transforms.metrics import ReduceMetrics
 from ddpify.convert.transforms.no_sync import GradientSync
@@ -22,6 +23,7 @@ PIPELINE = (
     Devices,
     RemoveDataParallel,
     WrapModel,
+    Downloads,
     Sampler,
     SetEpoch,
     BatchSize,

@@ -74,7 +74,8 @@ class Transform:
     # spellings that depend on where the code runs; entry names used are recorded so the
     # process-group setup defines exactly those
 
-    def device(self, function: cst.FunctionDef | None) -> str:
+    def device(self, function: cst.FunctionDef | None) -> str | None:
+        """The script's device variable as `function` spells it, if it has one."""
         return self.facts.device_expr(function)
 
     def rank(self, function: cst.FunctionDef | None) -> str:

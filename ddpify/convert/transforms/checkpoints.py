@@ -13,7 +13,8 @@ from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform, add_keyword, statements
 from ddpify.syntax import code
 
-FALLBACK = 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+# Without a device variable: this rank's GPU (set_device) where there is one.
+FALLBACK = '"cuda" if torch.cuda.is_available() else "cpu"'
 
 
 class Checkpoints(Transform):
@@ -38,8 +39,7 @@ class Checkpoints(Transform):
 
     def _load(self, call: cst.Call, function: cst.FunctionDef | None, saves: list[cst.Call]) -> None:
         if s.arg(call, 1, "map_location") is None:
-            device = self.device(function)
-            location = '"cpu"' if device == FALLBACK else device
+            location = self.device(function) or FALLBACK
             self.plan.replace(call, add_keyword("map_location", location))
             self.change(call, f"torch.load maps tensors to {location}, not to the GPU they were saved from")
         path = s.arg(call, 0, "f")

@@ -1,10 +1,13 @@
-"""Every spelling of "the GPU" becomes the rank's own device, with the CPU fallback kept.
+"""The script keeps choosing its device; only "the GPU" is bound to this rank's GPU.
 
-`.cuda()`, `.cuda(0)`, `.to("cuda:0")`, `device="cuda"`, `torch.device("cuda", 0)` and GPU ids
-all pin every rank to one GPU or break the CPU fallback; they become the rank's device. The
-user's own device variable is replaced by the one the process-group setup defines.
-`torch.device("cuda" if ... else "cpu")` outside the entry point is left alone: after
-`set_device(local_rank)`, "cuda" already means the rank's GPU.
+The setup calls `torch.cuda.set_device(local_rank)`, after which `"cuda"`, `torch.device("cuda")`
+and `.cuda()` mean this rank's GPU. So the script's own device logic (`--no-cuda`, `use_cuda`,
+`--device`, mps branches, a later `device = ...`) stays as it is, and only what names one GPU for
+every rank changes: `"cuda:0"`, `f"cuda:{args.gpu}"`, `torch.device("cuda", 0)`, `.cuda(0)`,
+`.to(0)`, `torch.cuda.set_device(0)` and `CUDA_VISIBLE_DEVICES` pinning.
+
+A script that never asks whether CUDA is there (`.cuda()` everywhere) gets a CPU fallback for
+its GPU calls, so that it also runs as a world of one on a machine without a GPU.
 """
 
 from __future__ import annotations
@@ -13,33 +16,27 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform
-from ddpify.syntax import code, dotted, is_gpu_string, string_value
+from ddpify.syntax import dotted, string_value
 
 DEVICE_KEYWORDS = {"device", "map_location"}
+GPU_ID_NAMES = {"gpu", "gpu_id", "gpu_ids", "device_id", "local_rank", "cuda_device"}
 
 
 class Devices(Transform):
     name = "device"
-    DESCRIPTION = "GPU spellings become the rank's device (cuda:LOCAL_RANK), CPU fallback kept"
+    DESCRIPTION = "GPU indices become the rank's GPU (set_device(local_rank)); the script's own device choice is kept"
 
     def run(self) -> None:
-        device = self.facts.device
-        if device.assignment is not None:
-            self.plan.remove(device.assignment)
-            self.change(device.assignment, f"`{device.name}` is now set by the process-group setup: this rank's GPU, or the CPU")
-        skip = device.assignment
         for function in [None, *self.program.all_functions]:
             for node in self.program.scope_nodes(function):
-                if skip is not None and self.tree.inside(node, skip):
-                    continue
                 if isinstance(node, cst.Call):
                     self._call(node, function)
+                elif isinstance(node, (cst.SimpleString, cst.FormattedString)):
+                    self._gpu_string(node)
                 elif isinstance(node, (cst.Assign, cst.AnnAssign)):
-                    self._assignment(node, function)
-                elif isinstance(node, cst.Attribute):
-                    self._tensor_type(node, function)
-                elif isinstance(node, cst.Comparison) and device.was_string:
-                    self._string_comparison(node, function)
+                    self._visible_devices(node)
+                elif isinstance(node, cst.Attribute) and self.facts.device.cuda_only:
+                    self._tensor_type(node)
 
     # --- calls ---------------------------------------------------------------------
 
@@ -48,21 +45,26 @@ class Devices(Transform):
         if name in s.SET_DEVICE:
             self._remove_statement(call, "the setup already calls torch.cuda.set_device(local_rank)")
             return
-        if name in s.TORCH_DEVICE and self._pins_gpu(call) and not self._is_device_assignment(call, function):
-            self.plan.replace(call, cst.parse_expression(self.device(function)))
-            self.change(call, "GPU device becomes this rank's device")
+        if name in s.TORCH_DEVICE:
+            index = s.arg(call, 1, "index")
+            first = s.arg(call, 0, "type")
+            if index is not None and first is not None and string_value(first.value) == "cuda":
+                self.plan.replace(call, lambda updated: updated.with_changes(args=[updated.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)]))
+                self.change(call, 'torch.device("cuda", N) becomes torch.device("cuda"): this rank\'s GPU')
             return
         found = s.method_call(call)
         if found is not None and found[1] == "cuda" and self._is_cuda_method(call):
             self._cuda_method(call, function)
         elif found is not None and found[1] == "to":
-            self._to_method(call, function)
-        for a in call.args:
-            if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and self._is_gpu(a.value):
-                self.plan.replace(a.value, cst.parse_expression(self.device(function)))
-                self.change(a, f"`{a.keyword.value}=` GPU becomes this rank's device")
-        if self.facts.device.was_string and self.facts.sees_entry_names(function) and (name in s.AUTOCAST or name in s.GRAD_SCALER):
-            self._device_type_argument(call)
+            first = s.arg(call, 0, None)
+            if first is not None and self._is_gpu_id(first.value):
+                self.plan.replace(first.value, cst.SimpleString('"cuda"'))
+                self.change(call, '`.to(<GPU id>)` becomes `.to("cuda")`: this rank\'s GPU')
+        if self.facts.device.cuda_only:
+            for a in call.args:
+                if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and string_value(a.value) == "cuda":
+                    self.plan.replace(a.value, cst.parse_expression(self._fallback(function)))
+                    self.change(a, f'`{a.keyword.value}="cuda"` falls back to the CPU without a GPU')
 
     def _is_cuda_method(self, call: cst.Call) -> bool:
         # x.cuda(), x.cuda(0), x.cuda(non_blocking=True) - but not torch.cuda.something()
@@ -70,67 +72,67 @@ class Devices(Transform):
         return dotted(call.func.value) != "torch" and len([a for a in call.args if a.keyword is None]) <= 1
 
     def _cuda_method(self, call: cst.Call, function: cst.FunctionDef | None) -> None:
-        device = cst.Arg(cst.parse_expression(self.device(function)))
         keywords = [a for a in call.args if a.keyword is not None and a.keyword.value != "device"]
-        args = [device, *keywords]
-        args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
+        pinned = len(keywords) != len(call.args)
+        if self.facts.device.cuda_only:
+            # A script with no CPU path: `.to(device)` runs on this rank's GPU, or on the CPU.
+            device = cst.Arg(cst.parse_expression(self._fallback(function)))
+            args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in (device, *keywords)]
 
-        def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
-            assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
-            return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("to")), args=args)
+            def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
+                assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
+                return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("to")), args=args)
 
-        self.plan.replace(call, rewrite)
-        self.change(call, "`.cuda()` becomes `.to(<this rank's device>)`, which also works on CPU")
+            self.plan.replace(call, rewrite)
+            self.change(call, "`.cuda()` becomes `.to(device)`: this rank's GPU, or the CPU without one")
+        elif pinned:
+            args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in keywords]
+            self.plan.replace(call, lambda updated: updated.with_changes(args=args))
+            self.change(call, "`.cuda(N)` becomes `.cuda()`: this rank's GPU")
 
-    def _to_method(self, call: cst.Call, function: cst.FunctionDef | None) -> None:
-        first = s.arg(call, 0, None)
-        if first is not None and self._is_gpu(first.value):
-            self.plan.replace(first.value, cst.parse_expression(self.device(function)))
-            self.change(call, "`.to(<GPU>)` becomes `.to(<this rank's device>)`")
-
-    def _device_type_argument(self, call: cst.Call) -> None:
-        # the device used to be a string; autocast/GradScaler want its type
-        target = s.arg(call, 0, "device_type") or s.arg(call, 0, "device")
-        if target is not None and dotted(target.value) == self.facts.device.name:
-            self.plan.replace(target.value, cst.parse_expression(f"{self.facts.device.name}.type"))
-            self.change(call, f"`{self.facts.device.name}` is a torch.device now: pass its `.type`")
+    def _fallback(self, function: cst.FunctionDef | None) -> str:
+        name = self.device(function)
+        if name is not None:
+            return name
+        if self.facts.sees_entry_names(function):
+            self.plan.uses.add("device")  # the setup defines one
+            return "device"
+        return 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'
 
     # --- other spellings -------------------------------------------------------------
 
-    def _assignment(self, node: cst.Assign | cst.AnnAssign, function: cst.FunctionDef | None) -> None:
-        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-        if node.value is None:
+    def _gpu_string(self, node: cst.SimpleString | cst.FormattedString) -> None:
+        """"cuda:0" and f"cuda:{gpu}" name one GPU for every rank: "cuda" is this rank's."""
+        if isinstance(node, cst.SimpleString):
+            value = string_value(node)
+            if value is None or not value.startswith("cuda:") or not value[5:].isdigit():
+                return
+        else:
+            parts = node.parts
+            if not (len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) and parts[0].value == "cuda:"):
+                return
+        if isinstance(self.tree.parent(node), cst.ConcatenatedString):
             return
+        quote = node.start[-1] if isinstance(node, cst.FormattedString) else node.quote
+        self.plan.replace(node, cst.SimpleString(f"{quote}cuda{quote}"))
+        self.change(node, '"cuda:N" becomes "cuda": this rank\'s GPU after set_device(local_rank)')
+
+    def _visible_devices(self, node: cst.Assign | cst.AnnAssign) -> None:
         # os.environ["CUDA_VISIBLE_DEVICES"] = "0" would hide every other GPU from every rank
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
         for target in targets:
-            if isinstance(target, cst.Subscript) and dotted(target.value) in {"os.environ"}:
+            if isinstance(target, cst.Subscript) and dotted(target.value) == "os.environ":
                 key = target.slice[0].slice
                 if isinstance(key, cst.Index) and string_value(key.value) == "CUDA_VISIBLE_DEVICES":
                     self._remove_statement(node, "CUDA_VISIBLE_DEVICES pinned every rank to the same GPUs; torchrun ranks pick their own")
-                    return
-        # a pure-GPU device variable outside the entry point: keep a CPU fallback
-        if not self.facts.sees_entry_names(function) and self._pins_gpu_expr(node.value):
-            self.plan.replace(node.value, cst.parse_expression('torch.device("cuda" if torch.cuda.is_available() else "cpu")'))
-            self.change(node, "GPU-only device gets a CPU fallback (after set_device, \"cuda\" is this rank's GPU)")
 
-    def _tensor_type(self, node: cst.Attribute, function: cst.FunctionDef | None) -> None:
-        # torch.cuda.FloatTensor with no CPU alternative beside it
-        if self.tree.qname(node) not in s.CUDA_TENSOR_TYPES:
-            return
-        parent = self.tree.parent(node)
-        if isinstance(parent, cst.IfExp):
+    def _tensor_type(self, node: cst.Attribute) -> None:
+        # torch.cuda.FloatTensor in a script with no CPU path
+        if self.tree.qname(node) not in s.CUDA_TENSOR_TYPES or isinstance(self.tree.parent(node), cst.IfExp):
             return
         cpu = f"torch.{node.attr.value}"
-        self.plan.replace(node, cst.parse_expression(f"({code(node)} if torch.cuda.is_available() else {cpu})"))
-        self.change(node, f"`{code(node)}` falls back to `{cpu}` without CUDA")
-
-    def _string_comparison(self, node: cst.Comparison, function: cst.FunctionDef | None) -> None:
-        if not self.facts.sees_entry_names(function):
-            return
-        name = self.facts.device.name
-        if dotted(node.left) == name and all(string_value(c.comparator) in {"cuda", "cpu"} for c in node.comparisons):
-            self.plan.replace(node.left, cst.parse_expression(f"{name}.type"))
-            self.change(node, f"`{name}` is a torch.device now: compare its `.type`")
+        self.plan.replace(node, cst.parse_expression(f"({s.code(node)} if torch.cuda.is_available() else {cpu})"))
+        self.change(node, f"`{s.code(node)}` falls back to `{cpu}` without CUDA")
 
     # --- helpers ---------------------------------------------------------------------
 
@@ -145,22 +147,9 @@ class Devices(Transform):
         else:
             self.warn(node, f"left as is: {reason}")
 
-    def _is_device_assignment(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
-        """`device = torch.device("cuda" ...)` outside the entry point: handled by `_assignment`."""
-        parent = self.tree.parent(call)
-        return isinstance(parent, (cst.Assign, cst.AnnAssign)) and not self.facts.sees_entry_names(function)
-
-    def _pins_gpu(self, call: cst.Call) -> bool:
-        """torch.device("cuda"), torch.device("cuda:0"), torch.device("cuda", 0)."""
-        first = s.arg(call, 0, "type")
-        return first is not None and is_gpu_string(first.value)
-
-    def _pins_gpu_expr(self, node: cst.BaseExpression) -> bool:
-        return (isinstance(node, cst.Call) and self.tree.qname(node.func) in s.TORCH_DEVICE and self._pins_gpu(node)) or is_gpu_string(node)
-
-    def _is_gpu(self, node: cst.BaseExpression) -> bool:
-        """A GPU given as a string or an integer id (torch.device(...) calls are rewritten on their own)."""
-        if is_gpu_string(node) or isinstance(node, cst.Integer):
+    def _is_gpu_id(self, node: cst.BaseExpression) -> bool:
+        """A GPU given as an integer id: `0`, `args.gpu`."""
+        if isinstance(node, cst.Integer):
             return True
         name = dotted(node)
-        return name is not None and name.rsplit(".", 1)[-1] in {"gpu", "gpu_id", "device_id", "local_rank"}
+        return name is not None and name.rsplit(".", 1)[-1] in GPU_ID_NAMES

@@ -13,6 +13,7 @@ from typing import Literal
 
 import libcst as cst
 
+from ddpify import syntax as s
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform, statements
 from ddpify.syntax import code, method_call
@@ -104,9 +105,13 @@ class ReduceMetrics(Transform):
     def _reduce(self, loop: TrainLoop, totals: dict[str, Kind]) -> None:
         function = loop.function
         end = self.tree.positions[loop.loop].end.line
-        per_dataset = f"len({code(loop.loader)}.dataset)"
+        per_dataset = {f"len({code(loop.loader)}.dataset)"}
+        for origin in self.facts.train_loaders:  # the dataset the training loader samples, by name
+            dataset = s.arg(origin.node, 0, "dataset") if isinstance(origin.node, cst.Call) else None
+            if dataset is not None and isinstance(dataset.value, (cst.Name, cst.Attribute)):
+                per_dataset.add(f"len({code(dataset.value)})")
         summed = any(
-            isinstance(n, cst.Call) and self.tree.line(n) > end and code(n) == per_dataset
+            isinstance(n, cst.Call) and self.tree.line(n) > end and code(n) in per_dataset
             for n in self.program.scope_nodes(function)
         )
         how = "sum" if summed else "average"
@@ -119,7 +124,7 @@ class ReduceMetrics(Transform):
             reduced = tensor if summed else f"({tensor} / {self.world_size(function)})"
             unpack = f"{numbers[0]} = {reduced}.item()" if len(numbers) == 1 else f"{', '.join(numbers)} = {reduced}.tolist()"
             lines += [
-                f"{tensor} = torch.tensor([{', '.join(numbers)}], dtype=torch.float64, device={self.device(function)})",
+                f"{tensor} = torch.tensor([{', '.join(numbers)}], dtype=torch.float64)",
                 f"dist.all_reduce({tensor})",
                 unpack,
             ]

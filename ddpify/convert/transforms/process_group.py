@@ -11,27 +11,26 @@ SETUP = """\
 # One process per GPU: torchrun sets LOCAL_RANK/RANK/WORLD_SIZE; plain `python` runs a world of one.
 local_rank = int(os.environ.get("LOCAL_RANK", 0))
 if torch.cuda.is_available():
-    torch.cuda.set_device(local_rank)
-    {device} = torch.device("cuda", local_rank)
-else:
-    {device} = torch.device("cpu")
-backend = "nccl" if {device}.type == "cuda" else "gloo"
+    torch.cuda.set_device(local_rank)  # from here on "cuda" is this rank's GPU
+# gloo for CPU tensors, nccl for CUDA ones: right whichever device the script picks
+backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 if "RANK" in os.environ:
     dist.init_process_group(backend)
 else:
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
 """
+DEVICE = 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
 
 
 class ProcessGroup(Transform):
     """Runs last: the setup defines `rank` / `world_size` only when other edits use them."""
 
     name = "process-group"
-    DESCRIPTION = "init_process_group from LOCAL_RANK (nccl on GPU, gloo on CPU) at the top of the entry point"
+    DESCRIPTION = "init_process_group from LOCAL_RANK (gloo for CPU tensors, nccl for CUDA ones) at the top of the entry point"
 
     def run(self) -> None:
         entry = self.facts.entry
-        source = SETUP.format(device=self.facts.device.name)
+        source = SETUP + (DEVICE if "device" in self.plan.uses else "")
         for name in ("rank", "world_size"):
             if name in self.plan.uses:
                 source += f"{name} = dist.get_{name}()\n"
@@ -44,7 +43,7 @@ class ProcessGroup(Transform):
         else:
             self.plan.prepend(entry.block, setup, separate=True)
             anchor = entry.block.body[0]
-        self.change(anchor, f"process group set up at the top of {entry.label} (nccl on GPU, gloo on CPU)")
+        self.change(anchor, f"process group set up at the top of {entry.label} (gloo for CPU tensors, nccl for CUDA ones)")
         for name in ("os", "torch"):
             self.plan.add_import(name)
         self.plan.add_import("torch.distributed", asname="dist")

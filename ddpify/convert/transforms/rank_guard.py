@@ -17,6 +17,7 @@ from ddpify.syntax import code
 
 WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained", "mkdir"}
 FILE_METHODS = {"write", "writelines"}
+STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
 
 
 class RankZeroGuards(Transform):
@@ -145,7 +146,7 @@ class RankZeroGuards(Transform):
         if not isinstance(node, cst.Call):
             return None
         name = self.tree.qname(node.func)
-        if self.tree.is_builtin_call(node, "print"):
+        if self.tree.is_builtin_call(node, "print") or name in STREAM_WRITES:
             return "print"
         if name in s.LOGGING_EMIT:
             return "logging"
@@ -167,6 +168,8 @@ class RankZeroGuards(Transform):
         if method in FILE_METHODS and any(self.tree.opens_for_writing(o) for o in origins):
             return "file write"
         if method in WRITE_METHODS:
+            return "file write"
+        if method == "save" and any(self.tree.is_call_to(o, s.IMAGE_MAKERS) for o in origins):
             return "file write"
         return None
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.transforms.base import Transform, appended, keyword, statements
+from ddpify.convert.analysis import LoaderPlan
+from ddpify.convert.transforms.base import Transform, add_keyword, appended, keyword, statements
 from ddpify.syntax import code
 
 DATASET_NAMES = ("train_dataset", "train_set", "train_data")
@@ -21,32 +22,68 @@ class Sampler(Transform):
     DESCRIPTION = "DistributedSampler for the training DataLoader (shuffle moved into it, drop_last kept)"
 
     def run(self) -> None:
-        if not self.facts.train_loaders:
-            self.warn(None, "no DataLoader feeds the training loop: every rank trains on the data it builds itself")
-        for origin in self.facts.train_loaders:
-            call = origin.node
-            assert isinstance(call, cst.Call)
-            if s.arg(call, 3, "sampler") or s.arg(call, 4, "batch_sampler"):
-                self.warn(call, "the training DataLoader already has a sampler: not sharded (give each rank its own part of the data)")
-                continue
-            dataset = s.arg(call, 0, "dataset")
-            if dataset is None:
-                self.warn(call, "the training DataLoader has no dataset argument ddpify can read: not sharded")
-                continue
-            dataset_code = code(dataset.value)
-            if not isinstance(dataset.value, (cst.Name, cst.Attribute)):
-                dataset_code = self._hoist(call, dataset, origin.function)
-            shuffle = s.arg(call, 2, "shuffle")
-            shuffle_code = code(shuffle.value) if shuffle is not None else "False"
-            moved = "shuffle moved into the sampler" if shuffle is not None else "no shuffle, as before"
-            spread = next((a for a in call.args if a.star == "**"), None)
-            if shuffle is None and spread is not None:
-                shuffle_code = self._pop_shuffle(call, spread, origin.function)
-                moved = f"shuffle taken out of **{code(spread.value)} into the sampler"
-            sampler = keyword("sampler", f"DistributedSampler({dataset_code}, shuffle={shuffle_code})")
-            self.plan.replace(call, _with_sampler(shuffle, sampler))
-            self.change(call, f"training DataLoader sharded across ranks with DistributedSampler ({moved})")
+        for plan in self.facts.loader_plans:
+            if plan.how == "generator":
+                self._per_rank_generator(plan)
+            elif plan.how == "subset":
+                self._split_subset(plan)
+            else:
+                self._shard(plan)
+
+    def _shard(self, plan: LoaderPlan) -> None:
+        call = plan.call
+        dataset = s.arg(call, 0, "dataset")
+        if dataset is None:
+            self.warn(call, "the training DataLoader has no dataset argument ddpify can read: not sharded")
+            return
+        dataset_code = code(dataset.value)
+        if not isinstance(dataset.value, (cst.Name, cst.Attribute)):
+            dataset_code = self._hoist(call, dataset, plan.function)
+        if plan.sampler is not None:  # RandomSampler(dataset) or SequentialSampler(dataset)
+            shuffle_code = "True" if self.tree.qname(plan.sampler.func) in s.RANDOM_SAMPLER else "False"
+            used = s.arg(call, 3, "sampler")
+            assert used is not None
+            self.plan.replace(used.value, cst.parse_expression(f"DistributedSampler({dataset_code}, shuffle={shuffle_code})"))
+            self.change(call, f"training DataLoader sharded across ranks: `{code(used.value)}` becomes a DistributedSampler")
             self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+            return
+        shuffle = s.arg(call, 2, "shuffle")
+        shuffle_code = code(shuffle.value) if shuffle is not None else "False"
+        moved = "shuffle moved into the sampler" if shuffle is not None else "no shuffle, as before"
+        spread = next((a for a in call.args if a.star == "**"), None)
+        if shuffle is None and spread is not None:
+            shuffle_code = self._pop_shuffle(call, spread, plan.function)
+            moved = f"shuffle taken out of **{code(spread.value)} into the sampler"
+        sampler = keyword("sampler", f"DistributedSampler({dataset_code}, shuffle={shuffle_code})")
+        self.plan.replace(call, _with_sampler(shuffle, sampler))
+        self.change(call, f"training DataLoader sharded across ranks with DistributedSampler ({moved})")
+        self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+
+    def _per_rank_generator(self, plan: LoaderPlan) -> None:
+        """Draws with replacement (or by weight) keep their distribution; each rank draws its own."""
+        sampler = plan.sampler
+        assert sampler is not None
+        function = self.tree.function(sampler)
+        if s.arg(sampler, None, "generator") is not None:
+            self.warn(sampler, "the training sampler has its own generator: seed it differently on each rank, or every rank draws the same samples")
+            return
+        seed = f"torch.initial_seed() + {self.rank(function)}"
+        self.plan.replace(sampler, add_keyword("generator", f"torch.Generator().manual_seed({seed})"))
+        self.change(sampler, "the sampler draws with replacement: each rank draws its own samples from a generator seeded by rank")
+
+    def _split_subset(self, plan: LoaderPlan) -> None:
+        sampler = plan.sampler
+        assert sampler is not None
+        indices = s.arg(sampler, 0, "indices")
+        if indices is None:
+            self.warn(sampler, "SubsetRandomSampler without indices ddpify can read: not split by rank")
+            return
+        function = self.tree.function(sampler)
+        text = code(indices.value)
+        base = text if isinstance(indices.value, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) else f"({text})"
+        split = f"{base}[{self.rank(function)}::{self.world_size(function)}]"
+        self.plan.replace(indices.value, cst.parse_expression(split))
+        self.change(sampler, "the subset's indices are split by rank: each rank samples its own part")
 
     def _pop_shuffle(self, call: cst.Call, spread: cst.Arg, function: cst.FunctionDef | None) -> str:
         """`DataLoader(ds, **kwargs)` may carry shuffle=True: take it out for the sampler."""

@@ -1,8 +1,9 @@
 """The trained model is wrapped in DDP(...) once it sits on its device.
 
 Only models whose parameters an optimizer updates are wrapped; a model that is only loaded
-or evaluated stays as it is. After the wrap, attribute reads go through `.module`; calls of
-custom methods are flagged, because they would skip DDP's forward and its gradient sync.
+or evaluated stays as it is. After the wrap, attribute reads and calls of the model's own methods go through `.module`
+(the analysis refuses scripts whose training runs through such a method: that would skip DDP's
+forward and its gradient sync).
 """
 
 from __future__ import annotations
@@ -16,31 +17,27 @@ from ddpify.syntax import dotted
 
 class WrapModel(Transform):
     name = "wrap"
-    DESCRIPTION = "DDP(model, device_ids=[local_rank]) right after the model is on its device"
+    DESCRIPTION = "DDP(model) once the model is on its device and its weights are final"
 
     def run(self) -> None:
         for model in self.facts.models:
-            function = model.function
-            if self.facts.sees_entry_names(function):
-                device = self.device(function)
-                device_ids = f'[local_rank] if {device}.type == "cuda" else None'
+            # No device_ids: DDP uses the device the model is on, whichever the script picked.
+            unused = model.unused_parameters
+            if unused:
+                self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref}, find_unused_parameters=True)\n"))
+                self.change(model.anchor, f"find_unused_parameters=True: {unused}")
             else:
-                device_ids = "[torch.cuda.current_device()] if torch.cuda.is_available() else None"
-            self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref}, device_ids={device_ids})\n"))
-            self.change(model.anchor, f"`{model.ref}` wrapped in DistributedDataParallel once it is on its device")
-            if not model.moved:
-                self.warn(model.anchor, f"`{model.ref}` {self._source(model)}is not moved to a device in this file; DDP needs it on this rank's GPU before wrapping")
+                self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref})\n"))
+                if unused is None and not (model.class_name or "").startswith(("torch.", "torchvision.", "timm.")):
+                    built = f"`{model.class_name}`" if model.class_name else "a class that is not in this file"
+                    self.warn(
+                        model.anchor,
+                        f"`{model.ref}` is built by {built}: if its forward leaves some parameters without a gradient "
+                        "in a step, pass find_unused_parameters=True to DDP",
+                    )
+            self.change(model.anchor, f"`{model.ref}` wrapped in DistributedDataParallel once it is on its device and its weights are final")
         self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
         self._uses_after_wrap()
-
-    def _source(self, model) -> str:
-        """ "comes from `models.build` (another module) " when an imported callable builds it."""
-        for value, _ in self.program.assignments(model.function, model.ref):
-            if isinstance(value, cst.Call) and self.program.callee(value, model.function) is None:
-                name = self.tree.qname(value.func)
-                if name and "." in name and not name.startswith("torch."):
-                    return f"comes from `{name}` (another module, out of reach of a one-file rewrite) and "
-        return ""
 
     def _uses_after_wrap(self) -> None:
         for function, refs in self.facts.model_refs.items():
@@ -51,13 +48,10 @@ class WrapModel(Transform):
                 if attr in s.WRAPPER_ATTRIBUTES or attr.startswith("__"):
                     continue
                 ref = dotted(node.value)
+                self.plan.replace(node.value, cst.parse_expression(f"{ref}.module"))
                 parent = self.tree.parent(node)
                 if isinstance(parent, cst.Call) and parent.func is node:
-                    self.warn(
-                        node,
-                        f"`{ref}.{attr}(...)` is not forward(): DDP has no `{attr}`, and `{ref}.module.{attr}(...)` "
-                        "would skip the gradient sync; call it through forward() (left as is)",
-                    )
+                    # The analysis refused scripts that train through such a method.
+                    self.change(node, f"`{ref}.{attr}(...)` called on the plain model (`.module`): DDP has no `{attr}`, and this call does not train")
                 else:
-                    self.plan.replace(node.value, cst.parse_expression(f"{ref}.module"))
                     self.change(node, f"`{ref}.{attr}` read through `.module` (the DDP wrapper has no `{attr}`)")

@@ -1,0 +1,59 @@
+"""Dataset downloads happen once: rank 0 downloads, the other ranks wait, then every rank reads.
+
+`datasets.MNIST(root, download=True, ...)` on every rank at once would have each rank write the
+same files. Rank 0 first builds the dataset with the download arguments alone (no transforms),
+then a barrier lets the others through to the unchanged statement, which finds the files there.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify import syntax as s
+from ddpify.convert.transforms.base import Transform, statements
+from ddpify.syntax import code
+
+# Arguments that shape the samples, not the files: left out of rank 0's download.
+SAMPLE_ARGUMENTS = {"transform", "target_transform", "transforms"}
+
+
+class Downloads(Transform):
+    name = "download"
+    DESCRIPTION = "download=True datasets: rank 0 downloads first, a barrier, then every rank reads"
+
+    def run(self) -> None:
+        done: set[cst.CSTNode] = set()
+        for call in self.tree.calls():
+            download = s.arg(call, None, "download")
+            if download is None or _is_false(download.value):
+                continue
+            statement = self.tree.statement(call)
+            function = self.tree.function(call)
+            if statement in done or self._inside_loop(statement):
+                continue
+            done.add(statement)
+            args = [_plain_arg(a) for a in call.args if a.keyword is None or a.keyword.value not in SAMPLE_ARGUMENTS]
+            download_call = code(cst.Call(func=call.func, args=args))
+            self.plan.insert_before(
+                statement,
+                statements(
+                    f"if {self.is_main_process(function)}:  # download once, before the other ranks read the files\n"
+                    f"    {download_call}\n"
+                    "dist.barrier()\n"
+                ),
+            )
+            self.change(call, "rank 0 downloads the data first; the other ranks wait at a barrier, then read it")
+
+    def _inside_loop(self, statement: cst.CSTNode) -> bool:
+        return bool(self.tree.loops(statement))
+
+
+def _is_false(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value in {"False", "None"}
+
+
+def _plain_arg(arg: cst.Arg) -> cst.Arg:
+    """The argument laid out on one line, the way a new short statement holds it."""
+    if arg.keyword is not None:
+        return cst.Arg(value=arg.value, keyword=arg.keyword, equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+    return cst.Arg(value=arg.value, star=arg.star)
