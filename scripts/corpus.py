@@ -9,8 +9,8 @@ CORPUS_DIR (default: ../shared/corpus beside this checkout) holds `files/NAME.py
 2. If the manifest says how to run it on CPU and it was converted, the converted script is staged
    as the corpus runner stages it (companions and fixture data copied into a fresh folder that
    mirrors the repository, the script's folder as working directory, CORPUS_FAKE_DATA=1 and the
-   stubs on PYTHONPATH) and `ddpify verify --single` runs it on 2 gloo ranks and as one plain
-   process. A row `entry=REL` is a library file driven by the companion REL: the converted file
+   stubs on PYTHONPATH) and `ddpify verify` runs it on 2 gloo ranks, then (in a fresh staging)
+   as one plain process. A row `entry=REL` is a library file driven by the companion REL: the converted file
    takes its place and REL is run.
 
 Prints one row per script and the totals. A development tool, not part of the test suite: the
@@ -95,41 +95,54 @@ def convert(row: Row, corpus: Path) -> str | None:
     return result.output if result.status == "converted" else None
 
 
+def stage(row: Row, corpus: Path, converted: str) -> tuple[Path, Path]:
+    """A fresh folder laid out like the script's repository: (root, the script to run)."""
+    entry, _, _ = split_run(row.run)
+    root = Path(tempfile.mkdtemp(prefix=f"corpus-{row.name}-"))
+    for kind in ("companions", "fixtures"):
+        if (corpus / kind / row.name).is_dir():
+            shutil.copytree(corpus / kind / row.name, root, dirs_exist_ok=True)
+    target = root / row.path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(converted, encoding="utf-8", errors="surrogateescape")
+    return root, (root / entry if entry else target)
+
+
 def run_verify(row: Row, corpus: Path, converted: str, options: argparse.Namespace, out: Path | None) -> None:
-    entry, env, args = split_run(row.run)
-    stage = Path(tempfile.mkdtemp(prefix=f"corpus-{row.name}-"))
-    try:
-        for kind in ("companions", "fixtures"):
-            if (corpus / kind / row.name).is_dir():
-                shutil.copytree(corpus / kind / row.name, stage, dirs_exist_ok=True)
-        target = stage / row.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(converted, encoding="utf-8", errors="surrogateescape")
-        script = stage / entry if entry else target
-        workdir = script.parent
-        env.update(CORPUS_FAKE_DATA="1", PYTHONPATH=f"{corpus / 'stubs'}:{workdir}")
-        result = verify.verify_script(
-            script,
-            verify.VerifyOptions(
-                nproc=2, timeout=options.timeout, python=options.python, script_args=tuple(args),
-                workdir=workdir, single=True, steps=options.steps, extra_env=env,
-            ),
-        )  # fmt: skip
-    except verify.VerifyInputError as error:
-        row.verdict = f"not run: {error}"
-        return
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    row.seconds = result.run.wall_time
-    row.verdict = "pass" if result.ok else "FAIL"
-    row.failures = [f"{check.name}: {check.detail}" for check in result.failures]
-    unchecked = [f"{check.name} unchecked: {check.detail}" for check in result.checks if check.status == verify.UNCHECKED]
-    row.failures += unchecked
+    """verify on 2 ranks, and the plain run in a staging of its own (scripts read `../../data`,
+    which a copy of the working folder alone would not hold)."""
+    _, env, args = split_run(row.run)
+    results = []
+    for torchrun in (True, False):
+        root, script = stage(row, corpus, converted)
+        run_env = {**env, "CORPUS_FAKE_DATA": "1", "PYTHONPATH": f"{corpus / 'stubs'}:{script.parent}"}
+        try:
+            results.append(
+                verify.verify_script(
+                    script,
+                    verify.VerifyOptions(
+                        nproc=2, timeout=options.timeout, python=options.python, script_args=tuple(args),
+                        workdir=script.parent, torchrun=torchrun, steps=options.steps, extra_env=run_env,
+                    ),
+                )  # fmt: skip
+            )
+        except verify.VerifyInputError as error:
+            row.verdict = f"not run: {error}"
+            return
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    ranks, single = results
+    row.seconds = ranks.run.wall_time + single.run.wall_time
+    row.failures = [f"{check.name}: {check.detail}" for check in ranks.failures]
+    if not single.run.ok:
+        row.failures.append(f"single process: {single.run.ranks[0].describe()}")
+    row.verdict = "FAIL" if row.failures else "pass"
+    row.failures += [f"{c.name} unchecked: {c.detail}" for c in ranks.checks if c.status == verify.UNCHECKED]
     if out is not None:
-        (out / f"{row.name}.verify.json").write_text(verify.format_json(result))
-        logs = "".join(f"--- rank {r.rank} stderr\n{r.stderr[-4000:]}\n" for r in result.run.ranks if not r.ok)
-        if result.single_run is not None and not result.single_run.ok:
-            logs += f"--- single stderr\n{result.single_run.ranks[0].stderr[-4000:]}\n"
+        (out / f"{row.name}.verify.json").write_text(verify.format_json(ranks))
+        logs = "".join(f"--- rank {r.rank} stderr\n{r.stderr[-4000:]}\n" for r in ranks.run.ranks if not r.ok)
+        if not single.run.ok:
+            logs += f"--- single stderr\n{single.run.ranks[0].stderr[-4000:]}\n"
         if logs:
             (out / f"{row.name}.stderr.txt").write_text(logs)
 

@@ -7,6 +7,7 @@ script calls its device. Transforms read these facts; none re-derives them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -18,6 +19,11 @@ from ddpify.program import Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, string_value
 
 ENTRY_NAMES = ("local_rank", "rank", "world_size", "backend")
+# Optimizer classes outside torch.optim, by name: SAM(model.parameters(), ...), FusedAdam, Lion.
+OPTIMIZER_NAMES = re.compile(
+    r"^(Fused)?(SGD|Adam\w*|RMSprop|Adagrad|Adadelta|Adamax|LBFGS|Lamb|LAMB|Lion|SAM|ASAM|Ranger\w*|NovoGrad|"
+    r"Lars|LARS|ASGD|Rprop|Shampoo|Adafactor|AdaBelief|RAdam|NAdam|Sophia\w*|Muon)$"
+)
 # What `next()` draws batches through: an iterator over a loader.
 ITERATORS = {"builtins.iter", "itertools.cycle"}
 # Method names that set up state rather than run the layers (`init_hidden`, `reset_states`).
@@ -31,7 +37,8 @@ class NotConvertible(Exception):
 
 @dataclass
 class Entry:
-    kind: Literal["function", "main-block", "module"]
+    # "library": no entry point (a Trainer class another module drives): the group is set up on first use.
+    kind: Literal["function", "main-block", "module", "library"]
     function: cst.FunctionDef | None
     block: cst.IndentedBlock | cst.Module
     after: cst.BaseStatement | None  # module kind: the setup goes after this statement
@@ -57,6 +64,7 @@ class TrainedModel:
     # "" when the model's forward uses all of them, None when its class is not in this file.
     unused_parameters: str | None = ""
     class_name: str | None = None  # the qualified name it is built from, when not a same-file class
+    element: str | None = None  # a list of models (`nets`): the name its elements go by (`net`)
 
 
 @dataclass
@@ -65,19 +73,23 @@ class TrainLoop:
     loader: cst.BaseExpression  # the loader as consumed: iterated by `loop`, or wrapped by iter()/cycle()
     function: cst.FunctionDef | None  # where `loader` is spelled
     consumed_by: Literal["for", "next"] = "for"  # `for batch in loader`, or `next(...)` per step
+    external: bool = False  # the loader is built outside this file (a parameter, another module's helper)
 
 
 @dataclass
 class LoaderPlan:
     """How one training DataLoader gets its share of the data on each rank."""
 
-    call: cst.Call
+    call: cst.Call | None  # the DataLoader(...) call; None for a loader built outside this file
     function: cst.FunctionDef | None
     # "shard": a DistributedSampler (in place of `shuffle`, a RandomSampler or a SequentialSampler);
     # "generator": a sampler drawing with replacement keeps its draws, from a per-rank generator;
-    # "subset": SubsetRandomSampler's indices are split by rank.
-    how: Literal["shard", "generator", "subset"]
+    # "subset": SubsetRandomSampler's indices are split by rank;
+    # "recreate": a loader built elsewhere is made again with a DistributedSampler where it is used.
+    how: Literal["shard", "generator", "subset", "recreate"]
     sampler: cst.Call | None = None  # the user's sampler, for "generator", "subset" and a replaced one
+    loader: cst.BaseExpression | None = None  # "recreate": the loader as spelled in `function`
+    anchor: cst.BaseStatement | None = None  # "recreate": it is made again right before this statement
 
 
 @dataclass
@@ -97,6 +109,7 @@ class Facts:
     train_loops: list[TrainLoop]
     train_loaders: list[Origin]
     loader_plans: list[LoaderPlan]
+    imports_end: cst.BaseStatement | None  # module-level helpers go after the imports at the top
     epoch_starts: list[EpochStart]
     model_refs: dict[cst.FunctionDef | None, set[str]]
     syncing: set[cst.FunctionDef]
@@ -106,6 +119,8 @@ class Facts:
 
     def sees_entry_names(self, function: cst.FunctionDef | None) -> bool:
         """Whether the setup's names (`rank`, `device`, ...) are visible in `function`."""
+        if self.entry.kind == "library":
+            return False
         if self.entry.kind == "function":
             return function is self.entry.function
         return function is None or self.program.owner_class(function) is None
@@ -154,6 +169,23 @@ class Facts:
                 return self.tree.line(node) > self.tree.positions[model.anchor].end.line
         return True
 
+    def refills(self) -> list[tuple[cst.Call, str]]:
+        """`iter(loader)` calls that start another pass over a sharded training loader drawn with
+        next() (inside a loop, or in an `except StopIteration`), with the loader as spelled there."""
+        sharded = {plan.call for plan in self.loader_plans if plan.how == "shard"}
+        found = []
+        for loop in self.train_loops:
+            if loop.consumed_by != "next":
+                continue
+            if not (loop.external or any(o.node in sharded for o in self.program.origins(loop.loader, loop.function))):
+                continue
+            spelled = code(loop.loader)
+            for call in self.program.calls_in(loop.function):
+                if self.tree.is_builtin_call(call, "iter") and call.args and code(call.args[0].value) == spelled:
+                    if self.tree.loops(call) or any(isinstance(a, cst.ExceptHandler) for a in self.tree.ancestors(call)):
+                        found.append((call, spelled))
+        return list(dict.fromkeys(found))
+
     def custom_method_calls(self) -> list[tuple[cst.Call, cst.FunctionDef | None]]:
         """Calls of the wrapped model's own methods (`model.generate(...)`): DDP has none of them."""
         found = []
@@ -197,9 +229,10 @@ class Analyzer:
             raise NotConvertible("nothing to convert: no optimizer over a model's parameters was found")
         loops = self._train_loops(backward_calls)
         loaders = self._train_loaders(loops)
-        if not loaders:
-            raise NotConvertible(self._no_loader_reason(backward_calls))
         loader_plans = [self._loader_plan(origin) for origin in loaders]
+        loader_plans += self._recreated_loaders(loops)
+        if not loader_plans:
+            raise NotConvertible(self._no_loader_reason(backward_calls))
         entry = self._entry(loaders)
         device = self._device(entry)
         refs = self._model_refs(models)
@@ -212,6 +245,7 @@ class Analyzer:
             train_loops=loops,
             train_loaders=loaders,
             loader_plans=loader_plans,
+            imports_end=self.top_imports_end(),
             epoch_starts=self._epoch_starts([loop for loop in loops if self._sharded(loop, loader_plans)]),
             model_refs=refs,
             syncing=set(),
@@ -261,10 +295,18 @@ class Analyzer:
         return any(self._is_optimizer_call(o.node) for o in self.program.origins(expr, function))
 
     def _is_optimizer_call(self, node: cst.CSTNode) -> bool:
+        """`torch.optim.Adam(...)`, an optimizer class of another library or module (`SAM(...)`,
+        `apex.optimizers.FusedAdam(...)`), or a same-file subclass of torch.optim.Optimizer."""
         if not isinstance(node, cst.Call):
             return False
-        name = self.tree.qname(node.func) or ""
-        return name.startswith(s.OPTIMIZER_PREFIX) and ".lr_scheduler." not in name and ".swa_utils." not in name
+        name = self.tree.qname(node.func) or dotted(node.func) or ""
+        if name.startswith(s.OPTIMIZER_PREFIX):
+            return ".lr_scheduler." not in name and ".swa_utils." not in name
+        if isinstance(node.func, cst.Name) and node.func.value in self.program.classes:
+            cls = self.program.classes[node.func.value]
+            return any((self.tree.qname(b.value) or "").startswith(s.OPTIMIZER_PREFIX) for b in cls.bases)
+        last = name.rsplit(".", 1)[-1]
+        return ("optim" in name.lower() or OPTIMIZER_NAMES.match(last) is not None) and bool(node.args)
 
     # --- entry point -----------------------------------------------------------------
 
@@ -283,15 +325,30 @@ class Analyzer:
                 f = training[0]
                 return Entry("function", f, f.body, None, f"{f.name.value}()")  # type: ignore[arg-type]
             return Entry("main-block", None, guard.body, None, "the __main__ block")
+        last_import = self.top_imports_end()
+        if last_import is None:
+            raise NotConvertible("no imports found: not a PyTorch training script")
+        if guard is None and not self._trains_at_import():
+            return Entry("library", None, module, last_import, "the first use")
+        return Entry("module", None, module, last_import, "the module")
+
+    def _trains_at_import(self) -> bool:
+        """Whether module-level code trains: a loop calling backward(), or a call that reaches one."""
+        for call in self.program.calls_in(None):
+            target = self.program.callee(call, None)
+            if is_backward(call) or (target is not None and self._reaches_training(target[0])):
+                return True
+        return False
+
+    def top_imports_end(self) -> cst.BaseStatement | None:
+        """The last statement of the imports at the top of the module: setup code goes after it."""
         imports = []
-        for statement in module.body:  # the imports at the top: the setup goes right after them
+        for statement in self.tree.module.body:
             if _is_import(statement):
                 imports.append(statement)
             elif imports and not _is_preamble(statement):
                 break
-        if not imports:
-            raise NotConvertible("no imports found: not a PyTorch training script")
-        return Entry("module", None, module, imports[-1], "the module")
+        return imports[-1] if imports else None
 
     def _needs_group_at_import(self, guard: cst.If, loaders: list[Origin]) -> bool:
         """Module code outside the `__main__` block that needs the process group (a training
@@ -315,7 +372,17 @@ class Analyzer:
             if not self._is_optimizer_call(call) or not call.args:
                 continue
             function = self.tree.function(call)
-            for ref in self._parameter_owners(call.args[0].value, function):
+            owners = self._parameter_owners(call.args[0].value, function)
+            if "self" in owners:
+                owners = [o for o in owners if o != "self"] + self._self_optimizer_owners(call, function)
+            for listed in self._model_lists(call, owners):
+                model = self._trained_model(listed.ref, function)
+                if model is not None and (listed.ref, function) not in found:
+                    model.element = listed.element
+                    self._judge_unused_parameters(model)
+                    found[(listed.ref, function)] = model
+                    owners = [o for o in owners if o != listed.element]
+            for ref in owners:
                 for model_ref, model_function in self._definition(ref, function):
                     key = (model_ref, model_function)
                     if key not in found:
@@ -323,12 +390,75 @@ class Analyzer:
                         if model is not None:
                             self._judge_unused_parameters(model)
                             found[key] = model
+        if not found:
+            for model in self._models_handed_an_optimizer():
+                self._judge_unused_parameters(model)
+                found[(model.ref, model.function)] = model
         return list(found.values())
+
+    def _model_lists(self, call: cst.Call, owners: list[str]) -> list[TrainedModel]:
+        """`[Adam(net.parameters()) for net in nets]`: the optimizer's model is an element of `nets`."""
+        found = []
+        for parent in self.tree.ancestors(call):
+            if isinstance(parent, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+                comp = parent.for_in
+                element, listed = dotted(comp.target), dotted(comp.iter)
+                if element in owners and listed is not None and "." not in listed:
+                    found.append(TrainedModel(listed, None, call, False, element=element))  # type: ignore[arg-type]
+        return found
+
+    def _self_optimizer_owners(self, call: cst.Call, function: cst.FunctionDef | None) -> list[str]:
+        """`Adam(self.parameters())` in a module's method: the model that method is called on, when
+        the method returns the optimizer (`model.configure_optimizers()`); refused when the module
+        steps it itself, since DDP can only wrap a module from outside."""
+        cls = self.program.owner_class(function) if function is not None else None
+        returned = function is not None and any(self.tree.inside(call, r) or self._flows_into(call, r, function) for r in self.program.returns(function))
+        if cls is None or not returned:
+            raise NotConvertible(
+                f"the optimizer at line {self.tree.line(call)} updates the parameters of the module that creates it "
+                f"(`{code(call.func)}(self.parameters())`{f' in `{cls.name.value}`' if cls else ''}), which trains itself: "
+                "DDP can only wrap a module from outside; create the optimizer where the model is built and train "
+                "the model through its forward"
+            )
+        owners = []
+        for site, caller in self.program.call_sites(function):  # type: ignore[arg-type]
+            if isinstance(site.func, cst.Attribute) and (ref := dotted(site.func.value)) is not None:
+                owners.append(".".join(ref.split(".")[:2] if ref.startswith("self.") else ref.split(".")[:1]))
+        return owners
+
+    def _flows_into(self, call: cst.Call, value: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+        """Whether `value` is a name assigned from `call` in `function` (`opt = Adam(...); return opt`)."""
+        name = dotted(value)
+        return name is not None and any(self.tree.inside(call, v) for v, _ in self.program.assignments(function, name))
+
+    def _models_handed_an_optimizer(self) -> list[TrainedModel]:
+        """A Trainer handed its optimizer by another module steps `self.optimizer` here: the models
+        are what the training forward calls (`self.model(x)`) on the way to backward()."""
+        found = []
+        for call in self.tree.calls():
+            if not is_backward(call):
+                continue
+            function = self.tree.function(call)
+            for forward in self.program.calls_in(function):
+                ref = dotted(forward.func)
+                if ref is None or ref == "self" or not self._feeds_backward(forward, function):
+                    continue
+                if self.program.callee(forward, function) is not None or self.tree.qname(forward.func):
+                    continue  # a function of this file, or torch / an imported function
+                if any(word in ref.lower() for word in ("loss", "criterion", "metric")):
+                    continue
+                for model_ref, model_function in self._definition(ref, function):
+                    model = self._trained_model(model_ref, model_function)
+                    if model is not None and all(m.ref != model.ref for m in found):
+                        found.append(model)
+        return found
 
     # --- parameters a step may leave without gradients --------------------------------
 
     def _judge_unused_parameters(self, model: TrainedModel) -> None:
         values = [v for v, _ in self.program.assignments(model.function, model.ref)]
+        if model.element is not None:  # a list of models: its elements
+            values = [el.value for v in values if isinstance(v, (cst.List, cst.Tuple)) for el in v.elements]
         classes = {self._model_class_of_value(v, model.function) for v in values}
         if len(classes) != 1 or None in classes:
             model.class_name = next((name for v in values if (name := self._constructor_name(v))), None)
@@ -487,7 +617,8 @@ class Analyzer:
         return False
 
     def _model_refs(self, models: list[TrainedModel]) -> dict[cst.FunctionDef | None, set[str]]:
-        return self.program.propagate([(m.ref, m.function) for m in models])
+        # A list of models is no model: its elements are reached through the list.
+        return self.program.propagate([(m.ref, m.function) for m in models if m.element is None])
 
     # --- training loops and loaders --------------------------------------------------
 
@@ -508,7 +639,10 @@ class Analyzer:
         if loops:  # batches drawn with next() in the step loop, maybe inside a same-file helper
             drawn = self._next_loaders(loops[0].body, function, depth=2)
             if drawn:
-                return [TrainLoop(loops[0], loader, where, "next") for loader, where in drawn]
+                return [TrainLoop(loops[0], loader, where, "next", external) for loader, where, external in drawn]
+            for loop in loops:
+                if isinstance(loop, cst.For) and self._external_loader(loop.iter, function) is not None:
+                    return [TrainLoop(loop, self._external_loader(loop.iter, function), function, "for", True)]  # type: ignore[arg-type]
         if function is None or function in seen:
             return []
         seen.add(function)
@@ -517,7 +651,9 @@ class Analyzer:
             found += self._loader_loops(call, caller, seen)
         return found
 
-    def _next_loaders(self, node: cst.CSTNode, function: cst.FunctionDef | None, depth: int) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None]]:
+    def _next_loaders(
+        self, node: cst.CSTNode, function: cst.FunctionDef | None, depth: int
+    ) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None, bool]]:
         """Loaders that `next(...)` calls under `node` draw from (`next(iter(loader))`, an
         iterator kept in a variable, `itertools.cycle(loader)`), following same-file calls."""
         found = []
@@ -528,7 +664,9 @@ class Analyzer:
                     if isinstance(wrapped, cst.Call) and wrapped.args and self.tree.qname(wrapped.func) in ITERATORS:
                         loader = self.program.loader(wrapped.args[0].value, origin.function)
                         if loader is not None:
-                            found.append((loader, origin.function))
+                            found.append((loader, origin.function, False))
+                        elif (external := self._external_loader(wrapped.args[0].value, origin.function)) is not None:
+                            found.append((external, origin.function, True))
             elif depth > 0:
                 target = self.program.callee(call, function)
                 if target is not None and not self._under_no_grad(target[0].body, target[0]):
@@ -537,9 +675,9 @@ class Analyzer:
 
     def _no_loader_reason(self, backward_calls: list[cst.Call]) -> str:
         call = backward_calls[0]
-        loops = self.tree.loops(call)
-        if loops and isinstance(loops[-1], cst.For):
-            where = f"the training loop (line {self.tree.line(loops[-1])}) iterates `{code(loops[-1].iter)}`"
+        loops = [loop for loop in self.tree.loops(call) if isinstance(loop, cst.For)]
+        if loops:
+            where = f"the training loop (line {self.tree.line(loops[0])}) iterates `{code(loops[0].iter)}`"
         else:
             where = f"the training step (line {self.tree.line(call)}) uses tensors the script builds itself"
         return (
@@ -586,6 +724,26 @@ class Analyzer:
             "rank: make it give each rank its own samples (or use a DistributedSampler), then convert"
         )
 
+    def _recreated_loaders(self, loops: list[TrainLoop]) -> list[LoaderPlan]:
+        """Loaders built outside this file are made again with a DistributedSampler, once, right
+        before the statement of their function that first uses them."""
+        plans: dict[str, LoaderPlan] = {}
+        for loop in loops:
+            if not loop.external:
+                continue
+            key = f"{id(loop.function)}:{code(loop.loader)}"
+            if key in plans:
+                continue
+            uses = [n for n in self.program.scope_nodes(loop.function) if isinstance(n, (cst.Name, cst.Attribute)) and code(n) == code(loop.loader)]
+            first = min((u for u in uses if not self._is_assigned(u)), key=self.tree.line, default=loop.loop)
+            loops = self.tree.loops(first)  # before the outermost loop that uses it: made once
+            anchor = loops[-1] if loops else self.tree.statement(first)
+            plans[key] = LoaderPlan(None, loop.function, "recreate", loader=loop.loader, anchor=anchor)
+        return list(plans.values())
+
+    def _is_assigned(self, node: cst.CSTNode) -> bool:
+        return isinstance(self.tree.parent(node), cst.AssignTarget)
+
     def _is_iterable_dataset(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         for origin in self.program.origins(expr, function):
             node = origin.node
@@ -594,6 +752,25 @@ class Analyzer:
                 if any(self.tree.qname(base.value) in s.ITERABLE_DATASET for base in cls.bases):
                     return True
         return False
+
+    def _external_loader(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
+        """A loader built outside this file (a parameter its callers pass in from another module, a
+        helper of another module): its name must say it is a loader, since nothing here shows it."""
+        expr = self.program.unwrap_iterable(expr)
+        name = dotted(expr)
+        if name is None:
+            return None
+        for origin in self.program.origins(expr, function):
+            node = origin.node
+            if isinstance(node, cst.Call) and self.program.callee(node, origin.function) is None:
+                name = self.tree.qname(node.func) or code(node.func)
+            elif dotted(node) is None:
+                return None  # built here from something that is no DataLoader
+        parts = name.lower().split(".")
+        last = parts[-1]
+        named = "loader" in last or last.endswith("_dl") or last == "dl"
+        split_of_data = len(parts) > 1 and last in {"train", "training"} and "data" in parts[-2]  # dataset.train
+        return expr if named or split_of_data else None
 
     def _train_loaders(self, loops: list[TrainLoop]) -> list[Origin]:
         loaders: dict[cst.CSTNode, Origin] = {}
@@ -607,6 +784,8 @@ class Analyzer:
         """Whether a `for` loop iterates a loader that gets a DistributedSampler (which needs set_epoch)."""
         if loop.consumed_by != "for":
             return False
+        if loop.external:
+            return True
         shard = {plan.call for plan in plans if plan.how == "shard"}
         return any(origin.node in shard for origin in self.program.origins(loop.loader, loop.function))
 

@@ -635,6 +635,19 @@ def finish_process_group(facts):
         facts.error("destroy after stop")
 
 
+def run_exit_handlers(facts):
+    """The script's atexit handlers (a teardown registered there) belong to its run: run them now,
+    while the facts can still see them, and only once."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    except Exception:
+        if facts is not None:
+            facts.error("atexit")
+    atexit._clear()
+
+
 def write_facts(facts):
     try:
         data = facts.to_json()
@@ -694,6 +707,8 @@ def main():
         traceback.print_exc()
         exit_code = 1
     finally:
+        if threading.current_thread() is threading.main_thread():
+            run_exit_handlers(facts)
         sys.stdout.flush()
         sys.stderr.flush()
         if facts is not None and threading.current_thread() is threading.main_thread():

@@ -30,7 +30,7 @@ class ReduceMetrics(Transform):
     DESCRIPTION = "totals accumulated over the sharded loader are all-reduced before they are reported"
 
     def run(self) -> None:
-        if not self.facts.train_loaders:
+        if not self.facts.loader_plans:
             return
         for loop in self.facts.train_loops:
             totals = self._accumulators(loop)

@@ -45,11 +45,14 @@ class GradientSync(Transform):
                 self._wrap(loop, step)
 
     def _accumulation_step(self, loop: TrainLoop) -> cst.If | None:
+        """`if (i + 1) % k == 0: optimizer.step()` after a backward() on every step. A block that
+        runs its own backward() too (a GAN's generator every n_critic steps) is no accumulation."""
         for node in self.tree.walk(loop.loop.body):
             if isinstance(node, cst.If) and any(
                 isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo) for n in self.tree.walk(node.test)
             ):
-                if any((found := method_call(c)) and found[1] == "step" for c in self.tree.calls(node.body)):
+                calls = list(self.tree.calls(node.body))
+                if any((found := method_call(c)) and found[1] == "step" for c in calls) and not any(map(is_backward, calls)):
                     return node
         return None
 

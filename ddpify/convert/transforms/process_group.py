@@ -21,6 +21,29 @@ else:
 """
 DEVICE = 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
 
+# A module with no entry point of its own sets the group up on first use, and tears it down at exit.
+LAZY_SETUP = '''
+
+def init_distributed():
+    """Set up the process group once, on first use (this module has no entry point of its own).
+
+    torchrun sets LOCAL_RANK/RANK/WORLD_SIZE; plain `python` runs a world of one. A caller that
+    set the group up already keeps its own.
+    """
+    if dist.is_initialized():
+        return
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)  # from here on "cuda" is this rank's GPU
+    # gloo for CPU tensors, nccl for CUDA ones: right whichever device the script picks
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    atexit.register(dist.destroy_process_group)  # torn down once, when the program ends
+'''
+
 
 class ProcessGroup(Transform):
     """Runs last: the setup defines `rank` / `world_size` only when other edits use them."""
@@ -30,6 +53,9 @@ class ProcessGroup(Transform):
 
     def run(self) -> None:
         entry = self.facts.entry
+        if entry.kind == "library":
+            self._lazy_setup()
+            return
         source = SETUP + (DEVICE if "device" in self.plan.uses else "")
         for name in ("rank", "world_size"):
             if name in self.plan.uses:
@@ -49,12 +75,33 @@ class ProcessGroup(Transform):
         self.plan.add_import("torch.distributed", asname="dist")
 
 
+    def _lazy_setup(self) -> None:
+        """`init_distributed()` at the top of each function that wraps a model or builds a training loader."""
+        assert self.facts.entry.after is not None
+        self.plan.insert_after(self.facts.entry.after, statements(LAZY_SETUP))
+        first_uses = {model.function for model in self.facts.models}
+        first_uses |= {plan.function for plan in self.facts.loader_plans}
+        for function in sorted((f for f in first_uses if f is not None), key=self.tree.line):
+            self.plan.prepend(function.body, statements("init_distributed()\n"))
+            self.change(function, f"process group set up on first use, in `{function.name.value}` (no entry point in this file)")
+        self.warn(
+            None,
+            "this file has no entry point: the process group is set up on first use and torn down at exit; "
+            "run the script that imports it under torchrun",
+        )
+        for name in ("atexit", "os", "torch"):
+            self.plan.add_import(name)
+        self.plan.add_import("torch.distributed", asname="dist")
+
+
 class Teardown(Transform):
     name = "teardown"
     DESCRIPTION = "destroy_process_group() on the way out of the entry point"
 
     def run(self) -> None:
         entry = self.facts.entry
+        if entry.kind == "library":
+            return  # init_distributed() registered the teardown at exit
         teardown = "dist.destroy_process_group()\n"
         body = entry.block.body
         last = body[-1]

@@ -7,13 +7,13 @@ left on every rank, with a warning, because guarding it would hang the other ran
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform, add_keyword, statements
-from ddpify.syntax import code
+from ddpify.syntax import code, dotted
 
 WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained", "mkdir"}
 FILE_METHODS = {"write", "writelines"}
@@ -25,6 +25,12 @@ class RankZeroGuards(Transform):
     DESCRIPTION = "output (print, logging, tqdm, saves, TensorBoard, wandb) only on rank 0"
 
     def run(self) -> None:
+        # Objects made on rank 0 only (None elsewhere): statements that use them run on rank 0 too.
+        self.rank_zero_objects = {
+            dotted(small.targets[0].target)
+            for small in self.tree.walk()
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and self._is_logger_object(small.value)
+        } - {None}
         self._block(self.tree.module, None)
         for function in self.program.all_functions:
             self._block(function.body, function)
@@ -47,8 +53,23 @@ class RankZeroGuards(Transform):
                 continue
             if self._creates_logger_object(statement, function):
                 continue
+            if isinstance(statement, cst.SimpleStatementLine):
+                self._mixed_line(statement.body, function)
+            for suite in _child_suites(statement):
+                self._mixed_line(suite.body, function)
             for inner in _child_blocks(statement):
                 self._block(inner, function)
+
+    def _mixed_line(self, smalls: Sequence[cst.BaseSmallStatement], function: cst.FunctionDef | None) -> None:
+        """`HAS_SK = False; print(...)`, or `except: print(...)` on one line: a statement guard would
+        take the other statements with it, so the output call itself runs only on rank 0."""
+        for small in smalls:
+            if isinstance(small, cst.Expr) and (kind := self._output_call(small.value, function)) is not None:
+                if self.facts.syncs(small.value, function):
+                    continue
+                condition = self.is_main_process(function)
+                self.plan.replace(small.value, lambda updated, c=condition: cst.parse_expression(f"{code(updated)} if {c} else None"))
+                self.change(small, f"{kind} only on rank 0")
 
     def _hoist(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
         """`print(evaluate(model))`: every rank runs `evaluate`, only rank 0 prints its result."""
@@ -106,6 +127,8 @@ class RankZeroGuards(Transform):
                 if isinstance(small, cst.Pass):
                     continue
                 kind = self._output_call(small.value, function) if isinstance(small, cst.Expr) else None
+                if kind is None and self._uses_rank_zero_object(small) and not self._is_logger_assignment(small):
+                    kind = "use of an object made on rank 0 only"
                 if kind is None:
                     return []
                 kinds.append(kind)
@@ -156,6 +179,8 @@ class RankZeroGuards(Transform):
             return "wandb"
         if name in s.FILE_WRITES:
             return "file write"
+        if name == "logging.basicConfig" and s.arg(node, None, "filename") is not None:
+            return "logging"
         found = s.method_call(node)
         if found is None:
             return None
@@ -173,19 +198,28 @@ class RankZeroGuards(Transform):
             return "file write"
         return None
 
+    def _is_logger_object(self, value: cst.BaseExpression) -> bool:
+        return self.tree.is_call_to(value, s.SUMMARY_WRITER) or self.tree.is_call_to(value, {"wandb.init"})
+
+    def _uses_rank_zero_object(self, node: cst.CSTNode) -> bool:
+        return any(
+            isinstance(n, (cst.Name, cst.Attribute)) and dotted(n) in self.rank_zero_objects for n in self.tree.walk(node)
+        )
+
     def _creates_logger_object(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
         """`writer = SummaryWriter(...)` -> `writer = SummaryWriter(...) if rank == 0 else None`."""
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
             return False
         small = statement.body[0]
-        if not isinstance(small, cst.Assign) or not (
-            self.tree.is_call_to(small.value, s.SUMMARY_WRITER) or self.tree.is_call_to(small.value, {"wandb.init"})
-        ):
+        if not isinstance(small, cst.Assign) or not self._is_logger_object(small.value):
             return False
         condition = self.is_main_process(function)
         self.plan.replace(small.value, cst.parse_expression(f"{code(small.value)} if {condition} else None"))
         self.change(statement, f"`{code(small.targets[0].target)}` is created on rank 0 only (None elsewhere)")
         return True
+
+    def _is_logger_assignment(self, small: cst.BaseSmallStatement) -> bool:
+        return isinstance(small, cst.Assign) and self._is_logger_object(small.value)
 
     # --- progress bars ---------------------------------------------------------------
 
@@ -198,6 +232,17 @@ class RankZeroGuards(Transform):
         else:
             self.plan.replace(call, add_keyword("disable", hidden))
         self.change(call, "progress bar shown on rank 0 only")
+
+
+def _child_suites(statement: cst.CSTNode) -> Iterator[cst.SimpleStatementSuite]:
+    """One-line bodies (`if x: print(y)`, `except: pass`) of a compound statement and its clauses."""
+    stack = list(statement.children) if not isinstance(statement, cst.SimpleStatementLine) else []
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, cst.SimpleStatementSuite):
+            yield node
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.IndentedBlock)):
+            stack.extend(node.children)
 
 
 def _child_blocks(statement: cst.CSTNode) -> Iterator[cst.IndentedBlock]:

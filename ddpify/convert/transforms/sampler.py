@@ -16,6 +16,32 @@ from ddpify.syntax import code
 
 DATASET_NAMES = ("train_dataset", "train_set", "train_data")
 
+# Emitted once into a script whose training loader is built in another module.
+RECREATE_HELPER = '''
+
+def distributed_loader(loader):
+    """`loader` made again with a DistributedSampler, so that each rank iterates its own part of
+    the dataset; its batch size, workers, collate function and the rest are kept."""
+    if not isinstance(loader, torch.utils.data.DataLoader):
+        raise TypeError(f"expected the training DataLoader, got a {type(loader).__name__}")
+    shuffle = isinstance(loader.sampler, torch.utils.data.RandomSampler)
+    if not shuffle and not isinstance(loader.sampler, torch.utils.data.SequentialSampler):
+        raise ValueError(f"cannot split a DataLoader with a {type(loader.sampler).__name__} by rank")
+    return torch.utils.data.DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=DistributedSampler(loader.dataset, shuffle=shuffle),
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        prefetch_factor=loader.prefetch_factor,
+        persistent_workers=loader.persistent_workers,
+    )
+'''
+
 
 class Sampler(Transform):
     name = "sampler"
@@ -27,8 +53,22 @@ class Sampler(Transform):
                 self._per_rank_generator(plan)
             elif plan.how == "subset":
                 self._split_subset(plan)
+            elif plan.how == "recreate":
+                self._recreate(plan)
             else:
                 self._shard(plan)
+        if any(plan.how == "recreate" for plan in self.facts.loader_plans):
+            assert self.facts.imports_end is not None
+            self.plan.insert_after(self.facts.imports_end, statements(RECREATE_HELPER))
+            self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+
+    def _recreate(self, plan: LoaderPlan) -> None:
+        assert plan.loader is not None and plan.anchor is not None
+        loader = code(plan.loader)
+        self.plan.insert_before(plan.anchor, statements(f"{loader} = distributed_loader({loader})  # built elsewhere: now sharded by rank\n"))
+        self.change(plan.anchor, f"`{loader}` is built outside this file: made again with a DistributedSampler before it is used")
+        if self.options.keep_global_batch:
+            self.warn(plan.anchor, f"`{loader}` is built outside this file: divide its batch size by the world size there to keep the global batch")
 
     def _shard(self, plan: LoaderPlan) -> None:
         call = plan.call

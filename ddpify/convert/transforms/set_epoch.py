@@ -2,7 +2,9 @@
 
 The epoch may be a `for epoch in range(...)` loop around the loader loop, a `while step <
 max_steps` loop that re-iterates the loader (the step counter then seeds the shuffle), or a
-loop in a caller of the function that iterates the loader.
+loop in a caller of the function that iterates the loader. A loader drawn with `next()` whose
+iterator is made again when it runs out (`except StopIteration: it = iter(loader)`) moves its
+sampler one epoch on each time.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ class SetEpoch(Transform):
     DESCRIPTION = "train_loader.sampler.set_epoch(epoch) at the top of each epoch"
 
     def run(self) -> None:
-        if not self.facts.train_loaders:
+        if not self.facts.loader_plans:
             return
         for start in self.facts.epoch_starts:
             if start.epoch is None:
@@ -28,3 +30,7 @@ class SetEpoch(Transform):
                 continue
             self.plan.prepend(start.loop.body, statements(f"{start.loader}.sampler.set_epoch({start.epoch})\n"))
             self.change(start.loop, f"`{start.loader}.sampler.set_epoch({start.epoch})` each epoch, so every epoch shuffles differently")
+        for call, loader in self.facts.refills():
+            statement = self.tree.statement(call)
+            self.plan.insert_before(statement, statements(f"{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)  # a new pass shuffles differently\n"))
+            self.change(call, f"`{loader}` is iterated again: its sampler moves to the next epoch first")

@@ -23,6 +23,12 @@ class WrapModel(Transform):
         for model in self.facts.models:
             # No device_ids: DDP uses the device the model is on, whichever the script picked.
             unused = model.unused_parameters
+            if model.element is not None:
+                flag = ", find_unused_parameters=True" if unused else ""
+                wrap = f"{model.ref} = [DDP({model.element}{flag}) for {model.element} in {model.ref}]\n"
+                self.plan.insert_after(model.anchor, statements(wrap))
+                self.change(model.anchor, f"each model in `{model.ref}` wrapped in DistributedDataParallel" + (f" (find_unused_parameters=True: {unused})" if unused else ""))
+                continue
             if unused:
                 self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref}, find_unused_parameters=True)\n"))
                 self.change(model.anchor, f"find_unused_parameters=True: {unused}")
