@@ -28,6 +28,7 @@ SEQUENTIAL_SAMPLER = {"torch.utils.data.SequentialSampler", "torch.utils.data.sa
 WEIGHTED_SAMPLER = {"torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler"}
 SUBSET_SAMPLER = {"torch.utils.data.SubsetRandomSampler", "torch.utils.data.sampler.SubsetRandomSampler"}
 ITERABLE_DATASET = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
+DATASET = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset", *ITERABLE_DATASET}
 DISTRIBUTED_SAMPLER = {
     "torch.utils.data.DistributedSampler",
     "torch.utils.data.distributed.DistributedSampler",

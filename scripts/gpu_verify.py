@@ -171,6 +171,7 @@ class Case:
     original_runs_on_cpu: bool
     equivalence: bool
     params_file: str
+    entry: str = ""  # a library fixture: the companion script that drives train.py
 
 
 def read_case(path: Path) -> Case:
@@ -190,6 +191,7 @@ def read_case(path: Path) -> Case:
         original_runs_on_cpu=bool(data.get("original_runs_on_cpu", True)),
         equivalence=bool(data.get("equivalence", False)),
         params_file=data.get("params_file", ""),
+        entry=data.get("entry", ""),
     )
 
 
@@ -285,6 +287,12 @@ def check_fixture(case: Case, modes: list[Mode], options: argparse.Namespace, sc
     script = case.path / "train_ddp.py"
     if not script.is_file():
         return FixtureReport(case, "FAIL", "train_ddp.py missing: the golden converted file is not there")
+    if case.entry:  # a library: its driver runs, with the converted file in the original's place
+        staged = scratch / case.name / "library"
+        staged.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(script, staged / "train.py")
+        shutil.copyfile(case.path / case.entry, staged / case.entry)
+        script = staged / case.entry
     reference = None
     if case.equivalence:
         reference = run_reference(case, modes[-1], options, scratch / case.name / "reference")

@@ -64,6 +64,9 @@ def verified(request: pytest.FixtureRequest, tmp_path: Path):
 
     def run(case: Case, **options) -> verify.VerifyResult:
         script = shutil.copy(case.converted, tmp_path / "train_ddp.py")
+        if case.config.get("entry"):  # a library: its driver runs, with the converted file in its place
+            shutil.copy(case.converted, tmp_path / "train.py")
+            script = shutil.copy(case.folder / case.config["entry"], tmp_path / case.config["entry"])
         options = verify.VerifyOptions(
             timeout=TIMEOUT, script_args=tuple(case.config.get("run_args", [])), keep=True, **options
         )

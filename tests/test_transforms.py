@@ -510,15 +510,19 @@ def test_model_built_in_another_module_is_named() -> None:
             "h = self.body(x)\n        if x.sum() > 0:\n            h = self.head(h)\n        return h",
             "`Net.forward` runs some layers only on some inputs", id="branch-on-input",
         ),
-        pytest.param("h = self.body(x)\n        return h, self.head(h)", "`Net.forward` returns several outputs", id="several-outputs"),
+        pytest.param("h = self.body(x)\n        return h, self.head(h)", "", id="one-output-behind-every-layer"),
+        pytest.param(
+            "h = self.body(x)\n        return self.head(h), self.aux(h)", "`Net.forward` returns outputs of separate layers", id="separate-heads",
+        ),
     ],
 )  # fmt: skip
 def test_find_unused_parameters_from_the_models_source(forward: str, reason: str) -> None:
     net = (
         "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n"
-        f"        self.head = nn.Linear(4, 1)\n\n    def forward(self, x):\n        {forward}\n"
+        f"        self.head = nn.Linear(4, 1)\n" + ("        self.aux = nn.Linear(4, 1)\n" if "aux" in forward else "")
+        + f"\n    def forward(self, x):\n        {forward}\n"
     )
-    loop = LOOP.replace("model(x)", "model(x)[0]") if "h, self" in forward else LOOP
+    loop = LOOP.replace("model(x)", "model(x)[0]") if "return h, " in forward or "aux(h)" in forward else LOOP
     source = standard(model="model = Net().to(device)", loop=loop).replace("\n\ndef main", "\n" + net + "\n\ndef main")
     result = convert(source)
     if reason:

@@ -186,6 +186,20 @@ class Facts:
                         found.append((call, spelled))
         return list(dict.fromkeys(found))
 
+    def in_dataset(self, function: cst.FunctionDef | None) -> bool:
+        """Whether `function` is a method of a Dataset: it runs on every rank and in DataLoader
+        workers, where a rank guard or a collective would hang or crash."""
+        cls = self.program.owner_class(function) if function is not None else None
+        seen = set()
+        while cls is not None and cls not in seen:
+            seen.add(cls)
+            names = [self.tree.qname(b.value) for b in cls.bases]
+            if any(name in s.DATASET for name in names):
+                return True
+            local = [dotted(b.value) for b in cls.bases]
+            cls = next((self.program.classes[n] for n in local if n in self.program.classes), None)
+        return False
+
     def custom_method_calls(self) -> list[tuple[cst.Call, cst.FunctionDef | None]]:
         """Calls of the wrapped model's own methods (`model.generate(...)`): DDP has none of them."""
         found = []
@@ -460,11 +474,13 @@ class Analyzer:
         if model.element is not None:  # a list of models: its elements
             values = [el.value for v in values if isinstance(v, (cst.List, cst.Tuple)) for el in v.elements]
         classes = {self._model_class_of_value(v, model.function) for v in values}
-        if len(classes) != 1 or None in classes:
+        if not classes or None in classes:
             model.class_name = next((name for v in values if (name := self._constructor_name(v))), None)
             model.unused_parameters = None
             return
-        model.unused_parameters = self._forward_may_skip(classes.pop())
+        # a model chosen among several same-file classes (`if args.type == ...`): any of them may skip
+        reasons = [self._forward_may_skip(cls) for cls in sorted(classes, key=self.tree.line)]  # type: ignore[arg-type]
+        model.unused_parameters = next((reason for reason in reasons if reason), "")
 
     def _constructor_name(self, value: cst.BaseExpression) -> str | None:
         while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MOVE_METHODS | {"train", "eval"}:
@@ -513,8 +529,30 @@ class Analyzer:
                     return f"`{cls.name.value}.forward` runs some layers only on some inputs (line {self.tree.line(node)})"
         for node in self.program.scope_nodes(forward):
             if isinstance(node, cst.Return) and isinstance(node.value, (cst.Tuple, cst.Dict)) and len(node.value.elements) > 1:
-                return f"`{cls.name.value}.forward` returns several outputs: a loss that uses only some leaves parameters without gradients"
+                values = [el.value for el in node.value.elements]
+                reached = [self._layers_behind(v, forward, methods, set()) for v in values]
+                if not any(layers == set().union(*reached) for layers in reached):
+                    return f"`{cls.name.value}.forward` returns outputs of separate layers: a loss that uses only some leaves parameters without gradients"
         return ""
+
+    def _layers_behind(self, expr: cst.CSTNode, function: cst.FunctionDef, methods: dict, seen: set) -> set[str]:
+        """The `self.<layer>` calls an output of `function` depends on, through its local names and
+        the methods it calls (`self.decode(self.reparameterize(mu, logvar))`)."""
+        layers: set[str] = set()
+        for node in self.tree.walk(expr):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and dotted(node.func.value) == "self":
+                name = node.func.attr.value
+                if name in methods and methods[name] not in seen:
+                    seen.add(methods[name])
+                    for value in self.program.returns(methods[name]):
+                        layers |= self._layers_behind(value, methods[name], methods, seen)
+                elif name not in methods:
+                    layers.add(name)
+            elif isinstance(node, cst.Name) and (node.value, function) not in seen:
+                seen.add((node.value, function))
+                for value in self._values_of(function, node.value):
+                    layers |= self._layers_behind(value, function, methods, seen)
+        return layers
 
     def _builds_layer(self, value: cst.Call) -> bool:
         name = self.tree.qname(value.func) or ""

@@ -23,12 +23,16 @@ class Checkpoints(Transform):
 
     def run(self) -> None:
         for function in [None, *self.program.all_functions]:
+            if self.facts.in_dataset(function):
+                continue  # data files a Dataset writes and reads: rank 0 downloads first (Downloads)
             saves: list[cst.Call] = []
             for node in self.program.scope_nodes(function):
                 if not isinstance(node, cst.Call):
                     continue
                 found = s.method_call(node)
-                if found and found[1] in {"state_dict", "load_state_dict"} and self.facts.is_model(found[0], function):
+                if found and found[1] in {"state_dict", "load_state_dict"} and (
+                    self.facts.is_model(found[0], function) or self._in_model_list(found[0])
+                ):
                     ref = code(found[0])
                     self.plan.replace(found[0], cst.parse_expression(f"{ref}.module"))
                     self.change(node, f"`{ref}.{found[1]}` goes through `.module`: no `module.` prefix in the keys")
@@ -36,6 +40,11 @@ class Checkpoints(Transform):
                     saves.append(node)
                 elif self.tree.is_call_to(node, s.TORCH_LOAD):
                     self._load(node, function, saves)
+
+    def _in_model_list(self, node: cst.BaseExpression) -> bool:
+        """`nets[1]`: an element of a list whose models were wrapped one by one."""
+        listed = {model.ref for model in self.facts.models if model.element is not None}
+        return isinstance(node, cst.Subscript) and s.dotted(node.value) in listed
 
     def _load(self, call: cst.Call, function: cst.FunctionDef | None, saves: list[cst.Call]) -> None:
         if s.arg(call, 1, "map_location") is None:

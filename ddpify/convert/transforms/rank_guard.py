@@ -33,7 +33,8 @@ class RankZeroGuards(Transform):
         } - {None}
         self._block(self.tree.module, None)
         for function in self.program.all_functions:
-            self._block(function.body, function)
+            if not self.facts.in_dataset(function):  # Dataset code also runs in DataLoader workers
+                self._block(function.body, function)
         for call in self.tree.calls():
             if self.tree.is_call_to(call, s.TQDM):
                 self._tqdm(call)
