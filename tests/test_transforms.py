@@ -508,7 +508,7 @@ def test_model_built_in_another_module_is_named() -> None:
         pytest.param("return self.body(x)", "`Net.forward` does not use `head`", id="unused-layer"),
         pytest.param(
             "h = self.body(x)\n        if x.sum() > 0:\n            h = self.head(h)\n        return h",
-            "`Net.forward` runs some layers only on some inputs", id="branch-on-input",
+            "`Net.forward` runs some layers only under a condition", id="branch-on-input",
         ),
         pytest.param("h = self.body(x)\n        return h, self.head(h)", "", id="one-output-behind-every-layer"),
         pytest.param(
@@ -532,3 +532,26 @@ def test_find_unused_parameters_from_the_models_source(forward: str, reason: str
         assert "model = DDP(model)\n" in result.output
 
 
+
+
+def test_tensors_shaped_by_the_batch_size_keep_full_batches() -> None:
+    loader = "batch_size = 8\nloader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=batch_size, shuffle=True)"
+    loop = LOOP.replace("        loss = nn", "        x = x.reshape(batch_size, -1)\n        loss = nn")
+    result = convert(standard(loader=loader, loop=loop))
+    assert "sampler=DistributedSampler(train_dataset, shuffle=True), drop_last=True)" in result.output
+    assert any("drop_last=True: the script shapes tensors by `batch_size`" in n.message for n in result.notes)
+
+
+def test_drop_last_noop_when_shapes_follow_the_batch() -> None:
+    loop = LOOP.replace("        loss = nn", "        x = x.reshape(x.size(0), -1)\n        loss = nn")
+    assert "drop_last" not in convert(standard(loop=loop)).output
+
+
+def test_calls_of_a_log_object_from_another_module_run_on_rank_0() -> None:
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        log(model, loss.item())\n") + "log.flush()\n"
+    source = standard(loop=loop).replace("    for epoch", "    log = Log(every=10)\n    for epoch").replace(
+        "import torch\n", "import torch\nfrom utility.log import Log\n", 1
+    )
+    output = convert(source).output
+    assert "            if rank == 0:\n                log(model, loss.item())\n" in output
+    assert "    if rank == 0:\n        log.flush()\n" in output

@@ -15,10 +15,12 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.transforms.base import Transform
+from ddpify.convert.transforms.base import Transform, statements
 from ddpify.syntax import dotted, string_value
 
 DEVICE_KEYWORDS = {"device", "map_location"}
+# For a script with no CPU path: "cuda" is resolved when used, so after set_device(local_rank).
+MODULE_DEVICE = '\ndevice = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # this rank\'s GPU, or the CPU\n'
 GPU_ID_NAMES = {"gpu", "gpu_id", "gpu_ids", "device_id", "local_rank", "cuda_device"}
 
 
@@ -27,6 +29,10 @@ class Devices(Transform):
     DESCRIPTION = "GPU indices become the rank's GPU (set_device(local_rank)); the script's own device choice is kept"
 
     def run(self) -> None:
+        self._walk()
+        self.finish()
+
+    def _walk(self) -> None:
         for function in [None, *self.program.all_functions]:
             for node in self.program.scope_nodes(function):
                 if isinstance(node, cst.Call):
@@ -91,13 +97,22 @@ class Devices(Transform):
             self.change(call, "`.cuda(N)` becomes `.cuda()`: this rank's GPU")
 
     def _fallback(self, function: cst.FunctionDef | None) -> str:
+        """The device a CUDA-only call moves to: the script's device variable, else `device`,
+        which the setup defines (or the module, for functions outside the entry point)."""
         name = self.device(function)
         if name is not None:
             return name
         if self.facts.sees_entry_names(function):
             self.plan.uses.add("device")  # the setup defines one
-            return "device"
-        return 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+        else:
+            self.plan.uses.add("module device")
+        return "device"
+
+    def finish(self) -> None:
+        if "module device" in self.plan.uses:
+            assert self.facts.imports_end is not None
+            self.plan.insert_after(self.facts.imports_end, statements(MODULE_DEVICE))
+            self.plan.uses.discard("device")  # the entry point sees the module's
 
     # --- other spellings -------------------------------------------------------------
 

@@ -18,6 +18,8 @@ from ddpify.syntax import code, dotted
 WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained", "mkdir"}
 FILE_METHODS = {"write", "writelines"}
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
+# Names of objects made by another module whose calls only report (`log = Log(...)`; `log(model, loss)`).
+LOG_OBJECTS = {"log", "logger", "printer", "reporter", "visualizer", "vis", "viz", "tracker", "plotter"}
 
 
 class RankZeroGuards(Transform):
@@ -182,10 +184,14 @@ class RankZeroGuards(Transform):
             return "file write"
         if name == "logging.basicConfig" and s.arg(node, None, "filename") is not None:
             return "logging"
+        if isinstance(node.func, cst.Name) and self._is_log_object(node.func, function):
+            return "logging"
         found = s.method_call(node)
         if found is None:
             return None
         obj, method = found
+        if self._is_log_object(obj, function):
+            return "logging"
         origins = [o.node for o in self.program.origins(obj, function)]
         if method in s.LOGGER_METHODS and any(self.tree.is_call_to(o, s.GET_LOGGER) for o in origins):
             return "logging"
@@ -198,6 +204,19 @@ class RankZeroGuards(Transform):
         if method == "save" and any(self.tree.is_call_to(o, s.IMAGE_MAKERS) for o in origins):
             return "file write"
         return None
+
+    def _is_log_object(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`log = Log(...)` from another module (`log.train(...)`, `log(model, loss)`): its calls print."""
+        name = dotted(obj)
+        if name is None or name.rsplit(".", 1)[-1].lower() not in LOG_OBJECTS:
+            return False
+        origins = self.program.origins(obj, function)
+        return bool(origins) and all(
+            isinstance(o.node, cst.Call)
+            and self.program.callee(o.node, o.function) is None
+            and not (self.tree.qname(o.node.func) or "").startswith(("logging.", "torch."))
+            for o in origins
+        )
 
     def _is_logger_object(self, value: cst.BaseExpression) -> bool:
         return self.tree.is_call_to(value, s.SUMMARY_WRITER) or self.tree.is_call_to(value, {"wandb.init"})

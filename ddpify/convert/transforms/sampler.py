@@ -15,6 +15,7 @@ from ddpify.convert.transforms.base import Transform, add_keyword, appended, key
 from ddpify.syntax import code
 
 DATASET_NAMES = ("train_dataset", "train_set", "train_data")
+SHAPE_METHODS = {"reshape", "view", "expand", "repeat"}
 
 # Emitted once into a script whose training loader is built in another module.
 RECREATE_HELPER = '''
@@ -98,6 +99,23 @@ class Sampler(Transform):
         self.plan.replace(call, _with_sampler(shuffle, sampler))
         self.change(call, f"training DataLoader sharded across ranks with DistributedSampler ({moved})")
         self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+        self._keep_full_batches(call)
+
+    def _keep_full_batches(self, call: cst.Call) -> None:
+        """`x.reshape(batch_size, -1)`, `torch.ones(batch_size, 1)`: the script assumes full batches,
+        which a shard of the data need not give: the last, short batch of each rank is dropped."""
+        batch = s.arg(call, 1, "batch_size")
+        if batch is None or s.arg(call, 9, "drop_last") is not None or isinstance(batch.value, cst.Integer):
+            return
+        size = code(batch.value)
+        for node in self.tree.calls():
+            found = s.method_call(node)
+            shaped = (found is not None and found[1] in SHAPE_METHODS) or self.tree.qname(node.func) in s.TENSOR_FACTORIES
+            first = s.arg(node, 0, None)
+            if shaped and first is not None and code(first.value) == size:
+                self.plan.replace(call, add_keyword("drop_last", "True"))
+                self.change(call, f"drop_last=True: the script shapes tensors by `{size}` (line {self.tree.line(node)}), so every batch must be full")
+                return
 
     def _per_rank_generator(self, plan: LoaderPlan) -> None:
         """Draws with replacement (or by weight) keep their distribution; each rank draws its own."""
