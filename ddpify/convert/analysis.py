@@ -90,6 +90,7 @@ class LoaderPlan:
     sampler: cst.Call | None = None  # the user's sampler, for "generator", "subset" and a replaced one
     loader: cst.BaseExpression | None = None  # "recreate": the loader as spelled in `function`
     anchor: cst.BaseStatement | None = None  # "recreate": it is made again right before this statement
+    after: bool = False  # "recreate": right after `anchor` (the statement that gets it) instead
 
 
 @dataclass
@@ -645,8 +646,8 @@ class Analyzer:
                 return True
             if isinstance(node, cst.Call):
                 target = self.program.callee(node, function)
-                if target is not None and self._reaches_training(target[0]) and any(dotted(a.value) == ref for a in node.args):
-                    return True
+                if target is not None and self._reaches_training(target[0]):
+                    return True  # `train(model, loader)`, or `train(epoch)` on a global model
         return False
 
     def _model_refs(self, models: list[TrainedModel]) -> dict[cst.FunctionDef | None, set[str]]:
@@ -758,21 +759,43 @@ class Analyzer:
         )
 
     def _recreated_loaders(self, loops: list[TrainLoop]) -> list[LoaderPlan]:
-        """Loaders built outside this file are made again with a DistributedSampler, once, right
-        before the statement of their function that first uses them."""
+        """Loaders built outside this file are made again with a DistributedSampler once, where they
+        enter this file: after the statement that gets them (`train_dl, ... = get_data(opts)`), in
+        the caller when a training function is handed one, else before their first use."""
         plans: dict[str, LoaderPlan] = {}
         for loop in loops:
             if not loop.external:
                 continue
-            key = f"{id(loop.function)}:{code(loop.loader)}"
-            if key in plans:
-                continue
-            uses = [n for n in self.program.scope_nodes(loop.function) if isinstance(n, (cst.Name, cst.Attribute)) and code(n) == code(loop.loader)]
-            first = min((u for u in uses if not self._is_assigned(u)), key=self.tree.line, default=loop.loop)
-            loops = self.tree.loops(first)  # before the outermost loop that uses it: made once
-            anchor = loops[-1] if loops else self.tree.statement(first)
-            plans[key] = LoaderPlan(None, loop.function, "recreate", loader=loop.loader, anchor=anchor)
+            for loader, function in self._loader_bindings(loop.loader, loop.function, set()):
+                key = f"{id(function)}:{code(loader)}"
+                if key not in plans:
+                    plans[key] = self._recreate_plan(loader, function, loop)
         return list(plans.values())
+
+    def _loader_bindings(self, expr, function, seen) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None]]:
+        """Follow a parameter to what the callers in this file pass for it."""
+        name = dotted(expr)
+        if function is None or function in seen or not isinstance(expr, cst.Name) or name not in self.program.all_param_names(function):
+            return [(expr, function)]
+        seen.add(function)
+        found = []
+        for call, caller in self.program.call_sites(function):
+            argument = self.program.argument_for(call, function, name)
+            if argument is not None and dotted(argument) is not None:
+                found += self._loader_bindings(argument, caller, seen)
+        return found or [(expr, function)]
+
+    def _recreate_plan(self, loader: cst.BaseExpression, function: cst.FunctionDef | None, loop: TrainLoop) -> LoaderPlan:
+        spelled = code(loader)
+        assigned = [v for v, _ in self.program.assignments(function, spelled)]
+        if assigned:
+            statement = self.tree.statement(max(assigned, key=self.tree.line))
+            return LoaderPlan(None, function, "recreate", loader=loader, anchor=statement, after=True)
+        uses = [n for n in self.program.scope_nodes(function) if isinstance(n, (cst.Name, cst.Attribute)) and code(n) == spelled]
+        first = min((u for u in uses if not self._is_assigned(u)), key=self.tree.line, default=loop.loop)
+        loops = self.tree.loops(first)  # before the outermost loop that uses it: made once
+        anchor = loops[-1] if loops else self.tree.statement(first)
+        return LoaderPlan(None, function, "recreate", loader=loader, anchor=anchor)
 
     def _is_assigned(self, node: cst.CSTNode) -> bool:
         return isinstance(self.tree.parent(node), cst.AssignTarget)
@@ -864,6 +887,9 @@ class Analyzer:
             target = loop.target
             if isinstance(target, cst.Name) and not (target.value == "_" and named):
                 return target.value
+            if isinstance(target, cst.Tuple):  # `for idx, epoch in enumerate(...)`
+                names = [el.value.value for el in target.elements if isinstance(el.value, cst.Name)]
+                return next((n for n in names if "epoch" in n), None) or named or (names[0] if names and names[0] != "_" else None)
             return named
         if named:
             return named

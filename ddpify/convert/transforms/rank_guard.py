@@ -19,6 +19,7 @@ WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "wri
 FILE_METHODS = {"write", "writelines"}
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
 # Names of objects made by another module whose calls only report (`log = Log(...)`; `log(model, loss)`).
+PRINTING_HELPERS = ("progress_bar", "print_")
 LOG_OBJECTS = {"log", "logger", "printer", "reporter", "visualizer", "vis", "viz", "tracker", "plotter"}
 
 
@@ -139,7 +140,8 @@ class RankZeroGuards(Transform):
         if isinstance(statement, cst.With):
             if not all(self.tree.opens_for_writing(item.item) for item in statement.items):
                 return []
-            kinds.append("file write")
+            # `with open(path, "w") as f:` writes the file whatever else its body does (csv.writer(f))
+            return [] if self.facts.syncs(statement.body, function) else ["file write"]
         elif isinstance(statement, cst.If):
             if self.facts.syncs(statement.test, function):
                 return []
@@ -178,8 +180,10 @@ class RankZeroGuards(Transform):
             return "logging"
         if name in s.TORCH_SAVE:
             return "checkpoint save"
-        if name in s.WANDB_CALLS:
+        if name in s.WANDB_CALLS or (name or "").startswith("wandb."):
             return "wandb"
+        if name and not name.startswith(("torch.", "builtins.")) and name.rsplit(".", 1)[-1].startswith(PRINTING_HELPERS):
+            return "print"  # `progress_bar(...)` from another module
         if name in s.FILE_WRITES:
             return "file write"
         if name == "logging.basicConfig" and s.arg(node, None, "filename") is not None:

@@ -66,7 +66,11 @@ class Sampler(Transform):
     def _recreate(self, plan: LoaderPlan) -> None:
         assert plan.loader is not None and plan.anchor is not None
         loader = code(plan.loader)
-        self.plan.insert_before(plan.anchor, statements(f"{loader} = distributed_loader({loader})  # built elsewhere: now sharded by rank\n"))
+        recreated = statements(f"{loader} = distributed_loader({loader})  # built elsewhere: now sharded by rank\n")
+        if plan.after:
+            self.plan.insert_after(plan.anchor, recreated)
+        else:
+            self.plan.insert_before(plan.anchor, recreated)
         self.change(plan.anchor, f"`{loader}` is built outside this file: made again with a DistributedSampler before it is used")
         if self.options.keep_global_batch:
             self.warn(plan.anchor, f"`{loader}` is built outside this file: divide its batch size by the world size there to keep the global batch")
