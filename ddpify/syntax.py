@@ -162,6 +162,8 @@ FILE_WRITES = {
     "sys.stdout.write",
     "sys.stderr.write",
 }
+# Calls that fetch files from the network onto the disk.
+DOWNLOADS = {"urllib.request.urlretrieve", "wget.download", "gdown.download", "torch.hub.download_url_to_file"}
 # Calls that build an image object whose `.save(path)` writes a file.
 IMAGE_MAKERS = {"PIL.Image.fromarray", "PIL.Image.new", "PIL.Image.open", "torchvision.transforms.functional.to_pil_image"}
 NO_GRAD = {

@@ -555,3 +555,30 @@ def test_calls_of_a_log_object_from_another_module_run_on_rank_0() -> None:
     output = convert(source).output
     assert "            if rank == 0:\n                log(model, loss.item())\n" in output
     assert "    if rank == 0:\n        log.flush()\n" in output
+
+
+@pytest.mark.parametrize(
+    ("accumulate", "report", "expected"),
+    [
+        pytest.param(
+            "total += loss.item()", "print(total / len(loader))",
+            ["totals = torch.tensor([total], dtype=torch.float64)", "total = (totals / world_size).item()"], id="per-rank-batches-average",
+        ),
+        pytest.param(
+            "total += loss.item() * x.size(0)\n        seen += x.size(0)", "print(total / seen, seen)",
+            ["totals = torch.tensor([total, seen], dtype=torch.float64)", "total = totals[0].item()", "seen = int(totals[1].item())"],
+            id="sum-over-a-count-and-the-count-stays-an-int",
+        ),
+        pytest.param(
+            "total += loss", "print(total / len(loader))",
+            ["totals = torch.tensor([float(total)], dtype=torch.float64)"], id="maybe-a-tensor-goes-through-float",
+        ),
+    ],
+)  # fmt: skip
+def test_metrics_are_summed_or_averaged_by_their_use(accumulate: str, report: str, expected: list[str]) -> None:
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    total, seen = 0.0, 0\n").replace(
+        "        optimizer.step()\n", f"        optimizer.step()\n        {accumulate}\n"
+    ) + f"    {report}\n"
+    output = convert(standard(loop=loop)).output
+    for line in expected:
+        assert f"        {line}\n" in output, output

@@ -115,6 +115,10 @@ class Facts:
     model_refs: dict[cst.FunctionDef | None, set[str]]
     syncing: set[cst.FunctionDef]
     warnings: list[tuple[cst.CSTNode | None, str]] = field(default_factory=list)
+    # Statements of the entry that prepare data files through same-file helpers (download, unzip,
+    # write csv): they run on rank 0, then a barrier; the helpers they alone call are left as is.
+    preparation: list[cst.BaseStatement] = field(default_factory=list)
+    prepared_functions: set[cst.FunctionDef] = field(default_factory=set)
 
     # --- scopes ------------------------------------------------------------------------
 
@@ -248,7 +252,7 @@ class Analyzer:
         loader_plans += self._recreated_loaders(loops)
         if not loader_plans:
             raise NotConvertible(self._no_loader_reason(backward_calls))
-        entry = self._entry(loaders)
+        entry = self._entry(loaders, models)
         device = self._device(entry)
         refs = self._model_refs(models)
         facts = Facts(
@@ -267,6 +271,7 @@ class Analyzer:
             warnings=self.warnings,
         )
         facts.syncing = self._syncing(facts)
+        facts.preparation, facts.prepared_functions = self._data_preparation(facts)
         self._check_names(entry)
         self._check_custom_methods(facts)
         return facts
@@ -325,7 +330,7 @@ class Analyzer:
 
     # --- entry point -----------------------------------------------------------------
 
-    def _entry(self, loaders: list[Origin]) -> Entry:
+    def _entry(self, loaders: list[Origin], models: list[TrainedModel]) -> Entry:
         module = self.tree.module
         guard = next((st for st in module.body if self.tree.is_main_guard(st)), None)
         if guard is not None and not self._needs_group_at_import(guard, loaders):
@@ -336,7 +341,9 @@ class Analyzer:
                 if isinstance(c.func, cst.Name) and c.func.value in self.program.functions
             ]
             training = [f for f in called if self._reaches_training(f)]
-            if len(training) == 1:
+            # the block itself builds what trains (the model it wraps, the loader it shards): set up there
+            builds = any(m.function is None for m in models) or any(o.function is None for o in loaders)
+            if len(training) == 1 and not builds:
                 f = training[0]
                 return Entry("function", f, f.body, None, f"{f.name.value}()")  # type: ignore[arg-type]
             return Entry("main-block", None, guard.body, None, "the __main__ block")
@@ -950,6 +957,46 @@ class Analyzer:
                 continue  # `local_rank = args.local_rank`: replaced by the environment variable
             if self.program.binds(entry.function, name):
                 raise NotConvertible(f"the script already uses the name `{name}` that the DDP setup needs; rename it first")
+
+    # --- data preparation ---------------------------------------------------------------
+
+    def _data_preparation(self, facts: Facts) -> tuple[list[cst.BaseStatement], set[cst.FunctionDef]]:
+        """Entry statements that call same-file helpers writing data files (and nothing that syncs):
+        `if not exists: download_and_unzip(...); create_csvs(...)`."""
+        writers = self.program.reaching(lambda call, function: self._writes_file(call))
+        writers -= facts.syncing
+        writers = {f for f in writers if not facts.in_dataset(f)}
+        if not writers:
+            return [], set()
+        entry = facts.entry
+        body = entry.block.body if entry.kind != "library" else []
+        statements = []
+        for statement in _flatten_main_block(self.tree, entry.block) if entry.kind == "module" else body:
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or facts.syncs(statement, entry.function):
+                continue
+            called = {t[0] for c in self.tree.calls(statement) if (t := self.program.callee(c, entry.function)) is not None}
+            if called & writers and not any(isinstance(n, (cst.For, cst.While)) for n in self.tree.walk(statement)):
+                statements.append(statement)
+        inside = [c for st in statements for c in self.tree.calls(st)]
+        only_there = set()
+        for function in writers:
+            sites = [call for call, _ in self.program.call_sites(function)]
+            if sites and all(any(site is c for c in inside) or self._called_only_from(function, writers) for site in sites):
+                only_there.add(function)
+        return statements, only_there
+
+    def _called_only_from(self, function: cst.FunctionDef, writers: set[cst.FunctionDef]) -> bool:
+        return all(caller in writers for _, caller in self.program.call_sites(function))
+
+    def _writes_file(self, call: cst.Call) -> bool:
+        name = self.tree.qname(call.func) or ""
+        found = s.method_call(call)
+        return (
+            self.tree.opens_for_writing(call)
+            or name in s.FILE_WRITES
+            or name in s.DOWNLOADS
+            or (found is not None and found[1] in {"extractall", "to_csv", "write_text", "write_bytes"})
+        )
 
     # --- custom methods of the wrapped model -------------------------------------------
 

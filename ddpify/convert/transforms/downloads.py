@@ -1,4 +1,5 @@
-"""Dataset downloads happen once: rank 0 downloads, the other ranks wait, then every rank reads.
+"""Dataset downloads and data preparation happen once: rank 0 does them, the other ranks wait,
+then every rank reads.
 
 `datasets.MNIST(root, download=True, ...)` on every rank at once would have each rank write the
 same files. Rank 0 first builds the dataset with the download arguments alone (no transforms),
@@ -22,7 +23,9 @@ class Downloads(Transform):
     DESCRIPTION = "download=True datasets: rank 0 downloads first, a barrier, then every rank reads"
 
     def run(self) -> None:
-        done: set[cst.CSTNode] = set()
+        for statement in self.facts.preparation:
+            self._prepare_once(statement)
+        done: set[cst.CSTNode] = set(self.facts.preparation)
         for call in self.tree.calls():
             download = s.arg(call, None, "download")
             if download is None or _is_false(download.value):
@@ -44,12 +47,33 @@ class Downloads(Transform):
             )
             self.change(call, "rank 0 downloads the data first; the other ranks wait at a barrier, then read it")
 
+    def _prepare_once(self, statement: cst.BaseStatement) -> None:
+        """`download_and_unzip(...)`, `create_csvs(...)`: rank 0 prepares the files, the others wait."""
+        function = self.facts.entry.function
+        condition = self.is_main_process(function)
+        if isinstance(statement, cst.If) and statement.orelse is None:
+            self.plan.replace(statement, lambda updated: updated.with_changes(
+                test=cst.BooleanOperation(left=cst.parse_expression(condition), operator=cst.And(), right=_parenthesized(updated.test))
+            ))
+        else:
+            self.plan.guard(statement, condition)
+        self.plan.insert_after(statement, statements("dist.barrier()  # rank 0 prepared the data files: wait for them\n"))
+        self.change(statement, "data files are prepared once, on rank 0; the other ranks wait at a barrier, then read them")
+
     def _inside_loop(self, statement: cst.CSTNode) -> bool:
         return bool(self.tree.loops(statement))
 
 
 def _is_false(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.Name) and value.value in {"False", "None"}
+
+
+def _parenthesized(test: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not (
+        isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)
+    ):
+        return test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return test
 
 
 def _plain_arg(arg: cst.Arg) -> cst.Arg:

@@ -22,7 +22,9 @@ from ddpify.syntax import code, method_call
 NUMBER_METHODS = {"item", "size", "numel", "tolist"}
 NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 
-Kind = Literal["number", "tensor", "list"]
+# count: a Python int of samples (summed); number: a Python float ("number?": maybe a tensor by
+# then, so it goes through float()); tensor: reduced in place; list: per-step values, gathered.
+Kind = Literal["count", "number", "number?", "tensor", "list"]
 
 
 class ReduceMetrics(Transform):
@@ -58,8 +60,13 @@ class ReduceMetrics(Transform):
         for name, values in added.items():
             initial = self._initial_values(loop, name)
             if initial and self._read_after(loop, name):
-                numbers = all(isinstance(v, (cst.Integer, cst.Float)) for v in initial) and all(map(self._is_number, values))
-                totals[name] = "number" if numbers else "tensor"
+                if all(isinstance(v, cst.Integer) for v in initial) and all(map(self._is_count, values)):
+                    totals[name] = "count"  # examples seen: a sum over ranks, and an int again
+                elif all(isinstance(v, (cst.Integer, cst.Float)) for v in initial):
+                    # a Python number, unless an increment is a tensor: `total += loss` makes one
+                    totals[name] = "number" if all(map(self._is_number, values)) else "number?"
+                else:
+                    totals[name] = "tensor"
         for name, values in appended.items():
             initial = self._initial_values(loop, name)
             if not (initial and all(isinstance(v, cst.List) and not v.elements for v in initial) and self._read_after(loop, name)):
@@ -85,7 +92,18 @@ class ReduceMetrics(Transform):
             for n in self.program.scope_nodes(loop.function)
         )
 
+    def _is_count(self, node: cst.BaseExpression) -> bool:
+        """`x.size(0)`, `x.shape[0]`, `len(x)`, `x.numel()`: how many samples."""
+        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
+            return True
+        found = method_call(node)
+        if found and found[1] in {"size", "numel"}:
+            return True
+        return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "len"
+
     def _is_number(self, node: cst.BaseExpression) -> bool:
+        if self._is_count(node):
+            return True
         for n in self.tree.walk(node):
             found = method_call(n)
             if found and found[1] in NUMBER_METHODS:
@@ -110,27 +128,21 @@ class ReduceMetrics(Transform):
             dataset = s.arg(origin.node, 0, "dataset") if isinstance(origin.node, cst.Call) else None
             if dataset is not None and isinstance(dataset.value, (cst.Name, cst.Attribute)):
                 per_dataset.add(f"len({code(dataset.value)})")
-        summed = any(
-            isinstance(n, cst.Call) and self.tree.line(n) > end and code(n) in per_dataset
-            for n in self.program.scope_nodes(function)
-        )
-        how = "sum" if summed else "average"
-        of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("number", "tensor", "list")}
-        what = f"{how} the totals" if of_kind["number"] or of_kind["tensor"] else "gather the values"
+        of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("count", "number", "number?", "tensor", "list")}
+        numbers = [name for name, kind in totals.items() if kind in ("count", "number", "number?")]  # in the script's order
+        summed = {name for name in totals if self._summed(loop, name, totals, per_dataset)}
+        reduced = numbers + of_kind["tensor"]
+        how = "sum" if set(reduced) <= summed else "average" if not summed & set(reduced) else "sum or average"
+        what = f"{how} the totals" if reduced else "gather the values"
         lines = [f"# Each rank trained on its own shard of the data: {what} over ranks."]
-        numbers = of_kind["number"]
         if numbers:
             tensor = self._free(function, "totals", "reduced_totals", "rank_totals")
-            reduced = tensor if summed else f"({tensor} / {self.world_size(function)})"
-            unpack = f"{numbers[0]} = {reduced}.item()" if len(numbers) == 1 else f"{', '.join(numbers)} = {reduced}.tolist()"
-            lines += [
-                f"{tensor} = torch.tensor([{', '.join(numbers)}], dtype=torch.float64)",
-                f"dist.all_reduce({tensor})",
-                unpack,
-            ]
+            values = ", ".join(f"float({n})" if totals[n] == "number?" else n for n in numbers)
+            lines += [f"{tensor} = torch.tensor([{values}], dtype=torch.float64)", f"dist.all_reduce({tensor})"]
+            lines += self._unpack(tensor, numbers, totals, summed, function)
         for name in of_kind["tensor"]:
             lines.append(f"dist.all_reduce({name})")
-            if not summed:
+            if name not in summed:
                 lines.append(f"{name} /= {self.world_size(function)}")
         for name in of_kind["list"]:
             gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
@@ -141,8 +153,46 @@ class ReduceMetrics(Transform):
             ]
         self.plan.insert_after(loop.loop, statements("\n".join(lines) + "\n"))
         listed = ", ".join(f"`{t}`" for t in totals)
-        done = "gathered from every rank" if not numbers and not of_kind["tensor"] else f"all-reduced ({how} over ranks)"
+        done = "gathered from every rank" if not reduced else f"all-reduced ({how} over ranks)"
         self.change(loop.loop, f"{listed} {done} after the loop: each rank saw only its shard")
+
+    def _summed(self, loop: TrainLoop, name: str, totals: dict[str, Kind], per_dataset: set[str]) -> bool:
+        """Sums and counts are summed over ranks; a total divided by a per-rank count (batches,
+        `len(loader)`, a constant) is an average and is averaged. `correct / total` sums both."""
+        end = self.tree.positions[loop.loop].end.line
+        modes = set()
+        for node in self.program.scope_nodes(loop.function):
+            if self.tree.line(node) <= end:
+                continue
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+                divided, denominator = node.left, node.right
+            elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+                divided, denominator = node.target, node.value  # `epoch_loss /= len(train_set)`
+            else:
+                continue
+            if any(isinstance(n, cst.Name) and n.value == name for n in self.tree.walk(divided)):
+                by_total = any(isinstance(n, cst.Name) and n.value in totals for n in self.tree.walk(denominator))
+                modes.add("sum" if code(denominator) in per_dataset or by_total else "average")
+        if not modes:
+            return totals[name] == "count"
+        return modes == {"sum"}
+
+    def _unpack(self, tensor: str, numbers: list[str], totals: dict[str, Kind], summed: set[str], function) -> list[str]:
+        """The reduced totals back into the script's names: counts as ints, sums or averages."""
+        averaged = [n for n in numbers if n not in summed]
+        ints = [n for n in numbers if totals[n] == "count"]
+        if len(numbers) == 1:
+            (name,) = numbers
+            value = f"({tensor} / {self.world_size(function)}).item()" if averaged else f"{tensor}.item()"
+            return [f"{name} = int({value})" if ints else f"{name} = {value}"]
+        if not ints and len(averaged) in (0, len(numbers)):
+            divided = f"({tensor} / {self.world_size(function)})" if averaged else tensor
+            return [f"{', '.join(numbers)} = {divided}.tolist()"]
+        lines = []
+        for i, name in enumerate(numbers):
+            value = f"{tensor}[{i}].item()" + (f" / {self.world_size(function)}" if name in averaged else "")
+            lines.append(f"{name} = int({value})" if name in ints else f"{name} = {value}")
+        return lines
 
     def _free(self, function: cst.FunctionDef | None, *names: str) -> str:
         return next(n for n in names if not self.program.binds(function, n))

@@ -36,7 +36,8 @@ class RankZeroGuards(Transform):
         } - {None}
         self._block(self.tree.module, None)
         for function in self.program.all_functions:
-            if not self.facts.in_dataset(function):  # Dataset code also runs in DataLoader workers
+            # Dataset code also runs in DataLoader workers; data preparation helpers run on rank 0 only.
+            if not self.facts.in_dataset(function) and function not in self.facts.prepared_functions:
                 self._block(function.body, function)
         for call in self.tree.calls():
             if self.tree.is_call_to(call, s.TQDM):
@@ -46,7 +47,7 @@ class RankZeroGuards(Transform):
 
     def _block(self, block: cst.IndentedBlock | cst.Module, function: cst.FunctionDef | None) -> None:
         for statement in block.body:
-            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or statement in self.facts.preparation:
                 continue
             kinds = self._output(statement, function)
             if kinds:
