@@ -24,6 +24,7 @@ from ddpify.nodes import children
 
 COMPREHENSIONS = {cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp}
 FUNCTIONS = {cst.FunctionDef, cst.Lambda}
+DEFINITIONS = {cst.FunctionDef, cst.ClassDef, cst.Param}
 UNRESOLVED_PARENTS = {cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal}
 ImportNode = cst.Import | cst.ImportFrom
 
@@ -103,6 +104,15 @@ class Names:
             if hasattr(builtins, prefix):
                 return f"builtins.{prefix}"
         return None
+
+    def reads(self, name: cst.Name, statement: ImportNode) -> bool:
+        """Whether `name` is read (not bound) and resolves to a binding `statement` makes."""
+        parent = self.parents.get(name)
+        if name in self.stores or (type(parent) in DEFINITIONS and parent.name is name):  # type: ignore[union-attr]
+            return False
+        scope = self.scope_of(name)
+        found = scope.lookup(name.value) if scope is not None else None
+        return found is not None and any(bound is statement for bound in found)
 
     # --- scopes --------------------------------------------------------------------------
 
