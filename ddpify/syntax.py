@@ -1,24 +1,22 @@
 """Syntax-tree helpers shared by the converter and the linter.
 
-Everything here reads a LibCST tree resolved once through a `MetadataWrapper`: qualified
-names (so `import torch.nn as nn` and `from torch.nn import DataParallel as DP` are both
-seen), parents, positions and scopes.
+Everything here reads a LibCST tree indexed once by `Tree`: qualified names (so
+`import torch.nn as nn` and `from torch.nn import DataParallel as DP` are both seen),
+parents, children and positions.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from functools import cached_property
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import (
-    MetadataWrapper,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    QualifiedNameSource,
-)
+
+from ddpify import nodes
+from ddpify.names import Names
+from ddpify.positions import Positions
 
 # --- torch names, matched by qualified name -------------------------------------------
 
@@ -286,31 +284,32 @@ def method_call(node: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:
     return None
 
 
-@dataclass
 class Tree:
-    """A parsed script and the metadata resolved once for it."""
+    """A parsed script, indexed once: parents, children and preorder up front; qualified
+    names and positions when first asked for."""
 
-    module: cst.Module
-    qualified: dict[cst.CSTNode, set]
-    parents: dict[cst.CSTNode, cst.CSTNode]
-    positions: dict[cst.CSTNode, object]
-    _children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        index = nodes.index(module)
+        self.parents = index.parents
+        self._children = index.children
+        self._order = index.order
+        self._position = index.position
+        self._calls = index.calls
+        self._call_positions = index.call_positions
 
     @classmethod
     def parse(cls, module: cst.Module) -> Tree:
-        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        resolved = wrapper.resolve_many([QualifiedNameProvider, ParentNodeProvider, PositionProvider])
-        parents = resolved[ParentNodeProvider]
-        children: dict[cst.CSTNode, list[cst.CSTNode]] = {}
-        for child, parent in parents.items():  # recorded parent by parent, children in order
-            children.setdefault(parent, []).append(child)
-        return cls(
-            module=wrapper.module,
-            qualified=dict(resolved[QualifiedNameProvider]),
-            parents=parents,
-            positions=resolved[PositionProvider],
-            _children=children,
-        )
+        return cls(module)
+
+    @cached_property
+    def positions(self) -> Positions:
+        """node -> CodeRange, as LibCST's PositionProvider gives them."""
+        return Positions(self.module, self._order)
+
+    @cached_property
+    def _names(self) -> Names:
+        return Names(self.module, self._order, self.parents)
 
     def children(self, node: cst.CSTNode) -> list[cst.CSTNode]:
         return self._children.get(node, [])
@@ -319,14 +318,7 @@ class Tree:
 
     def qname(self, node: cst.CSTNode) -> str | None:
         """The imported qualified name of an expression (`nn.DataParallel` -> `torch.nn.DataParallel`)."""
-        names = self.qualified.get(node, set())
-        if callable(names):  # LibCST resolves qualified names lazily
-            names = self.qualified[node] = names()
-        imported = sorted(q.name for q in names if q.source == QualifiedNameSource.IMPORT)
-        if imported:
-            return imported[0]
-        builtin = sorted(q.name for q in names if q.source == QualifiedNameSource.BUILTIN)
-        return builtin[0] if builtin else None
+        return self._names.qualified(node)
 
     def call_name(self, node: cst.CSTNode) -> str | None:
         return self.qname(node.func) if isinstance(node, cst.Call) else None
@@ -344,10 +336,10 @@ class Tree:
     # structure
 
     def line(self, node: cst.CSTNode) -> int:
-        return self.positions[node].start.line
+        return self.positions.span(node)[0]
 
     def column(self, node: cst.CSTNode) -> int:
-        return self.positions[node].start.column + 1
+        return self.positions.span(node)[1] + 1
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
@@ -400,14 +392,29 @@ class Tree:
 
     def walk(self, root: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
         """Every node below `root` (the module by default), parents before children."""
-        stack = [root if root is not None else self.module]
-        while stack:
-            node = stack.pop()
-            yield node
-            stack.extend(reversed(self.children(node)))
+        if root is None:
+            return iter(self._order)
+        start = self._position.get(root)
+        if start is None:  # not part of this tree (a node a transform built)
+            return iter((root,))
+        return iter(self._order[start : self._end(root)])
 
     def calls(self, root: cst.CSTNode | None = None) -> Iterator[cst.Call]:
-        return (n for n in self.walk(root) if isinstance(n, cst.Call))
+        """The calls `walk(root)` meets, in the same order."""
+        if root is None:
+            return iter(self._calls)
+        if root not in self._position:
+            return iter([root] if isinstance(root, cst.Call) else [])
+        first = bisect_left(self._call_positions, self._position[root])
+        end = bisect_left(self._call_positions, self._end(root), first)
+        return iter(self._calls[first:end])
+
+    def _end(self, node: cst.CSTNode) -> int:
+        """Where `node`'s subtree ends in preorder: just after its last descendant."""
+        last = node
+        while last in self._children:
+            last = self._children[last][-1]
+        return self._position[last] + 1
 
     def opens_for_writing(self, node: cst.CSTNode) -> bool:
         """`open(path, "w")` (or "a", "x", binary or not)."""

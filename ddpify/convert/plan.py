@@ -3,9 +3,11 @@
 Transforms never mutate the tree. Each one reads the facts and records edits keyed by
 nodes of the *original* tree (replace a node, insert statements around a statement, remove
 a statement, put a statement under a rank-0 guard, add an import) plus a one-line reason
-for the report. `apply()` then rebuilds the tree bottom-up in a single pass, so edits to a
-node and to its statement compose (a `torch.save(model.state_dict())` rewritten inside and
-guarded outside), and `AddImportsVisitor` adds the imports the edits asked for.
+for the report. `apply()` then rebuilds the tree bottom-up in a single pass over the paths
+from the edited nodes to the module (the rest is kept as parsed), so edits to a node and to
+its statement compose (a `torch.save(model.state_dict())` rewritten inside and guarded
+outside); then the imports the edits asked for are added (and unused ones dropped) as
+LibCST's `AddImportsVisitor` and `RemoveImportsVisitor` would.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
+from ddpify.convert.imports import add_imports, drop_unused_imports
+from ddpify.convert.rebuild import PathRebuilder, dirty_paths
 from ddpify.syntax import Tree
 
 BLANK = cst.EmptyLine(indent=False)
@@ -126,16 +128,24 @@ class Plan:
     def apply(self) -> cst.Module:
         module = self.tree.module.visit(_Applier(self))
         assert isinstance(module, cst.Module)
-        context = CodemodContext()
-        for module_name, obj, asname in self.imports:
-            AddImportsVisitor.add_needed_import(context, module_name, obj, asname)
-        for module_name, obj, asname in self.unused_imports:
-            RemoveImportsVisitor.remove_unused_import(context, module_name, obj, asname)
         if self.imports:
-            module = AddImportsVisitor(context).transform_module(module)
+            module = add_imports(module, self.imports)
         if self.unused_imports:
-            module = RemoveImportsVisitor(context).transform_module(module)
+            module = drop_unused_imports(module, self.unused_imports)
         return module
+
+    def _edited(self) -> set[cst.CSTNode]:
+        """The nodes whose subtrees `apply()` rebuilds: edited nodes, blocks gaining statements,
+        statements gaining neighbours, being removed or grouped."""
+        return {
+            *self.replacements,
+            *self.prepended,
+            *self.appended,
+            *self.before,
+            *self.after,
+            *self.removed,
+            *self.groups,
+        }
 
 
 def _is_docstring(statement: cst.CSTNode) -> bool:
@@ -151,12 +161,14 @@ def _blank_lines(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
     return [line for line in lines if line.comment is None]
 
 
-class _Applier(cst.CSTTransformer):
+class _Applier(PathRebuilder):
     def __init__(self, plan: Plan) -> None:
-        super().__init__()
+        super().__init__(dirty_paths(plan._edited(), plan.tree.parents))
         self.plan = plan
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        if original_node not in self.dirty:
+            return updated_node
         updated = updated_node
         for fn in self.plan.replacements.get(original_node, ()):
             updated = fn(updated)
