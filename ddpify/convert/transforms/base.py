@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import libcst as cst
@@ -17,7 +18,13 @@ class ConvertOptions:
 
 def statements(source: str) -> list[cst.BaseStatement]:
     """Parse statements; comment lines above the first one stay attached to it."""
-    return list(cst.parse_module("pass\n" + source).body[1:])
+    return list(_parsed(source))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(source: str) -> tuple[cst.BaseStatement, ...]:
+    # Nodes are immutable: the same emitted code is parsed once and may appear in several places.
+    return tuple(cst.parse_module("pass\n" + source).body[1:])
 
 
 def keyword(name: str, value: str) -> cst.Arg:

@@ -60,10 +60,11 @@ class RankZeroGuards(Transform):
                 continue
             if isinstance(statement, cst.SimpleStatementLine):
                 self._mixed_line(statement.body, function)
-            for suite in _child_suites(statement):
-                self._mixed_line(suite.body, function)
-            for inner in _child_blocks(statement):
-                self._block(inner, function)
+            for body in _child_bodies(self.tree, statement):
+                if isinstance(body, cst.SimpleStatementSuite):
+                    self._mixed_line(body.body, function)
+                else:
+                    self._block(body, function)
 
     def _mixed_line(self, smalls: Sequence[cst.BaseSmallStatement], function: cst.FunctionDef | None) -> None:
         """`HAS_SK = False; print(...)`, or `except: print(...)` on one line: a statement guard would
@@ -259,22 +260,15 @@ class RankZeroGuards(Transform):
         self.change(call, "progress bar shown on rank 0 only")
 
 
-def _child_suites(statement: cst.CSTNode) -> Iterator[cst.SimpleStatementSuite]:
-    """One-line bodies (`if x: print(y)`, `except: pass`) of a compound statement and its clauses."""
-    stack = list(statement.children) if not isinstance(statement, cst.SimpleStatementLine) else []
+def _child_bodies(tree, statement: cst.CSTNode) -> Iterator[cst.IndentedBlock | cst.SimpleStatementSuite]:
+    """The bodies of a compound statement and of its clauses (`else`, `except`, `finally`): indented
+    blocks and one-line suites, not those of nested functions or classes."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return
+    stack = list(tree.children(statement))
     while stack:
         node = stack.pop(0)
-        if isinstance(node, cst.SimpleStatementSuite):
-            yield node
-        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.IndentedBlock)):
-            stack.extend(node.children)
-
-
-def _child_blocks(statement: cst.CSTNode) -> Iterator[cst.IndentedBlock]:
-    stack = list(statement.children)
-    while stack:
-        node = stack.pop(0)
-        if isinstance(node, cst.IndentedBlock):
+        if isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
             yield node
         elif not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            stack.extend(node.children)
+            stack.extend(tree.children(node))
