@@ -273,7 +273,7 @@ class Tree:
     @cached_property
     def positions(self) -> Positions:
         """node -> CodeRange, as LibCST's PositionProvider gives them."""
-        return Positions(self.module, self._order)
+        return Positions(self.module, self._order, self._position, self.parents)
 
     @cached_property
     def _names(self) -> Names:
