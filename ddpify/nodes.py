@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
+from typing import get_args
 
 import libcst as cst
 from libcst import MaybeSentinel
@@ -24,9 +25,9 @@ class _Fields:
     """How to read the children of one node type.
 
     `read` returns the fields the type visits, in visiting order (None: it visits none).
-    A few types visit a field only when it is set (an f-string's format spec), so the fields
-    that were unset on the node this was learnt from stay `unsettled`: a node that sets one
-    is learnt from again."""
+    A few types visit a field only when it is set (an f-string's format spec), so the node
+    fields that were unset on the node this was learnt from stay `unsettled`: a node that
+    sets one is learnt from again."""
 
     read: Callable[[cst.CSTNode], tuple] | None
     unsettled: tuple[str, ...]
@@ -67,9 +68,16 @@ def _learn(node: cst.CSTNode) -> _Fields:
         read = lambda n: (single(n),)  # noqa: E731
     else:
         read = attrgetter(*visited)
-    unset = tuple(f.name for f in fields(node) if f.name not in visited and getattr(node, f.name) is None)
+    unset = tuple(f.name for f in fields(node) if f.name not in visited and getattr(node, f.name) is None and _may_hold_nodes(f.type))
     known = _KNOWN[type(node)] = _Fields(read, unset)
     return known
+
+
+def _may_hold_nodes(annotation: object) -> bool:
+    """Whether a field's type mentions a node type (`Optional[str]` does not)."""
+    if isinstance(annotation, type):
+        return issubclass(annotation, cst.CSTNode)
+    return any(_may_hold_nodes(arg) for arg in get_args(annotation))
 
 
 def _sets_unsettled(node: cst.CSTNode, known: _Fields) -> bool:

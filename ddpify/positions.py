@@ -1,22 +1,34 @@
-"""Line and column of every node, as LibCST's `PositionProvider` gives them, for a fraction
-of its cost.
+"""Line and column of nodes, exactly as LibCST's `PositionProvider` gives them, computed
+only around the nodes someone asks about.
 
-PositionProvider renders the module through a codegen state whose hooks record where each
-node starts and ends; its state splits every token with a regular expression and builds two
-dataclasses per node. The state here hooks the same places (so the ranges are the same,
-syntactic ones included) but counts newlines with `str.count`, keeps plain tuples, and
-builds the `CodeRange` only for the nodes someone asks about.
+PositionProvider renders the whole module through a codegen state whose hooks record where
+each node starts and ends, which costs about half a parse. The state here hooks the same
+places (so the ranges are the same, syntactic ones included), but it renders only the
+statement around an asked-for node. A statement of a block always starts a line, at the
+block's indentation, so rendering it alone needs just its first line: one plus the line
+breaks of every token before it, which come only from a few leaf node types (newlines,
+whitespace with a backslash continuation, strings) and are counted without rendering.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator, Mapping
+from itertools import accumulate
 
 import libcst as cst
-from libcst.metadata import CodePosition, CodeRange
 from libcst._nodes.internal import CodegenState
+from libcst.metadata import CodePosition, CodeRange
 
 Span = tuple[int, int, int, int]  # start line, start column, end line, end column
+BLOCKS = (cst.IndentedBlock, cst.Module)
+INDENTING = (cst.IndentedBlock, cst.Match)  # what renders the code inside it one indent deeper
+TEXT_LEAVES = {cst.SimpleWhitespace, cst.SimpleString, cst.FormattedStringText, cst.TemplatedStringText}
+
+
+def _line_breaks(text: str) -> int:
+    """How many lines `text` ends ("\\r\\n", "\\r" and "\\n" each end one)."""
+    return text.count("\n") + text.count("\r") - text.count("\r\n")
 
 
 class _SyntacticSpan:
@@ -43,16 +55,16 @@ class _SyntacticSpan:
 
 class _PositionState(CodegenState):
     """Codegen that tracks the current line and column and records each node's span (keyed
-    by id: node hashing is a Python call, and this runs for every node)."""
+    by id: node hashing is a Python call, and this runs for every node rendered)."""
 
     __slots__ = ("line", "column", "starts", "spans")
 
-    def __init__(self, module: cst.Module) -> None:
-        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
-        self.line = 1
+    def __init__(self, module: cst.Module, spans: dict[int, Span], line: int, indents: list[str]) -> None:
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline, indent_tokens=indents)
+        self.line = line
         self.column = 0
         self.starts: list[tuple[int, int]] = []
-        self.spans: dict[int, Span] = {}
+        self.spans = spans
 
     def add_indent_tokens(self) -> None:
         for token in self.indent_tokens:
@@ -60,8 +72,8 @@ class _PositionState(CodegenState):
 
     def add_token(self, value: str) -> None:
         self.tokens.append(value)
-        if "\n" in value or "\r" in value:  # "\r\n", "\r" and "\n" each end a line
-            self.line += value.count("\n") + value.count("\r") - value.count("\r\n")
+        if "\n" in value or "\r" in value:
+            self.line += _line_breaks(value)
             self.column = len(value) - max(value.rfind("\n"), value.rfind("\r")) - 1
         else:
             self.column += len(value)
@@ -80,27 +92,85 @@ class _PositionState(CodegenState):
 
 
 class Positions(Mapping[cst.CSTNode, CodeRange]):
-    """`PositionProvider`'s mapping for one module: node -> CodeRange."""
+    """`PositionProvider`'s mapping for one module (node -> CodeRange), filled statement by
+    statement as nodes are asked for."""
 
-    def __init__(self, module: cst.Module, nodes: list[cst.CSTNode]) -> None:
-        state = _PositionState(module)
-        module._codegen(state)
-        self._spans = state.spans
-        self._nodes = nodes  # every node of the module, for iteration
+    def __init__(self, module: cst.Module, order: list[cst.CSTNode], position: dict[cst.CSTNode, int], parents: dict[cst.CSTNode, cst.CSTNode]) -> None:
+        self.module = module
+        self.order = order
+        self.position = position
+        self.parents = parents
+        self._spans: dict[int, Span] = {}
+        self._complete = False
+        self._break_positions: list[int] | None = None  # preorder positions of the leaves that end lines
+        self._breaks_before: list[int] = []  # lines they end, cumulated
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
-        line, column, end_line, end_column = self._spans[id(node)]
+        line, column, end_line, end_column = self.span(node)
         return CodeRange(CodePosition(line, column), CodePosition(end_line, end_column))
 
     def span(self, node: cst.CSTNode) -> Span:
         """The same range as plain numbers: start line, start column, end line, end column."""
-        return self._spans[id(node)]
+        key = id(node)
+        if key not in self._spans and node in self.position:
+            self._render_around(node)
+        return self._spans[key]
 
     def __contains__(self, node: object) -> bool:
-        return id(node) in self._spans
+        return node in self.position
 
     def __iter__(self) -> Iterator[cst.CSTNode]:
-        return (node for node in self._nodes if id(node) in self._spans)
+        return iter(self.order)
 
     def __len__(self) -> int:
-        return len(self._spans)
+        return len(self.order)
+
+    def _render_around(self, node: cst.CSTNode) -> None:
+        statement, indents = self._statement_of(node)
+        if statement is None:
+            self._render_module()
+        else:
+            statement._codegen(_PositionState(self.module, self._spans, self._first_line(statement), indents))
+
+    def _render_module(self) -> None:
+        if not self._complete:
+            self.module._codegen(_PositionState(self.module, self._spans, 1, []))
+            self._complete = True
+
+    def _statement_of(self, node: cst.CSTNode) -> tuple[cst.CSTNode | None, list[str]]:
+        """The innermost statement of a block holding `node` (None: the module's own lines),
+        and the indentation it is rendered at (the indents its enclosing blocks push)."""
+        statement = None
+        indents: list[str] = []
+        child, parent = node, self.parents.get(node)
+        while parent is not None:
+            if statement is None and isinstance(parent, BLOCKS) and any(child is s for s in parent.body):
+                statement = child
+            if statement is not None and isinstance(parent, INDENTING):
+                indents.append(self.module.default_indent if parent.indent is None else parent.indent)
+            child, parent = parent, self.parents.get(parent)
+        return statement, indents[::-1]
+
+    def _first_line(self, statement: cst.CSTNode) -> int:
+        """One plus the line breaks of everything rendered before `statement`."""
+        if self._break_positions is None:
+            self._count_line_breaks()
+        count = bisect_left(self._break_positions, self.position[statement])  # type: ignore[arg-type]
+        return 1 + (self._breaks_before[count - 1] if count else 0)
+
+    def _count_line_breaks(self) -> None:
+        """Only newlines, whitespace (a backslash continuation) and strings end lines."""
+        found: list[int] = []
+        breaks: list[int] = []
+        for index, node in enumerate(self.order):
+            kind = type(node)
+            if kind is cst.Newline:
+                found.append(index)
+                breaks.append(1)
+            elif kind in TEXT_LEAVES:
+                text = node.value  # type: ignore[attr-defined]
+                if "\n" in text or "\r" in text:
+                    found.append(index)
+                    breaks.append(_line_breaks(text))
+        self._break_positions = found
+        self._breaks_before = list(accumulate(breaks))

@@ -305,7 +305,7 @@ class Tree:
     @cached_property
     def positions(self) -> Positions:
         """node -> CodeRange, as LibCST's PositionProvider gives them."""
-        return Positions(self.module, self._order)
+        return Positions(self.module, self._order, self._position, self.parents)
 
     @cached_property
     def _names(self) -> Names:
@@ -366,10 +366,10 @@ class Tree:
 
     def function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         """The innermost function (or method) holding `node`."""
-        for parent in self.ancestors(node):
-            if isinstance(parent, cst.FunctionDef):
-                return parent
-        return None
+        parent = self.parents.get(node)
+        while parent is not None and type(parent) is not cst.FunctionDef:
+            parent = self.parents.get(parent)
+        return parent
 
     def enclosing_class(self, function: cst.FunctionDef) -> cst.ClassDef | None:
         parent = self.parents.get(function)
@@ -388,7 +388,10 @@ class Tree:
         return found
 
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
-        return node is container or any(a is container for a in self.ancestors(node))
+        current: cst.CSTNode | None = node
+        while current is not None and current is not container:
+            current = self.parents.get(current)
+        return current is not None
 
     def walk(self, root: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
         """Every node below `root` (the module by default), parents before children."""
