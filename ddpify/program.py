@@ -29,6 +29,9 @@ class Origin:
     function: cst.FunctionDef | None
 
 
+_NEW_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
 def _params(function: cst.FunctionDef) -> list[cst.Param]:
     p = function.params
     return [*p.posonly_params, *p.params]
@@ -56,6 +59,9 @@ class Program:
                 self.classes[node.name.value] = node
         self._scope_cache: dict[cst.FunctionDef | None, list[cst.CSTNode]] = {}
         self._assignment_cache: dict[cst.FunctionDef | None, dict[str, list[tuple[cst.CSTNode, int | None]]]] = {}
+        self._calls_in_cache: dict[cst.FunctionDef | None, list[cst.Call]] = {}
+        self._loop_target_cache: dict[cst.FunctionDef | None, set[str]] = {}
+        self._augmented_cache: dict[cst.FunctionDef | None, dict[str, list[cst.BaseExpression]]] = {}
         self._calls_cache: dict[cst.FunctionDef, list[tuple[cst.Call, cst.FunctionDef | None]]] = {}
 
     # --- scopes ----------------------------------------------------------------------
@@ -70,7 +76,7 @@ class Program:
                 node = stack.pop()
                 nodes.append(node)
                 for child in reversed(self.tree.children(node)):
-                    if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                    if type(child) not in _NEW_SCOPES:
                         stack.append(child)
             self._scope_cache[function] = nodes
         return self._scope_cache[function]
@@ -130,9 +136,16 @@ class Program:
         """Whether `name` is a parameter or assigned in `function` (module when None)."""
         if function is not None and name in self.all_param_names(function):
             return True
-        return bool(self.assignments(function, name)) or any(
-            isinstance(n, cst.For) and name in self._names_in(n.target) for n in self.scope_nodes(function)
-        )
+        return bool(self.assignments(function, name)) or name in self._loop_targets(function)
+
+    def _loop_targets(self, function: cst.FunctionDef | None) -> set[str]:
+        names = self._loop_target_cache.get(function)
+        if names is None:
+            names = self._loop_target_cache[function] = set()
+            for node in self.scope_nodes(function):
+                if type(node) is cst.For:
+                    names |= self._names_in(node.target)
+        return names
 
     @staticmethod
     def _names_in(target: cst.BaseExpression) -> set[str]:
@@ -179,7 +192,20 @@ class Program:
         return None
 
     def calls_in(self, function: cst.FunctionDef | None) -> list[cst.Call]:
-        return [n for n in self.scope_nodes(function) if isinstance(n, cst.Call)]
+        calls = self._calls_in_cache.get(function)
+        if calls is None:
+            calls = self._calls_in_cache[function] = [n for n in self.scope_nodes(function) if type(n) is cst.Call]
+        return calls
+
+    def augmented(self, function: cst.FunctionDef | None, target: str) -> list[cst.BaseExpression]:
+        """Values added to, multiplied into, ... `target` in a scope (`total += loss`)."""
+        index = self._augmented_cache.get(function)
+        if index is None:
+            index = self._augmented_cache[function] = {}
+            for node in self.scope_nodes(function):
+                if type(node) is cst.AugAssign and (name := dotted(node.target)) is not None:
+                    index.setdefault(name, []).append(node.value)
+        return index.get(target, [])
 
     def call_sites(self, function: cst.FunctionDef) -> list[tuple[cst.Call, cst.FunctionDef | None]]:
         """Calls of `function` in this file, with the function each call is made from."""

@@ -44,7 +44,7 @@ def convert_source(source: str, options: ConvertOptions | None = None, path: str
     except cst.ParserSyntaxError as error:
         raise InputError(path, f"cannot parse: {error.message} (line {error.raw_line}, column {error.raw_column})") from None
     tree = Tree.parse(module)
-    analyzer = Analyzer(tree)
+    analyzer = Analyzer(tree, source)
     plan = Plan(tree)
     try:
         facts = analyzer.run()

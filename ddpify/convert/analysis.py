@@ -24,6 +24,8 @@ OPTIMIZER_NAMES = re.compile(
     r"^(Fused)?(SGD|Adam\w*|RMSprop|Adagrad|Adadelta|Adamax|LBFGS|Lamb|LAMB|Lion|SAM|ASAM|Ranger\w*|NovoGrad|"
     r"Lars|LARS|ASGD|Rprop|Shampoo|Adafactor|AdaBelief|RAdam|NAdam|Sophia\w*|Muon)$"
 )
+# Text any evidence of an already distributed script contains (`_check_not_distributed`).
+DISTRIBUTED_MARKERS = ("init_process_group", "DistributedDataParallel", "DistributedSampler", "RANK", "WORLD_SIZE", *s.DISTRIBUTED_FRAMEWORKS)
 # What `next()` draws batches through: an iterator over a loader.
 ITERATORS = {"builtins.iter", "itertools.cycle"}
 # Method names that set up state rather than run the layers (`init_hidden`, `reset_states`).
@@ -233,10 +235,12 @@ class Facts:
 
 
 class Analyzer:
-    def __init__(self, tree: Tree) -> None:
+    def __init__(self, tree: Tree, source: str | None = None) -> None:
         self.tree = tree
+        self.source = source
         self.program = Program(tree)
         self.warnings: list[tuple[cst.CSTNode | None, str]] = []
+        self._sources_cache: dict[cst.FunctionDef | None, set[int]] = {}
 
     def run(self) -> Facts:
         self._check_not_distributed()
@@ -280,6 +284,8 @@ class Analyzer:
 
     def _check_not_distributed(self) -> None:
         """Already distributed scripts are left alone; the reason names the strongest evidence."""
+        if self.source is not None and not any(marker in self.source for marker in DISTRIBUTED_MARKERS):
+            return  # none of the evidence below can be there
         tree = self.tree
         evidence: list[tuple[int, str]] = []  # (strength, reason)
         for node in tree.walk():
@@ -909,7 +915,7 @@ class Analyzer:
 
     def _device(self, entry: Entry) -> Device:
         """The script's device variable: assigned a device pick in the entry point, else in the module."""
-        cuda_only = not any(self.tree.qname(n) in s.DEVICE_CHECKS for n in self.tree.walk() if isinstance(n, (cst.Attribute, cst.Name)))
+        cuda_only = not any(self.tree.qname(c.func) in s.DEVICE_CHECKS for c in self.tree.calls())
         scopes = [entry.function, None] if entry.function is not None else [None]
         for function in scopes:
             for node in self.program.scope_nodes(function):
@@ -1014,17 +1020,25 @@ class Analyzer:
                 )
 
     def _feeds_backward(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
-        """Whether a value `backward()` is called on comes from `call` (`loss = model.loss(x)`), or
-        `call` is returned by a function whose result a caller runs backward() on."""
+        """Whether a value `backward()` is called on comes from `call` (`loss = model.loss(x)`)."""
         if self._under_no_grad(call, function):
             return False
+        sources = self._backward_sources(function)
+        return any(id(node) in sources for node in (call, *self.tree.ancestors(call)))
+
+    def _backward_sources(self, function: cst.FunctionDef | None) -> set[int]:
+        """Ids of the expressions a function's backward() receivers are computed from: the
+        receivers and, through local names, the values assigned to them. Computed once."""
+        cached = self._sources_cache.get(function)
+        if cached is not None:
+            return cached
+        sources: set[int] = set()
         names: list[str] = []
-        for node in self.program.scope_nodes(function):
-            if isinstance(node, cst.Call) and is_backward(node):
+        for node in self.program.calls_in(function):
+            if is_backward(node):
                 receiver = node.func.value  # type: ignore[attr-defined]
-                if self.tree.inside(call, receiver):
-                    return True
-                names += [n.value for n in self.tree.walk(receiver) if isinstance(n, cst.Name)]
+                sources.add(id(receiver))
+                names += [n.value for n in self.tree.walk(receiver) if type(n) is cst.Name]
         seen: set[str] = set()
         while names:
             name = names.pop()
@@ -1032,17 +1046,13 @@ class Analyzer:
                 continue
             seen.add(name)
             for value in self._values_of(function, name):
-                if self.tree.inside(call, value):
-                    return True
-                names += [n.value for n in self.tree.walk(value) if isinstance(n, cst.Name)]
-        return False
+                sources.add(id(value))
+                names += [n.value for n in self.tree.walk(value) if type(n) is cst.Name]
+        self._sources_cache[function] = sources
+        return sources
 
     def _values_of(self, function: cst.FunctionDef | None, name: str) -> list[cst.CSTNode]:
-        values = [v for v, _ in self.program.assignments(function, name)]
-        values += [
-            n.value for n in self.program.scope_nodes(function) if isinstance(n, cst.AugAssign) and dotted(n.target) == name
-        ]
-        return values
+        return [v for v, _ in self.program.assignments(function, name)] + self.program.augmented(function, name)
 
     def _under_no_grad(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
         for parent in self.tree.ancestors(node):
