@@ -52,3 +52,12 @@ def train_epoch(model: nn.Module, loader: DataLoader, optimizer: torch.optim.Opt
         loss.backward()
         optimizer.step()
     return loss.item()
+
+
+def linear_setup() -> tuple[torch.device, DataLoader, DDP, torch.optim.Optimizer]:
+    """The group, a sharded loader and a wrapped linear model with its optimizer: what most cases start from."""
+    device = init()
+    torch.manual_seed(0)
+    loader = sharded_loader(dataset())
+    model = wrap(nn.Linear(4, 1), device)
+    return device, loader, model, torch.optim.SGD(model.parameters(), lr=0.1)

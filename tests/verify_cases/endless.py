@@ -1,18 +1,12 @@
 """A correct DDP script that would train for a million epochs: verify --steps judges its start."""
 
-import torch
 import torch.distributed as dist
-from torch import nn
 
-from ddp_case import dataset, init, sharded_loader, train_epoch, wrap
+from ddp_case import linear_setup, train_epoch
 
 
 def main() -> None:
-    device = init()
-    torch.manual_seed(0)
-    loader = sharded_loader(dataset())
-    model = wrap(nn.Linear(4, 1), device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    device, loader, model, optimizer = linear_setup()
     try:
         for epoch in range(1_000_000):
             loader.sampler.set_epoch(epoch)

@@ -1,18 +1,12 @@
 """Missing rank-0 guard on output: every rank prints the epoch lines."""
 
-import torch
 import torch.distributed as dist
-from torch import nn
 
-from ddp_case import dataset, init, sharded_loader, train_epoch, wrap
+from ddp_case import linear_setup, train_epoch
 
 
 def main() -> None:
-    device = init()
-    torch.manual_seed(0)
-    loader = sharded_loader(dataset())
-    model = wrap(nn.Linear(4, 1), device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    device, loader, model, optimizer = linear_setup()
     for epoch in range(2):
         loader.sampler.set_epoch(epoch)
         loss = train_epoch(model, loader, optimizer, device)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import libcst as cst
 
 from ddpify.convert.plan import BLANK
 from ddpify.convert.transforms.base import Transform, statements
 
-SETUP = """\
-# One process per GPU: torchrun sets LOCAL_RANK/RANK/WORLD_SIZE; plain `python` runs a world of one.
+INIT = """\
 local_rank = int(os.environ.get("LOCAL_RANK", 0))
 if torch.cuda.is_available():
     torch.cuda.set_device(local_rank)  # from here on "cuda" is this rank's GPU
@@ -19,10 +20,12 @@ if "RANK" in os.environ:
 else:
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
 """
+SETUP = "# One process per GPU: torchrun sets LOCAL_RANK/RANK/WORLD_SIZE; plain `python` runs a world of one.\n" + INIT
 DEVICE = 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
 
 # A module with no entry point of its own sets the group up on first use, and tears it down at exit.
-LAZY_SETUP = '''
+LAZY_SETUP = (
+    '''
 
 def init_distributed():
     """Set up the process group once, on first use (this module has no entry point of its own).
@@ -32,17 +35,10 @@ def init_distributed():
     """
     if dist.is_initialized():
         return
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)  # from here on "cuda" is this rank's GPU
-    # gloo for CPU tensors, nccl for CUDA ones: right whichever device the script picks
-    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    if "RANK" in os.environ:
-        dist.init_process_group(backend)
-    else:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    atexit.register(dist.destroy_process_group)  # torn down once, when the program ends
 '''
+    + textwrap.indent(INIT, "    ")
+    + "    atexit.register(dist.destroy_process_group)  # torn down once, when the program ends\n"
+)
 
 
 class ProcessGroup(Transform):
