@@ -106,7 +106,7 @@ class Sampler(Transform):
         self._keep_full_batches(call)
 
     def _keep_full_batches(self, call: cst.Call) -> None:
-        """`x.reshape(batch_size, -1)`, `torch.ones(batch_size, 1)`: the script assumes full batches,
+        """`x.reshape(batch_size, -1)`, `x.view(batch_size, ...)`: the script assumes full batches,
         which a shard of the data need not give: the last, short batch of each rank is dropped."""
         batch = s.arg(call, 1, "batch_size")
         if batch is None or s.arg(call, 9, "drop_last") is not None or isinstance(batch.value, cst.Integer):
@@ -114,7 +114,7 @@ class Sampler(Transform):
         size = code(batch.value)
         for node in self.tree.calls():
             found = s.method_call(node)
-            shaped = (found is not None and found[1] in SHAPE_METHODS) or self.tree.qname(node.func) in s.TENSOR_FACTORIES
+            shaped = found is not None and found[1] in SHAPE_METHODS  # a batch reshaped; noise drawn by it is no batch
             first = s.arg(node, 0, None)
             if shaped and first is not None and code(first.value) == size:
                 self.plan.replace(call, add_keyword("drop_last", "True"))
