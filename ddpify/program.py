@@ -84,6 +84,20 @@ class Program:
     def owner_class(self, function: cst.FunctionDef | None) -> cst.ClassDef | None:
         return self.tree.enclosing_class(function) if function is not None else None
 
+    def in_dataset(self, function: cst.FunctionDef | None) -> bool:
+        """Whether `function` is a method of a Dataset: it runs on every rank and in DataLoader
+        workers, where a rank guard or a collective would hang or crash (convert leaves it alone,
+        lint does not flag it)."""
+        cls = self.owner_class(function) if function is not None else None
+        seen = set()
+        while cls is not None and cls not in seen:
+            seen.add(cls)
+            if any(self.tree.qname(b.value) in s.DATASET for b in cls.bases):
+                return True
+            local = [dotted(b.value) for b in cls.bases]
+            cls = next((self.classes[n] for n in local if n in self.classes), None)
+        return False
+
     def param_names(self, function: cst.FunctionDef) -> list[str]:
         names = [p.name.value for p in _params(function)]
         if self.owner_class(function) is not None and names and not self._is_static(function):

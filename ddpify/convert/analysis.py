@@ -194,18 +194,7 @@ class Facts:
         return list(dict.fromkeys(found))
 
     def in_dataset(self, function: cst.FunctionDef | None) -> bool:
-        """Whether `function` is a method of a Dataset: it runs on every rank and in DataLoader
-        workers, where a rank guard or a collective would hang or crash."""
-        cls = self.program.owner_class(function) if function is not None else None
-        seen = set()
-        while cls is not None and cls not in seen:
-            seen.add(cls)
-            names = [self.tree.qname(b.value) for b in cls.bases]
-            if any(name in s.DATASET for name in names):
-                return True
-            local = [dotted(b.value) for b in cls.bases]
-            cls = next((self.program.classes[n] for n in local if n in self.program.classes), None)
-        return False
+        return self.program.in_dataset(function)
 
     def custom_method_calls(self) -> list[tuple[cst.Call, cst.FunctionDef | None]]:
         """Calls of the wrapped model's own methods (`model.generate(...)`): DDP has none of them."""

@@ -16,7 +16,7 @@ LOADS = s.TORCH_LOAD | {"torch.jit.load"}
 class LoadWithoutMapLocation(Rule):
     """## What it does
     Flags `torch.load` (and `torch.jit.load`) without `map_location` in a distributed script,
-    unless only one rank runs it.
+    unless only one rank runs it or a Dataset reads its own data files with it.
 
     ## Why is this bad?
     `torch.load` puts every tensor back on the device it was saved from. A checkpoint written by
@@ -57,6 +57,8 @@ class LoadWithoutMapLocation(Rule):
             return
         if self.script.rank_guard(node) is not None:
             return  # one rank loads onto its own GPU
+        if self.script.program.in_dataset(self.tree.function(node)):
+            return  # a Dataset reading its own data files, not a checkpoint
         self.report(node, f"`{code(node.func)}` without `map_location`: tensors saved from GPU 0 load onto GPU 0 on every rank; pass `map_location`")
 
     def apply_fix(self, finding: Finding, plan) -> str | None:

@@ -15,7 +15,8 @@ class SaveOnEveryRank(Rule):
     under a rank guard (`if rank == 0:`, `if dist.get_rank() == 0:`, `if is_main_process():`,
     after `if rank != 0: return`), neither where the call is nor around every call of the helper
     that holds it. Paths that name the rank (`f"ckpt_rank{rank}.pt"`), in-memory buffers and
-    temporary files are fine.
+    temporary files are fine, and so are a Dataset's writes of its own files (it also runs in
+    DataLoader workers; its download belongs on rank 0 first, where the Dataset is built).
 
     ## Why is this bad?
     Every process writes the same file at the same time. On a shared filesystem the writes
@@ -56,6 +57,8 @@ class SaveOnEveryRank(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         facts = devices_and_output(self.script)
         function = self.tree.function(node)
+        if self.script.program.in_dataset(function):
+            return  # a Dataset writing its own files: downloads are made rank 0 first by its caller
         write = facts.write_destination(node, function)
         if write is None:
             return
