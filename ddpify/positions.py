@@ -23,6 +23,8 @@ from libcst.metadata import CodePosition, CodeRange
 Span = tuple[int, int, int, int]  # start line, start column, end line, end column
 BLOCKS = (cst.IndentedBlock, cst.Module)
 INDENTING = (cst.IndentedBlock, cst.Match)  # what renders the code inside it one indent deeper
+# Statements whose first line is the line after their leading lines.
+HEADED = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine)
 TEXT_LEAVES = {cst.SimpleWhitespace, cst.SimpleString, cst.FormattedStringText, cst.TemplatedStringText}
 
 
@@ -124,6 +126,17 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
 
     def __len__(self) -> int:
         return len(self.order)
+
+    def start_line(self, node: cst.CSTNode) -> int:
+        """The line `node` starts on. A compound statement of a block (a loop, an `if`, a `with`)
+        starts after its leading lines, so nothing needs rendering; anything else is rendered."""
+        key = id(node)
+        if key in self._spans or not isinstance(node, HEADED) or getattr(node, "decorators", None):
+            return self.span(node)[0]
+        parent = self.parents.get(node)
+        if not (isinstance(parent, BLOCKS) and node in self.position):
+            return self.span(node)[0]
+        return self._first_line(node) + len(node.leading_lines)  # type: ignore[attr-defined]
 
     def _render_around(self, node: cst.CSTNode) -> None:
         statement, indents = self._statement_of(node)

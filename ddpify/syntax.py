@@ -336,7 +336,7 @@ class Tree:
     # structure
 
     def line(self, node: cst.CSTNode) -> int:
-        return self.positions.span(node)[0]
+        return self.positions.start_line(node)
 
     def column(self, node: cst.CSTNode) -> int:
         return self.positions.span(node)[1] + 1
