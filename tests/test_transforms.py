@@ -582,3 +582,16 @@ def test_metrics_are_summed_or_averaged_by_their_use(accumulate: str, report: st
     output = convert(standard(loop=loop)).output
     for line in expected:
         assert f"        {line}\n" in output, output
+
+
+@pytest.mark.parametrize(
+    ("save", "expected"),
+    [
+        pytest.param('torch.save(model, "model.pt")', 'torch.save(model.module, "model.pt")', id="whole-model"),
+        pytest.param('torch.save({"model": model, "epoch": 2}, "ckpt.pt")', 'torch.save({"model": model.module, "epoch": 2}, "ckpt.pt")', id="in-a-dict"),
+        pytest.param('torch.save(model.state_dict(), "w.pt")', 'torch.save(model.module.state_dict(), "w.pt")', id="state-dict"),
+    ],
+)
+def test_saves_hold_the_plain_model(save: str, expected: str) -> None:
+    output = convert(standard(loop=LOOP + save + "\n")).output
+    assert f"        {expected}\n" in output

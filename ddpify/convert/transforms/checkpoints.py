@@ -38,8 +38,24 @@ class Checkpoints(Transform):
                     self.change(node, f"`{ref}.{found[1]}` goes through `.module`: no `module.` prefix in the keys")
                 elif self.tree.is_call_to(node, s.TORCH_SAVE):
                     saves.append(node)
+                    self._save_plain_model(node, function)
                 elif self.tree.is_call_to(node, s.TORCH_LOAD):
                     self._load(node, function, saves)
+
+    def _save_plain_model(self, call: cst.Call, function: cst.FunctionDef | None) -> None:
+        """`torch.save(model, path)`, `torch.save({"model": model}, path)`: the plain model is
+        pickled, never the DDP wrapper (which would not load without a process group)."""
+        saved = s.arg(call, 0, "obj")
+        if saved is None:
+            return
+        for node in self.tree.walk(saved.value):
+            if isinstance(node, (cst.Name, cst.Attribute)) and self.facts.is_model(node, function):
+                parent = self.tree.parent(node)
+                if isinstance(parent, cst.Attribute) and parent.value is node:
+                    continue  # model.state_dict(), model.module: handled where they are
+                ref = code(node)
+                self.plan.replace(node, cst.parse_expression(f"{ref}.module"))
+                self.change(node, f"`{ref}` is saved as the plain model (`{ref}.module`), not its DDP wrapper")
 
     def _in_model_list(self, node: cst.BaseExpression) -> bool:
         """`nets[1]`: an element of a list whose models were wrapped one by one."""
