@@ -289,7 +289,7 @@ class Program:
                     return found
             return [Origin(expr, function)] if index is None else []
         name = dotted(expr)
-        if name is None:
+        if name is None or name in ("None", "True", "False"):
             return [Origin(expr, function)] if index is None else []
         if name.startswith("self.") and function is not None:
             cls = self.owner_class(function)

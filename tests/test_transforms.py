@@ -595,3 +595,21 @@ def test_metrics_are_summed_or_averaged_by_their_use(accumulate: str, report: st
 def test_saves_hold_the_plain_model(save: str, expected: str) -> None:
     output = convert(standard(loop=LOOP + save + "\n")).output
     assert f"        {expected}\n" in output
+
+
+def test_a_sampler_argument_that_is_none_becomes_a_distributed_sampler() -> None:
+    loader = DATA + "train_sampler = None\nloader = DataLoader(data, batch_size=8, shuffle=(train_sampler is None),\n                    sampler=train_sampler)"
+    output = convert(standard(loader=loader)).output
+    assert "    loader = DataLoader(data, batch_size=8,\n                        sampler=DistributedSampler(data, shuffle=(train_sampler is None)))\n" in output
+
+
+def test_batches_from_a_generator_that_cycles_a_loader_are_sharded() -> None:
+    helpers = """
+    def cycle(loader):
+        while True:
+            for batch in loader:
+                yield batch
+    """
+    loop = "batches = cycle(loader)\nfor step in range(8):\n    x, y = next(batches)\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers)
+    assert "sampler=DistributedSampler(train_dataset, shuffle=True)" in convert(source).output

@@ -697,7 +697,9 @@ class Analyzer:
             if self.tree.is_builtin_call(call, "next") and call.args:
                 for origin in self.program.origins(call.args[0].value, function):
                     wrapped = origin.node
-                    if isinstance(wrapped, cst.Call) and wrapped.args and self.tree.qname(wrapped.func) in ITERATORS:
+                    if isinstance(wrapped, cst.Call) and wrapped.args and (
+                        self.tree.qname(wrapped.func) in ITERATORS or self._yields_from_argument(wrapped, origin.function)
+                    ):
                         loader = self.program.loader(wrapped.args[0].value, origin.function)
                         if loader is not None:
                             found.append((loader, origin.function, False))
@@ -742,6 +744,8 @@ class Analyzer:
         if sampler is None:
             return LoaderPlan(call, origin.function, "shard")
         origins = self.program.origins(sampler.value, origin.function)
+        if origins and all(isinstance(o.node, cst.Name) and o.node.value == "None" for o in origins):
+            return LoaderPlan(call, origin.function, "shard")  # `sampler=train_sampler`, which is None
         made = origins[0].node if len(origins) == 1 else None
         name = self.tree.qname(made.func) if isinstance(made, cst.Call) else None
         if name in s.RANDOM_SAMPLER:
@@ -811,24 +815,43 @@ class Analyzer:
                     return True
         return False
 
+    def _yields_from_argument(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """`def cycle(loader): while True: for data in loader: yield data`: a same-file generator
+        that draws from its first argument."""
+        target = self.program.callee(call, function)
+        if target is None:
+            return False
+        generator = target[0]
+        names = self.program.param_names(generator)
+        if not names:
+            return False
+        return any(
+            isinstance(node, cst.For) and dotted(self.program.unwrap_iterable(node.iter)) == names[0]
+            and any(isinstance(n, cst.Yield) for n in self.tree.walk(node.body))
+            for node in self.program.scope_nodes(generator)
+        )
+
     def _external_loader(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
         """A loader built outside this file (a parameter its callers pass in from another module, a
         helper of another module): its name must say it is a loader, since nothing here shows it."""
         expr = self.program.unwrap_iterable(expr)
+        for _ in range(3):  # `pbar = tqdm(dataloader)`: the loader is what the wrapper wraps
+            origins = self.program.origins(expr, function)
+            wrapped = [o.node for o in origins if self.program.unwrap_iterable(o.node) is not o.node]
+            if len(origins) != 1 or not wrapped or origins[0].function is not function:
+                break
+            expr = self.program.unwrap_iterable(wrapped[0])
         name = dotted(expr)
         if name is None:
             return None
+        names = [name]
         for origin in self.program.origins(expr, function):
             node = origin.node
             if isinstance(node, cst.Call) and self.program.callee(node, origin.function) is None:
-                name = self.tree.qname(node.func) or code(node.func)
+                names.append(self.tree.qname(node.func) or code(node.func))
             elif dotted(node) is None:
                 return None  # built here from something that is no DataLoader
-        parts = name.lower().split(".")
-        last = parts[-1]
-        named = "loader" in last or last.endswith("_dl") or last == "dl"
-        split_of_data = len(parts) > 1 and last in {"train", "training"} and "data" in parts[-2]  # dataset.train
-        return expr if named or split_of_data else None
+        return expr if any(map(_names_a_loader, names)) else None
 
     def _train_loaders(self, loops: list[TrainLoop]) -> list[Origin]:
         loaders: dict[cst.CSTNode, Origin] = {}
@@ -1117,6 +1140,14 @@ class Analyzer:
         return self.program.reaching(
             lambda call, function: facts.forwards_model(call, function) or is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES)
         )
+
+
+def _names_a_loader(name: str) -> bool:
+    """`train_loader`, `dataloader`, `train_dl`, `get_loader`, `dataset.train`."""
+    parts = name.lower().split(".")
+    last = parts[-1]
+    named = "loader" in last or last.endswith("_dl") or last == "dl"
+    return named or (len(parts) > 1 and last in {"train", "training"} and "data" in parts[-2])
 
 
 def _is_import(statement: cst.BaseStatement) -> bool:

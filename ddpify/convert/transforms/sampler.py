@@ -84,10 +84,15 @@ class Sampler(Transform):
         dataset_code = code(dataset.value)
         if not isinstance(dataset.value, (cst.Name, cst.Attribute)):
             dataset_code = self._hoist(call, dataset, plan.function)
-        if plan.sampler is not None:  # RandomSampler(dataset) or SequentialSampler(dataset)
-            shuffle_code = "True" if self.tree.qname(plan.sampler.func) in s.RANDOM_SAMPLER else "False"
-            used = s.arg(call, 3, "sampler")
-            assert used is not None
+        used = s.arg(call, 3, "sampler")
+        if used is not None:  # RandomSampler(dataset), SequentialSampler(dataset), or a name that is None
+            if plan.sampler is not None:
+                shuffle_code = "True" if self.tree.qname(plan.sampler.func) in s.RANDOM_SAMPLER else "False"
+            else:
+                shuffle = s.arg(call, 2, "shuffle")
+                shuffle_code = code(shuffle.value) if shuffle is not None else "False"
+                if shuffle is not None:  # a DataLoader takes a sampler or shuffle, not both
+                    self.plan.replace(call, _without(shuffle))
             self.plan.replace(used.value, cst.parse_expression(f"DistributedSampler({dataset_code}, shuffle={shuffle_code})"))
             self.change(call, f"training DataLoader sharded across ranks: `{code(used.value)}` becomes a DistributedSampler")
             self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
@@ -174,6 +179,21 @@ def _with_sampler(shuffle: cst.Arg | None, sampler: cst.Arg):
         if index is None:
             return updated.with_changes(args=appended(updated, sampler))
         args[index] = sampler.with_changes(comma=args[index].comma)
+        return updated.with_changes(args=args)
+
+    return rewrite
+
+
+def _without(argument: cst.Arg):
+    """Drop one argument of a call (matched by keyword or position), keeping the layout of the rest."""
+
+    def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call)
+        args = list(updated.args)
+        index = next(i for i, a in enumerate(args) if _is_shuffle(a, i))
+        dropped = args.pop(index)
+        if index > 0:  # the previous argument takes the dropped one's comma (and its line break)
+            args[index - 1] = args[index - 1].with_changes(comma=dropped.comma)
         return updated.with_changes(args=args)
 
     return rewrite
