@@ -10,6 +10,8 @@ loop and `with` targets, definitions, parameters, `global` and `nonlocal`), long
 prefix first (`import a.b.c` binds `a.b.c`, `a.b` and `a`), and builtins for names no
 visible scope binds. Parts of nodes LibCST never resolves (an attribute's name, a keyword
 argument's name, anything inside an import statement) have no qualified name here either.
+One difference: a string annotation (`x: "nn.Module"`) gets no qualified name here, where
+LibCST parses it; ddpify asks about names, attributes and calls, never strings.
 """
 
 from __future__ import annotations
