@@ -187,6 +187,9 @@ WRAPPER_ATTRIBUTES = MODULE_METHODS | {"module", "training", "state_dict", "load
 
 
 # --- tree access ------------------------------------------------------------------------
+# The hot helpers test `type(node) is cst.X`: LibCST's node classes are ABCs, so a failing
+# isinstance costs a Python-level __instancecheck__, and the concrete classes tested here
+# have no subclasses.
 
 
 def code(node: cst.CSTNode) -> str:
@@ -200,9 +203,9 @@ def parse_statements(source: str) -> list[cst.BaseStatement]:
 
 def dotted(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a chain of names and attributes, else None."""
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         base = dotted(node.value)
         return f"{base}.{node.attr.value}" if base is not None else None
     return None
@@ -210,7 +213,7 @@ def dotted(node: cst.BaseExpression) -> str | None:
 
 def string_value(node: cst.BaseExpression) -> str | None:
     """The value of a plain string literal (no f-string, no concatenation)."""
-    if isinstance(node, cst.SimpleString):
+    if type(node) is cst.SimpleString:
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None
@@ -229,7 +232,7 @@ def is_gpu_string(node: cst.BaseExpression) -> bool:
 
 def is_backward(call: cst.Call) -> bool:
     """`loss.backward()`, `scaler.scale(loss).backward()`."""
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+    return type(call.func) is cst.Attribute and call.func.attr.value == "backward"
 
 
 def arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.Arg | None:
@@ -247,9 +250,12 @@ def arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.Arg | 
 
 def method_call(node: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:
     """For `obj.name(...)`, return (obj, name)."""
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+    if type(node) is cst.Call and type(node.func) is cst.Attribute:
         return node.func.value, node.func.attr.value
     return None
+
+
+BLOCKS = {cst.IndentedBlock, cst.Module}
 
 
 class Tree:
@@ -289,14 +295,14 @@ class Tree:
         return self._names.qualified(node)
 
     def call_name(self, node: cst.CSTNode) -> str | None:
-        return self.qname(node.func) if isinstance(node, cst.Call) else None
+        return self.qname(node.func) if type(node) is cst.Call else None
 
     def is_call_to(self, node: cst.CSTNode, names: set[str]) -> bool:
-        return isinstance(node, cst.Call) and self.qname(node.func) in names
+        return type(node) is cst.Call and self.qname(node.func) in names
 
     def is_builtin_call(self, node: cst.CSTNode, name: str) -> bool:
         return (
-            isinstance(node, cst.Call)
+            type(node) is cst.Call
             and m.matches(node.func, m.Name(name))
             and self.qname(node.func) in {f"builtins.{name}", name}
         )
@@ -322,7 +328,7 @@ class Tree:
         """The statement that holds `node` as a direct child of a block."""
         current = node
         for parent in self.ancestors(node):
-            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            if type(parent) in BLOCKS:
                 return current  # type: ignore[return-value]
             current = parent
         raise ValueError("node is not inside a statement")
@@ -349,9 +355,9 @@ class Tree:
         """Loops enclosing `node` inside its function, innermost first."""
         found = []
         for parent in self.ancestors(node):
-            if isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+            if type(parent) is cst.FunctionDef or type(parent) is cst.ClassDef:
                 break
-            if isinstance(parent, (cst.For, cst.While)):
+            if type(parent) is cst.For or type(parent) is cst.While:
                 found.append(parent)
         return found
 
