@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from ddpify.nodes import children
+from ddpify.nodes import Index, children
 
 COMPREHENSIONS = {cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp}
 FUNCTIONS = {cst.FunctionDef, cst.Lambda}
@@ -68,16 +68,16 @@ class Scope:
 
 
 class Names:
-    """Qualified names for one tree, given its parents."""
+    """Qualified names for one tree, given its index."""
 
-    def __init__(self, module: cst.Module, order: list[cst.CSTNode], parents: dict[cst.CSTNode, cst.CSTNode]) -> None:
+    def __init__(self, module: cst.Module, index: Index) -> None:
         self.module = module
-        self.parents = parents
+        self.parent_of = index.parent_of
         self.scopes: dict[cst.CSTNode, Scope] = {module: Scope(None)}
         self.stores: set[cst.CSTNode] = set()  # Name nodes an assignment binds
         self.cache: dict[cst.CSTNode, str | None] = {}
         binders = _binders(self)
-        for node in order:
+        for node in index.order:
             binder = binders.get(type(node))
             if binder is not None:
                 binder(node)
@@ -90,7 +90,7 @@ class Names:
         return self.cache[node]
 
     def _resolve(self, node: cst.CSTNode) -> str | None:
-        if node not in self.parents:  # the module, or a node from outside the tree
+        if id(node) not in self.parent_of:  # the module, or a node from outside the tree
             return None
         full_name = get_full_name_for_node(node)
         if full_name is None:
@@ -109,7 +109,7 @@ class Names:
 
     def reads(self, name: cst.Name, statement: ImportNode) -> bool:
         """Whether `name` is read (not bound) and resolves to a binding `statement` makes."""
-        parent = self.parents.get(name)
+        parent = self.parent_of.get(id(name))
         if name in self.stores or (type(parent) in DEFINITIONS and parent.name is name):  # type: ignore[union-attr]
             return False
         scope = self.scope_of(name)
@@ -148,10 +148,10 @@ class Names:
         return self.scopes[owner]
 
     def _ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        parent = self.parents.get(node)
+        parent = self.parent_of.get(id(node))
         while parent is not None:
             yield parent
-            parent = self.parents.get(parent)
+            parent = self.parent_of.get(id(parent))
 
     # --- bindings ------------------------------------------------------------------------
 

@@ -171,14 +171,14 @@ def _absolute_module(statement: cst.ImportFrom) -> str | None:
 def drop_unused_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.Module:
     """`module` without the requested imports that no name refers to any more."""
     index = nodes.index(module)
-    names = Names(module, index.order, index.parents)
+    names = Names(module, index)
     edits: dict[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel] = {}
     for node in index.order:
         if isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
             kept = [alias for alias in node.names if not _requested(node, alias, requests) or _referenced(names, index.order, node, alias)]
             if len(kept) < len(node.names):
                 edits[node] = _without(node, kept)
-    return replace_nodes(module, edits, index.parents) if edits else module
+    return replace_nodes(module, edits, index.parent) if edits else module
 
 
 def _referenced(names: Names, order: list[cst.CSTNode], statement: ImportNode, alias: cst.ImportAlias) -> bool:
