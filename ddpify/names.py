@@ -74,8 +74,8 @@ class Names:
         self.module = module
         self.parent_of = index.parent_of
         self.scopes: dict[cst.CSTNode, Scope] = {module: Scope(None)}
-        self.stores: set[cst.CSTNode] = set()  # Name nodes an assignment binds
-        self.cache: dict[cst.CSTNode, str | None] = {}
+        self.stores: set[int] = set()  # ids of the Name nodes an assignment binds
+        self.cache: dict[int, str | None] = {}  # by id(node), as in the index
         binders = _binders(self)
         for node in index.order:
             binder = binders.get(type(node))
@@ -85,9 +85,10 @@ class Names:
     # --- answers -------------------------------------------------------------------------
 
     def qualified(self, node: cst.CSTNode) -> str | None:
-        if node not in self.cache:
-            self.cache[node] = self._resolve(node)
-        return self.cache[node]
+        key = id(node)
+        if key not in self.cache:
+            self.cache[key] = self._resolve(node)
+        return self.cache[key]
 
     def _resolve(self, node: cst.CSTNode) -> str | None:
         if id(node) not in self.parent_of:  # the module, or a node from outside the tree
@@ -96,7 +97,7 @@ class Names:
         if full_name is None:
             return None
         scope = self.scope_of(node)
-        if scope is None or node in self.stores or isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        if scope is None or id(node) in self.stores or type(node) in DEFINITIONS:
             return None  # a binding itself resolves to its local name
         for prefix in _prefixes(full_name):
             bindings = scope.lookup(prefix)
@@ -110,7 +111,7 @@ class Names:
     def reads(self, name: cst.Name, statement: ImportNode) -> bool:
         """Whether `name` is read (not bound) and resolves to a binding `statement` makes."""
         parent = self.parent_of.get(id(name))
-        if name in self.stores or (type(parent) in DEFINITIONS and parent.name is name):  # type: ignore[union-attr]
+        if id(name) in self.stores or (type(parent) in DEFINITIONS and parent.name is name):  # type: ignore[union-attr]
             return False
         scope = self.scope_of(name)
         found = scope.lookup(name.value) if scope is not None else None
@@ -180,7 +181,7 @@ class Names:
         while stack:
             node = stack.pop()
             if isinstance(node, cst.Name):
-                self.stores.add(node)
+                self.stores.add(id(node))
                 self.bind(node, node.value)
             elif not isinstance(node, (cst.Attribute, cst.Subscript)):
                 stack.extend(children(node))
