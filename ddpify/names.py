@@ -10,6 +10,8 @@ loop and `with` targets, definitions, parameters, `global` and `nonlocal`), long
 prefix first (`import a.b.c` binds `a.b.c`, `a.b` and `a`), and builtins for names no
 visible scope binds. Parts of nodes LibCST never resolves (an attribute's name, a keyword
 argument's name, anything inside an import statement) have no qualified name here either.
+One difference: a string annotation (`x: "nn.Module"`) gets no qualified name here, where
+LibCST parses it; ddpify asks about names, attributes and calls, never strings.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from ddpify.nodes import children
+from ddpify.nodes import Index, children
 
 COMPREHENSIONS = {cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp}
 FUNCTIONS = {cst.FunctionDef, cst.Lambda}
@@ -66,16 +68,16 @@ class Scope:
 
 
 class Names:
-    """Qualified names for one tree, given its parents."""
+    """Qualified names for one tree, given its index."""
 
-    def __init__(self, module: cst.Module, order: list[cst.CSTNode], parents: dict[cst.CSTNode, cst.CSTNode]) -> None:
+    def __init__(self, module: cst.Module, index: Index) -> None:
         self.module = module
-        self.parents = parents
+        self.parent_of = index.parent_of
         self.scopes: dict[cst.CSTNode, Scope] = {module: Scope(None)}
-        self.stores: set[cst.CSTNode] = set()  # Name nodes an assignment binds
-        self.cache: dict[cst.CSTNode, str | None] = {}
+        self.stores: set[int] = set()  # ids of the Name nodes an assignment binds
+        self.cache: dict[int, str | None] = {}  # by id(node), as in the index
         binders = _binders(self)
-        for node in order:
+        for node in index.order:
             binder = binders.get(type(node))
             if binder is not None:
                 binder(node)
@@ -83,18 +85,19 @@ class Names:
     # --- answers -------------------------------------------------------------------------
 
     def qualified(self, node: cst.CSTNode) -> str | None:
-        if node not in self.cache:
-            self.cache[node] = self._resolve(node)
-        return self.cache[node]
+        key = id(node)
+        if key not in self.cache:
+            self.cache[key] = self._resolve(node)
+        return self.cache[key]
 
     def _resolve(self, node: cst.CSTNode) -> str | None:
-        if node not in self.parents:  # the module, or a node from outside the tree
+        if id(node) not in self.parent_of:  # the module, or a node from outside the tree
             return None
         full_name = get_full_name_for_node(node)
         if full_name is None:
             return None
         scope = self.scope_of(node)
-        if scope is None or node in self.stores or isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        if scope is None or id(node) in self.stores or type(node) in DEFINITIONS:
             return None  # a binding itself resolves to its local name
         for prefix in _prefixes(full_name):
             bindings = scope.lookup(prefix)
@@ -107,8 +110,8 @@ class Names:
 
     def reads(self, name: cst.Name, statement: ImportNode) -> bool:
         """Whether `name` is read (not bound) and resolves to a binding `statement` makes."""
-        parent = self.parents.get(name)
-        if name in self.stores or (type(parent) in DEFINITIONS and parent.name is name):  # type: ignore[union-attr]
+        parent = self.parent_of.get(id(name))
+        if id(name) in self.stores or (type(parent) in DEFINITIONS and parent.name is name):  # type: ignore[union-attr]
             return False
         scope = self.scope_of(name)
         found = scope.lookup(name.value) if scope is not None else None
@@ -146,10 +149,10 @@ class Names:
         return self.scopes[owner]
 
     def _ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        parent = self.parents.get(node)
+        parent = self.parent_of.get(id(node))
         while parent is not None:
             yield parent
-            parent = self.parents.get(parent)
+            parent = self.parent_of.get(id(parent))
 
     # --- bindings ------------------------------------------------------------------------
 
@@ -178,7 +181,7 @@ class Names:
         while stack:
             node = stack.pop()
             if isinstance(node, cst.Name):
-                self.stores.add(node)
+                self.stores.add(id(node))
                 self.bind(node, node.value)
             elif not isinstance(node, (cst.Attribute, cst.Subscript)):
                 stack.extend(children(node))

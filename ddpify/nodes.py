@@ -103,32 +103,39 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 @dataclass
 class Index:
-    """Every node of a tree in preorder, with parents, children and preorder positions."""
+    """Every node of a tree in preorder, with parents, children and preorder positions.
+
+    The maps are keyed by `id(node)`: hashing a LibCST node is a Python-level call, and
+    these maps are read for nearly every node (the tree keeps the nodes, so ids stay valid)."""
 
     order: list[cst.CSTNode] = field(default_factory=list)
-    position: dict[cst.CSTNode, int] = field(default_factory=dict)
-    parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)
-    children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
+    position_of: dict[int, int] = field(default_factory=dict)
+    parent_of: dict[int, cst.CSTNode] = field(default_factory=dict)
+    children_of: dict[int, list[cst.CSTNode]] = field(default_factory=dict)
     calls: list[cst.Call] = field(default_factory=list)  # the calls, in preorder
     call_positions: list[int] = field(default_factory=list)  # and their preorder positions
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parent_of.get(id(node))
 
 
 def index(root: cst.CSTNode) -> Index:
     """One walk over the tree under `root`."""
     found = Index()
-    order, position, parents, kids_of = found.order, found.position, found.parents, found.children
+    order, position_of, parent_of, children_of = found.order, found.position_of, found.parent_of, found.children_of
     stack = [root]
     while stack:
         node = stack.pop()
+        key = id(node)
         if type(node) is cst.Call:
             found.calls.append(node)
             found.call_positions.append(len(order))
-        position[node] = len(order)
+        position_of[key] = len(order)
         order.append(node)
         kids = children(node)
         if kids:
-            kids_of[node] = kids
+            children_of[key] = kids
             for kid in kids:
-                parents[kid] = node
+                parent_of[id(kid)] = node
             stack.extend(reversed(kids))
     return found

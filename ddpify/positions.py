@@ -20,6 +20,8 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata import CodePosition, CodeRange
 
+from ddpify.nodes import Index
+
 Span = tuple[int, int, int, int]  # start line, start column, end line, end column
 BLOCKS = (cst.IndentedBlock, cst.Module)
 INDENTING = (cst.IndentedBlock, cst.Match)  # what renders the code inside it one indent deeper
@@ -97,11 +99,9 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
     """`PositionProvider`'s mapping for one module (node -> CodeRange), filled statement by
     statement as nodes are asked for."""
 
-    def __init__(self, module: cst.Module, order: list[cst.CSTNode], position: dict[cst.CSTNode, int], parents: dict[cst.CSTNode, cst.CSTNode]) -> None:
+    def __init__(self, module: cst.Module, index: Index) -> None:
         self.module = module
-        self.order = order
-        self.position = position
-        self.parents = parents
+        self.index = index
         self._spans: dict[int, Span] = {}
         self._complete = False
         self._break_positions: list[int] | None = None  # preorder positions of the leaves that end lines
@@ -114,18 +114,18 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
     def span(self, node: cst.CSTNode) -> Span:
         """The same range as plain numbers: start line, start column, end line, end column."""
         key = id(node)
-        if key not in self._spans and node in self.position:
+        if key not in self._spans and key in self.index.position_of:
             self._render_around(node)
         return self._spans[key]
 
     def __contains__(self, node: object) -> bool:
-        return node in self.position
+        return id(node) in self.index.position_of
 
     def __iter__(self) -> Iterator[cst.CSTNode]:
-        return iter(self.order)
+        return iter(self.index.order)
 
     def __len__(self) -> int:
-        return len(self.order)
+        return len(self.index.order)
 
     def start_line(self, node: cst.CSTNode) -> int:
         """The line `node` starts on. A compound statement of a block (a loop, an `if`, a `with`)
@@ -155,35 +155,35 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         and the indentation it is rendered at (the indents its enclosing blocks push)."""
         statement = None
         indents: list[str] = []
-        child, parent = node, self.parents.get(node)
+        child, parent = node, self.index.parent(node)
         while parent is not None:
             if statement is None and isinstance(parent, BLOCKS) and any(child is s for s in parent.body):
                 statement = child
             if statement is not None and isinstance(parent, INDENTING):
                 indents.append(self.module.default_indent if parent.indent is None else parent.indent)
-            child, parent = parent, self.parents.get(parent)
+            child, parent = parent, self.index.parent(parent)
         return statement, indents[::-1]
 
     def _first_line(self, statement: cst.CSTNode) -> int:
         """One plus the line breaks of everything rendered before `statement`."""
         if self._break_positions is None:
             self._count_line_breaks()
-        count = bisect_left(self._break_positions, self.position[statement])  # type: ignore[arg-type]
+        count = bisect_left(self._break_positions, self.index.position_of[id(statement)])  # type: ignore[arg-type]
         return 1 + (self._breaks_before[count - 1] if count else 0)
 
     def _count_line_breaks(self) -> None:
         """Only newlines, whitespace (a backslash continuation) and strings end lines."""
         found: list[int] = []
         breaks: list[int] = []
-        for index, node in enumerate(self.order):
+        for position, node in enumerate(self.index.order):
             kind = type(node)
             if kind is cst.Newline:
-                found.append(index)
+                found.append(position)
                 breaks.append(1)
             elif kind in TEXT_LEAVES:
                 text = node.value  # type: ignore[attr-defined]
                 if "\n" in text or "\r" in text:
-                    found.append(index)
+                    found.append(position)
                     breaks.append(_line_breaks(text))
         self._break_positions = found
         self._breaks_before = list(accumulate(breaks))

@@ -219,6 +219,9 @@ WRAPPER_ATTRIBUTES = MODULE_METHODS | {"module", "training", "state_dict", "load
 
 
 # --- tree access ------------------------------------------------------------------------
+# The hot helpers test `type(node) is cst.X`: LibCST's node classes are ABCs, so a failing
+# isinstance costs a Python-level __instancecheck__, and the concrete classes tested here
+# have no subclasses.
 
 
 def code(node: cst.CSTNode) -> str:
@@ -232,9 +235,9 @@ def parse_statements(source: str) -> list[cst.BaseStatement]:
 
 def dotted(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a chain of names and attributes, else None."""
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         base = dotted(node.value)
         return f"{base}.{node.attr.value}" if base is not None else None
     return None
@@ -242,7 +245,7 @@ def dotted(node: cst.BaseExpression) -> str | None:
 
 def string_value(node: cst.BaseExpression) -> str | None:
     """The value of a plain string literal (no f-string, no concatenation)."""
-    if isinstance(node, cst.SimpleString):
+    if type(node) is cst.SimpleString:
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None
@@ -261,7 +264,7 @@ def is_gpu_string(node: cst.BaseExpression) -> bool:
 
 def is_backward(call: cst.Call) -> bool:
     """`loss.backward()`, `scaler.scale(loss).backward()`."""
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+    return type(call.func) is cst.Attribute and call.func.attr.value == "backward"
 
 
 def arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.Arg | None:
@@ -279,9 +282,12 @@ def arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.Arg | 
 
 def method_call(node: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:
     """For `obj.name(...)`, return (obj, name)."""
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+    if type(node) is cst.Call and type(node.func) is cst.Attribute:
         return node.func.value, node.func.attr.value
     return None
+
+
+BLOCKS = {cst.IndentedBlock, cst.Module}
 
 
 class Tree:
@@ -290,13 +296,11 @@ class Tree:
 
     def __init__(self, module: cst.Module) -> None:
         self.module = module
-        index = nodes.index(module)
-        self.parents = index.parents
-        self._children = index.children
+        self._index = index = nodes.index(module)
+        self._parent_of = index.parent_of
+        self._children_of = index.children_of
+        self._position_of = index.position_of
         self._order = index.order
-        self._position = index.position
-        self._calls = index.calls
-        self._call_positions = index.call_positions
 
     @classmethod
     def parse(cls, module: cst.Module) -> Tree:
@@ -305,14 +309,14 @@ class Tree:
     @cached_property
     def positions(self) -> Positions:
         """node -> CodeRange, as LibCST's PositionProvider gives them."""
-        return Positions(self.module, self._order, self._position, self.parents)
+        return Positions(self.module, self._index)
 
     @cached_property
     def _names(self) -> Names:
-        return Names(self.module, self._order, self.parents)
+        return Names(self.module, self._index)
 
     def children(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        return self._children.get(node, [])
+        return self._children_of.get(id(node), [])
 
     # names
 
@@ -321,14 +325,14 @@ class Tree:
         return self._names.qualified(node)
 
     def call_name(self, node: cst.CSTNode) -> str | None:
-        return self.qname(node.func) if isinstance(node, cst.Call) else None
+        return self.qname(node.func) if type(node) is cst.Call else None
 
     def is_call_to(self, node: cst.CSTNode, names: set[str]) -> bool:
-        return isinstance(node, cst.Call) and self.qname(node.func) in names
+        return type(node) is cst.Call and self.qname(node.func) in names
 
     def is_builtin_call(self, node: cst.CSTNode, name: str) -> bool:
         return (
-            isinstance(node, cst.Call)
+            type(node) is cst.Call
             and m.matches(node.func, m.Name(name))
             and self.qname(node.func) in {f"builtins.{name}", name}
         )
@@ -342,82 +346,83 @@ class Tree:
         return self.positions.span(node)[1] + 1
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.parents.get(node)
+        return self._parent_of.get(id(node))
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        parent = self.parents.get(node)
+        parent = self._parent_of.get(id(node))
         while parent is not None:
             yield parent
-            parent = self.parents.get(parent)
+            parent = self._parent_of.get(id(parent))
 
     def statement(self, node: cst.CSTNode) -> cst.BaseStatement:
         """The statement that holds `node` as a direct child of a block."""
         current = node
         for parent in self.ancestors(node):
-            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            if type(parent) in BLOCKS:
                 return current  # type: ignore[return-value]
             current = parent
         raise ValueError("node is not inside a statement")
 
     def block(self, statement: cst.BaseStatement) -> cst.IndentedBlock | cst.Module:
-        parent = self.parents[statement]
+        parent = self._parent_of[id(statement)]
         assert isinstance(parent, (cst.IndentedBlock, cst.Module))
         return parent
 
     def function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         """The innermost function (or method) holding `node`."""
-        parent = self.parents.get(node)
+        parent = self._parent_of.get(id(node))
         while parent is not None and type(parent) is not cst.FunctionDef:
-            parent = self.parents.get(parent)
+            parent = self._parent_of.get(id(parent))
         return parent
 
     def enclosing_class(self, function: cst.FunctionDef) -> cst.ClassDef | None:
-        parent = self.parents.get(function)
+        parent = self._parent_of.get(id(function))
         while parent is not None and not isinstance(parent, (cst.ClassDef, cst.FunctionDef, cst.Module)):
-            parent = self.parents.get(parent)
+            parent = self._parent_of.get(id(parent))
         return parent if isinstance(parent, cst.ClassDef) else None
 
     def loops(self, node: cst.CSTNode) -> list[cst.For | cst.While]:
         """Loops enclosing `node` inside its function, innermost first."""
         found = []
         for parent in self.ancestors(node):
-            if isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+            if type(parent) is cst.FunctionDef or type(parent) is cst.ClassDef:
                 break
-            if isinstance(parent, (cst.For, cst.While)):
+            if type(parent) is cst.For or type(parent) is cst.While:
                 found.append(parent)
         return found
 
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         current: cst.CSTNode | None = node
         while current is not None and current is not container:
-            current = self.parents.get(current)
+            current = self._parent_of.get(id(current))
         return current is not None
 
     def walk(self, root: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
         """Every node below `root` (the module by default), parents before children."""
         if root is None:
             return iter(self._order)
-        start = self._position.get(root)
+        start = self._position_of.get(id(root))
         if start is None:  # not part of this tree (a node a transform built)
             return iter((root,))
         return iter(self._order[start : self._end(root)])
 
     def calls(self, root: cst.CSTNode | None = None) -> Iterator[cst.Call]:
         """The calls `walk(root)` meets, in the same order."""
+        calls, positions = self._index.calls, self._index.call_positions
         if root is None:
-            return iter(self._calls)
-        if root not in self._position:
-            return iter([root] if isinstance(root, cst.Call) else [])
-        first = bisect_left(self._call_positions, self._position[root])
-        end = bisect_left(self._call_positions, self._end(root), first)
-        return iter(self._calls[first:end])
+            return iter(calls)
+        start = self._position_of.get(id(root))
+        if start is None:  # not part of this tree
+            return iter([root] if type(root) is cst.Call else [])
+        first = bisect_left(positions, start)
+        return iter(calls[first : bisect_left(positions, self._end(root), first)])
 
     def _end(self, node: cst.CSTNode) -> int:
         """Where `node`'s subtree ends in preorder: just after its last descendant."""
         last = node
-        while last in self._children:
-            last = self._children[last][-1]
-        return self._position[last] + 1
+        while id(last) in self._children_of:
+            last = self._children_of[id(last)][-1]
+        return self._position_of[id(last)] + 1
 
     def opens_for_writing(self, node: cst.CSTNode) -> bool:
         """`open(path, "w")` (or "a", "x", binary or not)."""

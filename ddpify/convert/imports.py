@@ -5,7 +5,8 @@ Adding only ever looks at the block of imports at the top of the module (after a
 so it is done on the module's body: an existing `from m import ...` there takes the new
 names first, anything else becomes new lines after that block, in the codemod's order
 (`import m`, `import m as a`, `from m import o[ as a]`), with a blank line before the code
-that follows. Dropping an unused import asks the qualified-name resolver whether any name
+that follows (`__future__` imports, which the codemod puts first, are never asked for).
+Dropping an unused import asks the qualified-name resolver whether any name
 still refers to it (names listed in `__all__` or used only inside string annotations are
 not looked at: training scripts have neither).
 """
@@ -23,7 +24,6 @@ from ddpify.convert.rebuild import replace_nodes
 from ddpify.names import Names
 
 ImportRequest = tuple[str, str | None, str | None]  # module, object, alias
-Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
 ImportNode = cst.Import | cst.ImportFrom
 
 
@@ -97,6 +97,7 @@ class _Wanted:
         return statement.with_changes(names=[*added, *statement.names])
 
     def new_lines(self, module: cst.Module) -> list[cst.BaseStatement]:
+        """Import lines for what is still wanted, parsed with the module's newline and indent."""
         lines = [f"import {name}" for name in sorted(self.modules)]
         lines += [f"import {name} as {alias}" for name, alias in self.module_aliases.items()]
         from_imports: dict[str, list[tuple[str, str | None]]] = {name: list(pairs) for name, pairs in self.object_aliases.items()}
@@ -170,14 +171,14 @@ def _absolute_module(statement: cst.ImportFrom) -> str | None:
 def drop_unused_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.Module:
     """`module` without the requested imports that no name refers to any more."""
     index = nodes.index(module)
-    names = Names(module, index.order, index.parents)
+    names = Names(module, index)
     edits: dict[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel] = {}
     for node in index.order:
         if isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
             kept = [alias for alias in node.names if not _requested(node, alias, requests) or _referenced(names, index.order, node, alias)]
             if len(kept) < len(node.names):
                 edits[node] = _without(node, kept)
-    return replace_nodes(module, edits, index.parents) if edits else module
+    return replace_nodes(module, edits, index.parent) if edits else module
 
 
 def _referenced(names: Names, order: list[cst.CSTNode], statement: ImportNode, alias: cst.ImportAlias) -> bool:

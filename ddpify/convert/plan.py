@@ -163,7 +163,7 @@ def _blank_lines(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
 
 class _Applier(PathRebuilder):
     def __init__(self, plan: Plan) -> None:
-        super().__init__(dirty_paths(plan._edited(), plan.tree.parents))
+        super().__init__(dirty_paths(plan._edited(), plan.tree.parent))
         self.plan = plan
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]

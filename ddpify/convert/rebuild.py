@@ -6,7 +6,7 @@ an edit only needs new nodes from the edited ones up to the module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import libcst as cst
 
@@ -28,28 +28,32 @@ class PathRebuilder(cst.CSTTransformer):
         pass
 
 
-def dirty_paths(edited: Iterable[cst.CSTNode], parents: dict[cst.CSTNode, cst.CSTNode]) -> set[cst.CSTNode]:
+Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
+
+
+def dirty_paths(edited: Iterable[cst.CSTNode], parent: Parent) -> set[cst.CSTNode]:
     """The edited nodes and all their ancestors."""
     dirty: set[cst.CSTNode] = set()
     for node in edited:
-        while node is not None and node not in dirty:
-            dirty.add(node)
-            node = parents.get(node)
+        current: cst.CSTNode | None = node
+        while current is not None and current not in dirty:
+            dirty.add(current)
+            current = parent(current)
     return dirty
 
 
 class _Replacer(PathRebuilder):
     """Swaps nodes for their edits."""
 
-    def __init__(self, edits: dict[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel], parents: dict[cst.CSTNode, cst.CSTNode]) -> None:
-        super().__init__(dirty_paths(edits, parents))
+    def __init__(self, edits: dict[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel], parent: Parent) -> None:
+        super().__init__(dirty_paths(edits, parent))
         self.edits = edits
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
         return self.edits.get(original_node, updated_node)
 
 
-def replace_nodes(module: cst.Module, edits: dict[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel], parents: dict[cst.CSTNode, cst.CSTNode]) -> cst.Module:
+def replace_nodes(module: cst.Module, edits: dict[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel], parent: Parent) -> cst.Module:
     """`module` with each key of `edits` replaced by its value (a removal drops it, and a
     line left empty goes with it)."""
-    return module.visit(_Replacer(edits, parents))  # type: ignore[return-value]
+    return module.visit(_Replacer(edits, parent))  # type: ignore[return-value]
