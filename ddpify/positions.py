@@ -133,8 +133,8 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         key = id(node)
         if key in self._spans or not isinstance(node, HEADED) or getattr(node, "decorators", None):
             return self.span(node)[0]
-        parent = self.parents.get(node)
-        if not (isinstance(parent, BLOCKS) and node in self.position):
+        parent = self.index.parent(node)
+        if not (isinstance(parent, BLOCKS) and node in self):
             return self.span(node)[0]
         return self._first_line(node) + len(node.leading_lines)  # type: ignore[attr-defined]
 
