@@ -8,6 +8,7 @@ load strictly into the plain model, in both the 2-rank and the plain run.
 
 from __future__ import annotations
 
+import concurrent.futures
 import shutil
 from pathlib import Path
 
@@ -57,30 +58,43 @@ def _explain(result: verify.VerifyResult) -> str:
     return verify.format_table(result) + logs
 
 
-@pytest.fixture
-def verified(request: pytest.FixtureRequest, tmp_path: Path):
-    """verify's runs of a case's golden train_ddp.py; the scratch folders are removed afterwards."""
-    results = []
+def _stage(case: Case, folder: Path) -> Path:
+    """The golden train_ddp.py in a fresh folder; a library's driver runs it as train.py."""
+    folder.mkdir()
+    script = shutil.copy(case.converted, folder / "train_ddp.py")
+    if case.config.get("entry"):  # a library: its driver runs, with the converted file in its place
+        shutil.copy(case.converted, folder / "train.py")
+        script = shutil.copy(case.folder / case.config["entry"], folder / case.config["entry"])
+    return Path(script)
 
-    def run(case: Case, **options) -> verify.VerifyResult:
-        script = shutil.copy(case.converted, tmp_path / "train_ddp.py")
-        if case.config.get("entry"):  # a library: its driver runs, with the converted file in its place
-            shutil.copy(case.converted, tmp_path / "train.py")
-            script = shutil.copy(case.folder / case.config["entry"], tmp_path / case.config["entry"])
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory: pytest.TempPathFactory):
+    """verify's runs of every case's golden train_ddp.py (with --single), two cases at a time (a
+    run leaves a core idle while ranks wait on each other), and of the equivalence case's original
+    as one plain process. The scratch folders are removed afterwards."""
+    root = tmp_path_factory.mktemp("convert_run")
+    jobs = {}
+    for case in CASES:
         options = verify.VerifyOptions(
-            timeout=TIMEOUT, script_args=tuple(case.config.get("run_args", [])), keep=True, **options
+            timeout=TIMEOUT, script_args=tuple(case.config.get("run_args", [])), keep=True, single=True
         )
-        results.append(verify.verify_script(script, options))
-        return results[-1]
-
-    yield run
-    for result in results:
-        shutil.rmtree(result.run.state_dir.parent.parent, ignore_errors=True)
+        jobs[case.name] = (_stage(case, root / case.name), options)
+    (equivalence,) = [c for c in CASES if c.config.get("equivalence")]
+    original = shutil.copy(equivalence.source, root / "train.py")
+    jobs["original"] = (Path(original), verify.VerifyOptions(timeout=TIMEOUT, torchrun=False, workdir=root / "original"))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(verify.verify_script, script, options) for name, (script, options) in jobs.items()}
+        results = {name: future.result() for name, future in futures.items()}
+    yield results
+    for name in jobs:
+        if name != "original":
+            shutil.rmtree(results[name].run.state_dir.parent.parent, ignore_errors=True)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_converted_fixture_passes_verify(case: Case, verified) -> None:
-    result = verified(case, single=True)
+    result = verified[case.name]
     assert result.ok, _explain(result)
     assert result.check("single process").status == verify.OK  # it ran, and exited 0
     for run in (result.run, result.single_run):
@@ -88,18 +102,14 @@ def test_converted_fixture_passes_verify(case: Case, verified) -> None:
         _check_checkpoints(case, run.workdir)
 
 
-def test_two_ranks_match_one_process(tmp_path: Path, verified) -> None:
+def test_two_ranks_match_one_process(verified) -> None:
     """--keep-global-batch: 2 ranks end with the parameters the original single process ends with."""
     (case,) = [c for c in CASES if c.config.get("equivalence")]
     assert "--keep-global-batch" in case.convert_args
-    original = verify.verify_script(
-        shutil.copy(case.source, tmp_path / "train.py"),
-        verify.VerifyOptions(timeout=TIMEOUT, torchrun=False, workdir=tmp_path / "original"),
-    )
+    original, converted = verified["original"], verified[case.name]
     assert original.run.ok, verify.format_table(original)
-    converted = verified(case)
     assert converted.ok, _explain(converted)
-    one = torch.load(tmp_path / "original" / case.config["params_file"], map_location="cpu")
+    one = torch.load(original.run.workdir / case.config["params_file"], map_location="cpu")
     two = torch.load(converted.run.workdir / case.config["params_file"], map_location="cpu")
     assert one.keys() == two.keys()
     for key in one:
