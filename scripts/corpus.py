@@ -10,7 +10,9 @@ CORPUS_DIR (default: ../shared/corpus beside this checkout) holds `files/NAME.py
    as the corpus runner stages it (companions and fixture data copied into a fresh folder that
    mirrors the repository, the script's folder as working directory, CORPUS_FAKE_DATA=1 and the
    stubs on PYTHONPATH) and `ddpify verify` runs it on 2 gloo ranks, then (in a fresh staging)
-   as one plain process. A row `entry=REL` is a library file driven by the companion REL: the converted file
+   as one plain process. The 2-rank run gets NPROC x CORPUS_FAKE_N synthetic samples, so each
+   rank sees as many as the plain run (the manifest sizes the split for one process: yunjey_gan
+   needs whole batches of 100, which a real dataset gives every rank but 100 samples cannot). A row `entry=REL` is a library file driven by the companion REL: the converted file
    takes its place and REL is run.
 
 Prints one row per script and the totals. A development tool, not part of the test suite: the
@@ -40,6 +42,8 @@ from ddpify.errors import InputError  # noqa: E402
 
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
 ENV_WORD = re.compile(r"^[A-Z_][A-Z0-9_]*=")
+NPROC = 2
+FAKE_N_DEFAULT = "64"  # the stubs' synthetic split when the manifest names no CORPUS_FAKE_N
 
 
 @dataclass
@@ -116,12 +120,14 @@ def run_verify(row: Row, corpus: Path, converted: str, options: argparse.Namespa
     for torchrun in (True, False):
         root, script = stage(row, corpus, converted)
         run_env = {**env, "CORPUS_FAKE_DATA": "1", "PYTHONPATH": f"{corpus / 'stubs'}:{script.parent}"}
+        if torchrun:  # each rank gets the synthetic split the plain run gets, as a real dataset would allow
+            run_env["CORPUS_FAKE_N"] = str(NPROC * int(env.get("CORPUS_FAKE_N", FAKE_N_DEFAULT)))
         try:
             results.append(
                 verify.verify_script(
                     script,
                     verify.VerifyOptions(
-                        nproc=2, timeout=options.timeout, python=options.python, script_args=tuple(args),
+                        nproc=NPROC, timeout=options.timeout, python=options.python, script_args=tuple(args),
                         workdir=script.parent, torchrun=torchrun, steps=options.steps, extra_env=run_env,
                     ),
                 )  # fmt: skip

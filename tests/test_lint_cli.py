@@ -58,11 +58,21 @@ def test_single_gpu_script_gets_no_findings() -> None:
 
 def test_unparsable_file_is_reported_and_the_others_still_checked(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
-    broken.write_text("def main(:\n    pass\n")
+    broken.write_text("import torch.distributed as dist\n\ndef main(:\n    pass\n")
     result = lint(str(broken), str(BAD))
     assert result.exit_code == 2
     assert f"error: {broken}: cannot parse" in result.stderr
     assert " DDP401 " in result.stdout
+
+
+def test_file_naming_nothing_distributed_is_not_parsed(tmp_path: Path) -> None:
+    """The text pre-filter: no `distributed`, RANK or WORLD_SIZE in the text, no findings possible,
+    so lint does not parse it (a syntax error there is not lint's business)."""
+    plain = tmp_path / "plain.py"
+    plain.write_text("def main(:\n    print('single GPU')\n")
+    assert lint(str(plain)).exit_code == 0
+    plain.write_text("import os\nrank = int(os.environ['RANK'])\ndef main(:\n    pass\n")
+    assert lint(str(plain)).exit_code == 2  # names RANK: parsed, and the error is reported
 
 
 def test_missing_path_exits_2(tmp_path: Path) -> None:

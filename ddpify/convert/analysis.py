@@ -641,15 +641,14 @@ class Analyzer:
 
     def _uses_for_training(self, statement: cst.CSTNode, ref: str, function: cst.FunctionDef | None) -> bool:
         """A forward, a loop that trains, or a call of a same-file function that trains."""
-        for node in self.tree.walk(statement):
-            if isinstance(node, cst.Call) and dotted(node.func) == ref:
+        for call in self.tree.calls(statement):
+            if dotted(call.func) == ref:
                 return True
-            if isinstance(node, (cst.For, cst.While)) and any(is_backward(c) for c in self.tree.calls(node)):
+            if is_backward(call) and any(self.tree.inside(loop, statement) for loop in self.tree.loops(call)):
                 return True
-            if isinstance(node, cst.Call):
-                target = self.program.callee(node, function)
-                if target is not None and self._reaches_training(target[0]):
-                    return True  # `train(model, loader)`, or `train(epoch)` on a global model
+            target = self.program.callee(call, function)
+            if target is not None and self._reaches_training(target[0]):
+                return True  # `train(model, loader)`, or `train(epoch)` on a global model
         return False
 
     def _model_refs(self, models: list[TrainedModel]) -> dict[cst.FunctionDef | None, set[str]]:

@@ -10,7 +10,7 @@ from ddpify.convert.plan import Plan
 from ddpify.errors import InputError
 from ddpify.lint.rule import Finding, Rule
 from ddpify.lint.rules import all_rules
-from ddpify.lint.script import Script
+from ddpify.lint.script import DISTRIBUTED_TEXT, Script
 from ddpify.lint.selection import Selection, suppressed
 from ddpify.syntax import Tree
 
@@ -40,7 +40,10 @@ def _findings(script: Script, source: str, selection: Selection) -> list[tuple[R
 
 
 def lint_source(source: str, path: str = "<string>", selection: Selection | None = None) -> list[Finding]:
-    """Findings for one script, sorted. Files that are not distributed get none."""
+    """Findings for one script, sorted. Files that are not distributed get none: a file whose text
+    names nothing distributed is not even parsed."""
+    if not DISTRIBUTED_TEXT.search(source):
+        return []
     script = _script(source, path)
     return [f for _, f in _findings(script, source, selection or Selection())]
 
@@ -55,6 +58,8 @@ class FixResult:
 def fix_source(source: str, path: str = "<string>", selection: Selection | None = None) -> FixResult:
     """Apply the safe fixes through the convert rewrite machinery, then lint the result again."""
     selection = selection or Selection()
+    if not DISTRIBUTED_TEXT.search(source):
+        return FixResult(source)
     script = _script(source, path)
     plan = Plan(script.tree)
     fixed = []

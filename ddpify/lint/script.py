@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import TypeVar
 
@@ -39,6 +40,10 @@ MAIN_PROCESS_NAMES = {
 GET_RANK = {"torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank", "torch.distributed.get_node_local_rank"}
 RANK_ENV = {"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"}
 EXITS = (cst.Return, cst.Continue, cst.Break, cst.Raise)
+# Text every distributed file contains (`Script.distributed` needs a torch.distributed or
+# DistributedSampler/DistributedDataParallel name, or a RANK/WORLD_SIZE string): a file without
+# any is not parsed at all.
+DISTRIBUTED_TEXT = re.compile(r"[Dd]istributed|RANK|WORLD_SIZE")
 T = TypeVar("T")
 
 
