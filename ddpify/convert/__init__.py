@@ -9,7 +9,7 @@ import libcst as cst
 
 from ddpify.convert.analysis import Analyzer, NotConvertible
 from ddpify.convert.pipeline import PIPELINE
-from ddpify.convert.plan import Note, Plan
+from ddpify.edit.plan import Note, Plan
 from ddpify.convert.transforms.base import ConvertOptions
 from ddpify.errors import InputError
 from ddpify.syntax import Tree

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ddpify.convert.plan import Plan
+from ddpify.edit import Plan
 from ddpify.errors import InputError
 from ddpify.lint.rule import Finding, Rule
 from ddpify.lint.rules import all_rules

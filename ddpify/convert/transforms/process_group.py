@@ -6,7 +6,7 @@ import textwrap
 
 import libcst as cst
 
-from ddpify.convert.plan import BLANK
+from ddpify.edit.plan import BLANK
 from ddpify.convert.transforms.base import Transform, statements
 
 INIT = """\

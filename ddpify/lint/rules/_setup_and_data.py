@@ -20,7 +20,7 @@ from typing import Literal
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.plan import Plan
+from ddpify.edit import Plan
 from ddpify.lint.script import Script
 from ddpify.program import Origin
 from ddpify.syntax import Tree, dotted, method_call, string_value

@@ -6,7 +6,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.lint.rule import Finding, Rule
-from ddpify.convert.transforms.base import statements
+from ddpify.edit import statements
 from ddpify.lint.rules._setup_and_data import ensure_import, env_var, quote_of
 from ddpify.syntax import code, dotted, method_call, string_value
 

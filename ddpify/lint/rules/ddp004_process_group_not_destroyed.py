@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.convert.transforms.base import statements
+from ddpify.edit import statements
 from ddpify.lint.rule import Finding, Rule
 from ddpify.lint.rules._setup_and_data import DESTROY, facts
 from ddpify.syntax import code

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.transforms.base import add_keyword
+from ddpify.edit import add_keyword
 from ddpify.lint.rule import Finding, Rule
 from ddpify.lint.rules._setup_and_data import SAMPLER_POSITION, SHUFFLE_POSITION, facts, is_literal, without_argument
 from ddpify.syntax import code, dotted

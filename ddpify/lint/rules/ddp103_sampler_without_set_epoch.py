@@ -8,7 +8,7 @@ from functools import cached_property
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.transforms.base import statements
+from ddpify.edit import statements
 from ddpify.lint.rule import Finding, Rule
 from ddpify.lint.rules._setup_and_data import facts, is_literal
 from ddpify.syntax import code, dotted, method_call, string_value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.transforms.base import add_keyword
+from ddpify.edit import add_keyword
 from ddpify.lint.rule import Finding, Rule
 from ddpify.syntax import code
 from ddpify.lint.rules._devices_and_output import devices_and_output

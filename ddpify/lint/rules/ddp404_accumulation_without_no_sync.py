@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpify.convert.transforms.no_sync import wrap_micro_steps
+from ddpify.edit import wrap_micro_steps
 from ddpify.lint.rule import Finding, Rule
 from ddpify.syntax import code, method_call
 

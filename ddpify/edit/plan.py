@@ -18,8 +18,8 @@ from typing import Literal
 
 import libcst as cst
 
-from ddpify.convert.imports import add_imports, drop_unused_imports
-from ddpify.convert.rebuild import PathRebuilder, dirty_paths
+from ddpify.edit.imports import add_imports, drop_unused_imports
+from ddpify.edit.rebuild import PathRebuilder, dirty_paths
 from ddpify.syntax import Tree
 
 BLANK = cst.EmptyLine(indent=False)

@@ -20,7 +20,7 @@ import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
 from ddpify import nodes
-from ddpify.convert.rebuild import replace_nodes
+from ddpify.edit.rebuild import replace_nodes
 from ddpify.names import Names
 
 ImportRequest = tuple[str, str | None, str | None]  # module, object, alias
