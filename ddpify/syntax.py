@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from functools import cached_property
 
 import libcst as cst
-import libcst.matchers as m
 
 from ddpify import nodes
 from ddpify.names import Names
@@ -333,7 +332,8 @@ class Tree:
     def is_builtin_call(self, node: cst.CSTNode, name: str) -> bool:
         return (
             type(node) is cst.Call
-            and m.matches(node.func, m.Name(name))
+            and type(node.func) is cst.Name
+            and node.func.value == name
             and self.qname(node.func) in {f"builtins.{name}", name}
         )
 
@@ -443,6 +443,6 @@ class Tree:
         if not isinstance(test.comparisons[0].operator, cst.Equal):
             return False
         sides = [test.left, test.comparisons[0].comparator]
-        has_name = any(m.matches(s, m.Name("__name__")) for s in sides)
+        has_name = any(isinstance(s, cst.Name) and s.value == "__name__" for s in sides)
         has_main = any(string_value(s) == "__main__" for s in sides)
         return has_name and has_main

@@ -1,6 +1,8 @@
-"""How fast ddpify converts and lints: milliseconds per file over the fixture corpus, and
-convert time against LibCST's parse time over the real-script corpus.
+"""How fast ddpify converts and lints: milliseconds per file over the fixture corpus, convert
+time against LibCST's parse time over the real-script corpus, and `ddpify lint --select ALL`
+against `ruff check --select ALL` over torchvision's installed sources plus the corpus.
 
+    pip install -e ".[bench]"     # ruff, for the comparison
     python scripts/benchmark.py [--repeat 5]
 
 Prints numbers; it asserts nothing (speed goals live here, not in timed tests).
@@ -9,7 +11,11 @@ Prints numbers; it asserts nothing (speed goals live here, not in timed tests).
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +60,8 @@ def fixtures(repeat: int) -> None:
     ):
         samples = timed(fn, sources, repeat)
         print(f"{label:<18} {len(sources)} files, {lines:.0f} lines on average: median {statistics.median(samples):.1f} ms/file, best {min(samples):.1f} ms/file")
+    slowest = max(best_ms(lambda s=s: lint_source(s, selection=every_rule), repeat) for s in converted)
+    print(f"lint one script    slowest converted fixture: {slowest:.1f} ms (target: under 100 ms)")
 
 
 def corpus(repeat: int) -> None:
@@ -81,12 +89,36 @@ def corpus(repeat: int) -> None:
     )
 
 
+def lint_vs_ruff(repeat: int) -> None:
+    """Wall time of the two command lines, startup included, the best of `repeat` runs each."""
+    spec = importlib.util.find_spec("torchvision")  # finds it without importing torch
+    paths = [str(Path(location)) for location in (spec.submodule_search_locations or [])] if spec else []
+    if CORPUS.is_dir():
+        paths.append(str(CORPUS))
+    ruff = shutil.which("ruff")
+    if not paths or ruff is None:
+        print("lint vs ruff       skipped: needs torchvision and ruff (pip install -e '.[bench]')")
+        return
+    files = sum(1 for p in paths for _ in Path(p).rglob("*.py"))
+    commands = {
+        "ddpify": [sys.executable, "-m", "ddpify", "lint", "--select", "ALL", *paths],
+        "ruff": [ruff, "check", "--select", "ALL", "--no-cache", "--quiet", *paths],
+    }
+    run = lambda command: subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: E731
+    ms = {name: best_ms(lambda c=command: run(c), repeat) for name, command in commands.items()}
+    print(
+        f"lint vs ruff       {files} files (torchvision + corpus), --select ALL: ddpify {ms['ddpify']:.0f} ms,"
+        f" ruff {ms['ruff']:.0f} ms, ratio {ms['ddpify'] / ms['ruff']:.2f} (target: within 2)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     fixtures(args.repeat)
     corpus(args.repeat)
+    lint_vs_ruff(args.repeat)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import libcst as cst
 
 from ddpify.edit import Plan
 from ddpify.errors import InputError
-from ddpify.lint.rule import Finding, Rule
+from ddpify.lint.rule import Finding, Rule, visit_all
 from ddpify.lint.rules import all_rules
 from ddpify.lint.script import DISTRIBUTED_TEXT, Script
 from ddpify.lint.selection import Selection, suppressed
@@ -30,9 +30,10 @@ def _findings(script: Script, source: str, selection: Selection) -> list[tuple[R
         return []
     lines = source.splitlines()
     found: dict[Finding, Rule] = {}
-    for rule_class in selection.enabled(all_rules()):
-        rule = rule_class(script)
-        for finding in rule.check():
+    rules = [rule_class(script) for rule_class in selection.enabled(all_rules())]
+    visit_all(script.tree, rules)
+    for rule in rules:
+        for finding in rule.findings:
             line = lines[finding.line - 1] if finding.line <= len(lines) else ""
             if not suppressed(line, finding.code):
                 found.setdefault(finding, rule)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
@@ -16,6 +17,7 @@ from typing import ClassVar, Literal
 import libcst as cst
 
 from ddpify.lint.script import Script
+from ddpify.syntax import Tree
 
 SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "References")
 FixKind = Literal["safe", "partial", "by convert", "no"]
@@ -50,6 +52,40 @@ def _handlers(rule: type) -> frozenset[str]:
     return frozenset(names)
 
 
+def visit_all(tree: Tree, rules: Sequence[Rule]) -> None:
+    """One read-only walk of the tree for every rule: `visit_<Node>` before a node's children
+    (a rule whose visit returns False skips them; it still gets `leave_<Node>`), `leave_<Node>`
+    after. Each rule sees the events it would see walking alone, in the same order. The walk
+    uses the tree's cached children: LibCST's own `visit` rebuilds every node."""
+    visits: dict[str, list[tuple[Rule, Callable]]] = {}
+    leaves: dict[str, list[tuple[Rule, Callable]]] = {}
+    for rule in rules:
+        for handler in sorted(_handlers(type(rule))):
+            kind, _, node_type = handler.partition("_")
+            (visits if kind == "visit" else leaves).setdefault(node_type, []).append((rule, getattr(rule, handler)))
+    skipping: dict[int, cst.CSTNode] = {}  # id(rule) -> the node whose children it skips
+    stack: list[tuple[cst.CSTNode, bool]] = [(tree.module, False)]
+    while stack:
+        node, leaving = stack.pop()
+        name = type(node).__name__
+        if leaving:
+            for key in [key for key, skipped in skipping.items() if skipped is node]:
+                del skipping[key]
+            for rule, handler in leaves.get(name, ()):
+                if id(rule) not in skipping:
+                    handler(node)
+            continue
+        skipped_here = False
+        for rule, handler in visits.get(name, ()):
+            if id(rule) not in skipping and handler(node) is False:
+                skipping[id(rule)] = node
+                skipped_here = True
+        if skipped_here or name in leaves:
+            stack.append((node, True))
+        if len(skipping) < len(rules):
+            stack.extend((child, False) for child in reversed(tree.children(node)))
+
+
 class Rule(cst.CSTVisitor):
     code: ClassVar[str]
     name: ClassVar[str]  # the pattern flagged, kebab-case ("unguarded-checkpoint-save")
@@ -64,22 +100,8 @@ class Rule(cst.CSTVisitor):
         self.findings: list[Finding] = []
 
     def check(self) -> list[Finding]:
-        """Visit the tree read-only: `visit_<Node>` before a node's children (returning False
-        skips them), `leave_<Node>` after. The traversal uses the tree's cached children:
-        LibCST's own `visit` rebuilds every node, which costs more than the rules do."""
-        handlers = _handlers(type(self))
-        stack: list[tuple[cst.CSTNode, bool]] = [(self.tree.module, False)]
-        while stack:
-            node, leaving = stack.pop()
-            name = type(node).__name__
-            if leaving:
-                getattr(self, f"leave_{name}")(node)
-                continue
-            descend = getattr(self, f"visit_{name}")(node) if f"visit_{name}" in handlers else True
-            if f"leave_{name}" in handlers:
-                stack.append((node, True))
-            if descend is not False:
-                stack.extend((child, False) for child in reversed(self.tree.children(node)))
+        """This rule alone over the tree (`visit_all` runs several in one walk)."""
+        visit_all(self.tree, [self])
         return self.findings
 
     def report(self, node: cst.CSTNode, message: str, fixable: bool | None = None) -> None:

@@ -22,6 +22,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from ddpify import nodes
 from ddpify import syntax as s
 from ddpify.lint.script import Script
 from ddpify.syntax import code, dotted, method_call
@@ -77,7 +78,7 @@ def _reads(node: cst.CSTNode, out: set[str], skip=None) -> None:
         return
     if isinstance(node, cst.Lambda):
         return
-    for child in node.children:
+    for child in nodes.children(node):
         _reads(child, out, skip)
 
 
@@ -270,7 +271,7 @@ class Scope:
                 found.append(n)
                 if skip is not None and skip(n):
                     return
-            for child in n.children:
+            for child in self.tree.children(n):
                 visit(child)
 
         visit(node)

@@ -73,6 +73,10 @@ class BatchSemantics(Rule):
     default = False
     fix = "no"
 
+    def __init__(self, script) -> None:
+        super().__init__(script)
+        self._update_index: dict[cst.FunctionDef | None, dict[str | None, list[cst.BaseExpression]]] = {}
+
     def visit_Module(self, node: cst.Module) -> None:
         if self._learning_rate_scaled():
             return
@@ -172,12 +176,13 @@ class BatchSemantics(Rule):
 
     def _updates(self, name: cst.BaseExpression, function) -> list[cst.BaseExpression]:
         """`batch_size //= world_size`, `kwargs.update(...)`: values that change `name` in place."""
-        spelled = dotted(name)
-        found: list[cst.BaseExpression] = []
-        for node in self.program.scope_nodes(function):
-            if isinstance(node, cst.AugAssign) and dotted(node.target) == spelled:
-                found.append(node.value)
-            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and dotted(node.func.value) == spelled:
-                if node.func.attr.value in ("update", "setdefault", "__setitem__"):
-                    found += [a.value for a in node.args]
-        return found
+        if function not in self._update_index:
+            index: dict[str | None, list[cst.BaseExpression]] = {}
+            for node in self.program.scope_nodes(function):
+                if type(node) is cst.AugAssign:
+                    index.setdefault(dotted(node.target), []).append(node.value)
+                elif type(node) is cst.Call and type(node.func) is cst.Attribute:
+                    if node.func.attr.value in ("update", "setdefault", "__setitem__"):
+                        index.setdefault(dotted(node.func.value), []).extend(a.value for a in node.args)
+            self._update_index[function] = index
+        return self._update_index[function].get(dotted(name), [])
