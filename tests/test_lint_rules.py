@@ -64,3 +64,43 @@ def test_fix(rule, update_golden) -> None:
     if rule.fix == "safe":
         assert not [f for f in result.remaining if f.code == rule.code], [f.render() for f in result.remaining]
     _check(FIXTURES / rule.code / "fixed.py", result.output, update_golden)
+
+
+def test_one_walk_gives_each_rule_the_events_of_its_own_walk() -> None:
+    """`visit_all` runs every rule in one walk; a rule that skips a subtree (visit returns False)
+    must see exactly what it sees walking alone, and must not make the others skip it."""
+    import libcst as cst
+
+    from ddpify.lint.rule import Rule, visit_all
+    from ddpify.lint.script import Script
+    from ddpify.syntax import Tree
+
+    class Recorder(Rule):
+        code, name = "X001", "recorder"
+
+        def __init__(self, script, skip: bool) -> None:
+            super().__init__(script)
+            self.skip, self.events = skip, []
+
+        def visit_FunctionDef(self, node) -> bool:
+            self.events.append(("visit", node.name.value))
+            return not self.skip
+
+        def leave_FunctionDef(self, node) -> None:
+            self.events.append(("leave", node.name.value))
+
+        def visit_Call(self, node) -> None:
+            self.events.append(("call", node.func.value))
+
+    source = "def outer():\n    f()\n    def inner():\n        g()\n\nh()\n"
+    script = Script(Tree.parse(cst.parse_module(source)), "x.py")
+    alone = {}
+    for skip in (True, False):
+        rule = Recorder(script, skip)
+        visit_all(script.tree, [rule])
+        alone[skip] = rule.events
+    assert alone[True] == [("visit", "outer"), ("leave", "outer"), ("call", "h")]
+    assert alone[False] == [("visit", "outer"), ("call", "f"), ("visit", "inner"), ("call", "g"), ("leave", "inner"), ("leave", "outer"), ("call", "h")]
+    together = [Recorder(script, True), Recorder(script, False)]
+    visit_all(script.tree, together)
+    assert [r.events for r in together] == [alone[True], alone[False]]
