@@ -433,10 +433,10 @@ class DevicesAndOutput:
         return [w for w in self.script.ddp_wraps if self.tree.function(w) is function]
 
     def wrapped_at(self, name: str, node: cst.CSTNode, function: cst.FunctionDef | None, seen: frozenset = frozenset()) -> cst.Call | None:
-        """The DDP wrap that `name` (the wrapper or the module it wraps) has gone through when `node` runs."""
-        here = position(self.tree, node)
+        """The DDP wrap that `name` (the wrapper or the module it wraps) may have gone through
+        when `node` runs: one that can run before it (not in a branch exclusive to it)."""
         for wrap in self.wraps_in(function):
-            if position(self.tree, wrap) >= here:
+            if not self.tree.may_follow(wrap, node):
                 continue
             target = wrap_target(self.tree, wrap)
             inner = wrapped_module(wrap)
