@@ -427,7 +427,8 @@ class Tree:
     def may_follow(self, first: cst.CSTNode, then: cst.CSTNode) -> bool:
         """`then` can run after `first` has run: `then` holds `first` (a call completes after
         its arguments), or comes later in the text, is not held by `first` and is not in a
-        branch exclusive to it. Loops are not followed back to their start."""
+        branch exclusive to it. For two nodes of one function; loops are not followed back to
+        their start (`exclusive` already treats branches a loop repeats as both running)."""
         if self.inside(first, then):
             return first is not then
         if self.inside(then, first):
