@@ -98,6 +98,16 @@ class Program:
             cls = next((self.classes[n] for n in local if n in self.classes), None)
         return False
 
+    def class_methods(self, cls: cst.ClassDef, seen: frozenset = frozenset()) -> dict[str, cst.FunctionDef]:
+        """Methods of a same-file class by name, with those it inherits from same-file bases."""
+        methods: dict[str, cst.FunctionDef] = {}
+        for base in reversed(cls.bases):  # the first base wins, as in the MRO of simple hierarchies
+            name = dotted(base.value)
+            if name in self.classes and self.classes[name] is not cls and cls not in seen:
+                methods.update(self.class_methods(self.classes[name], seen | {cls}))
+        methods.update(self.methods.get(cls, {}))
+        return methods
+
     def param_names(self, function: cst.FunctionDef) -> list[str]:
         names = [p.name.value for p in _params(function)]
         if self.owner_class(function) is not None and names and not self._is_static(function):

@@ -286,6 +286,15 @@ def method_call(node: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:
     return None
 
 
+def _different_branches(node: cst.CSTNode, one: cst.CSTNode, other: cst.CSTNode) -> bool:
+    """`one` and `other`, children of `node`, are branches of it that exclude each other."""
+    if type(node) in (cst.If, cst.IfExp):
+        return {id(one), id(other)} == {id(node.body), id(node.orelse)}  # type: ignore[attr-defined]
+    if type(node) is cst.Match:
+        return one is not other and any(c is one for c in node.cases) and any(c is other for c in node.cases)
+    return False
+
+
 BLOCKS = {cst.IndentedBlock, cst.Module}
 
 
@@ -396,6 +405,44 @@ class Tree:
         while current is not None and current is not container:
             current = self._parent_of.get(id(current))
         return current is not None
+
+    # execution order
+
+    def exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+        """At most one of `a` and `b` runs: they sit in different branches of one `if`/`elif`/
+        `else` chain (or `x if c else y`, or two `case`s of a `match`) that no loop in the
+        function repeats (a loop could take one branch, then the other)."""
+        path_of_a: dict[int, cst.CSTNode] = {}  # ancestor of a -> its child on the way to a
+        child = a
+        for parent in self.ancestors(a):
+            path_of_a[id(parent)] = child
+            child = parent
+        child = b
+        for parent in self.ancestors(b):
+            if id(parent) in path_of_a:
+                return _different_branches(parent, path_of_a[id(parent)], child) and not self._repeated(parent)
+            child = parent
+        return False
+
+    def may_follow(self, first: cst.CSTNode, then: cst.CSTNode) -> bool:
+        """`then` can run after `first` has run: `then` holds `first` (a call completes after
+        its arguments), or comes later in the text, is not held by `first` and is not in a
+        branch exclusive to it. For two nodes of one function; loops are not followed back to
+        their start (`exclusive` already treats branches a loop repeats as both running)."""
+        if self.inside(first, then):
+            return first is not then
+        if self.inside(then, first):
+            return False
+        return self._position_of[id(first)] < self._position_of[id(then)] and not self.exclusive(first, then)
+
+    def _repeated(self, node: cst.CSTNode) -> bool:
+        """`node` sits in a loop or comprehension of its function."""
+        for parent in self.ancestors(node):
+            if type(parent) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+                return False
+            if type(parent) in (cst.For, cst.While, cst.CompFor):
+                return True
+        return False
 
     def walk(self, root: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
         """Every node below `root` (the module by default), parents before children."""

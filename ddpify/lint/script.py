@@ -6,7 +6,8 @@
   `if rank != 0: return`, and names assigned from any of these;
 - collectives: torch.distributed collectives, forwards of DDP-wrapped models, and same-file
   functions that run either (transitively);
-- the DDP-wrapped models, followed through parameters and `self`;
+- the DDP-wrapped models, followed through parameters and `self`, the same-file classes of
+  the modules they hold, and which methods of those classes run the forward;
 - sharded loaders (a DistributedSampler) and the loops that train (call `backward()`).
 """
 
@@ -40,6 +41,8 @@ MAIN_PROCESS_NAMES = {
 GET_RANK = {"torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank", "torch.distributed.get_node_local_rank"}
 RANK_ENV = {"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"}
 EXITS = (cst.Return, cst.Continue, cst.Break, cst.Raise)
+# Module methods that return the module itself (`Net().to(device)` is a `Net`).
+RETURNS_SELF = {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "to_empty", "train", "eval", "requires_grad_"}
 # Text every distributed file contains (`Script.distributed` needs a torch.distributed or
 # DistributedSampler/DistributedDataParallel name, or a RANK/WORLD_SIZE string): a file without
 # any is not parsed at all.
@@ -209,6 +212,50 @@ class Script:
         name = dotted(node) if isinstance(node, cst.BaseExpression) else None
         return name is not None and name in self.ddp_refs.get(function, set())
 
+    def module_classes(self, wrapper: cst.BaseExpression, function: cst.FunctionDef | None) -> set[cst.ClassDef]:
+        """Same-file classes of the module a DDP wrapper holds (`model = DDP(Net().to(device))`),
+        followed through assignments, parameters, `self` attributes and `.to()`/`.cuda()` chains."""
+        return self._classes_of(wrapper, function, set())
+
+    def _classes_of(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, seen: set[int]) -> set[cst.ClassDef]:
+        if id(expr) in seen:
+            return set()
+        seen.add(id(expr))
+        found = set()
+        for origin in self.program.origins(expr, function):
+            value = _unchained(origin.node)
+            if value is not origin.node:  # `model.cuda()`: where `model` comes from
+                found |= self._classes_of(value, origin.function, seen)
+            elif value in self.ddp_wraps:
+                inner = s.arg(value, 0, "module")  # type: ignore[arg-type]
+                if inner is not None:
+                    found |= self._classes_of(inner.value, origin.function, seen)
+            elif isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.program.classes:
+                found.add(self.program.classes[value.func.value])
+        return found
+
+    def forward_methods(self, cls: cst.ClassDef) -> set[str]:
+        """Methods of a same-file model class that run its forward: they call `self(...)` or
+        `self.forward(...)` (not under `no_grad`), directly or through other methods of the class."""
+        if cls not in self._forward_methods:
+            methods = self.program.class_methods(cls)
+            found: set[str] = set()
+            changed = True
+            while changed:
+                changed = False
+                for name, method in methods.items():
+                    if name in found or name == "forward":
+                        continue
+                    if any(_runs_forward(c, found) and not under_no_grad(self.tree, c) for c in self.program.calls_in(method)):
+                        found.add(name)
+                        changed = True
+            self._forward_methods[cls] = found
+        return self._forward_methods[cls]
+
+    @cached_property
+    def _forward_methods(self) -> dict[cst.ClassDef, set[str]]:
+        return {}
+
     def is_collective_call(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """A torch.distributed collective, a DDP forward, or a same-file function that runs one."""
         if self.tree.is_call_to(call, s.COLLECTIVES) or self.is_ddp_model(call.func, function):
@@ -266,6 +313,48 @@ class Script:
 
     def calls(self, names: set[str]) -> list[cst.Call]:
         return [c for c in self.tree.calls() if self.tree.is_call_to(c, names)]
+
+
+def _unchained(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`Net().to(device).train()` -> `Net()`: calls that return the module they are called on."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in RETURNS_SELF:
+        node = node.func.value
+    return node
+
+
+def _runs_forward(call: cst.Call, forward_methods: set[str]) -> bool:
+    """`self(...)`, `self.forward(...)`, or `self.m(...)` for a method `m` known to run them."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value == "self"
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        return func.attr.value == "forward" or func.attr.value in forward_methods
+    return False
+
+
+def under_no_grad(tree: Tree, node: cst.CSTNode) -> bool:
+    """Inside `with torch.no_grad():` (or inference_mode, set_grad_enabled(False)) or a decorated function."""
+    for parent in tree.ancestors(node):
+        if isinstance(parent, cst.With):
+            for item in parent.items:
+                if _disables_grad(tree, item.item):
+                    return True
+        if isinstance(parent, cst.FunctionDef):
+            for decorator in parent.decorators:
+                if _disables_grad(tree, decorator.decorator):
+                    return True
+    return False
+
+
+def _disables_grad(tree: Tree, expr: cst.BaseExpression) -> bool:
+    func = expr.func if isinstance(expr, cst.Call) else expr
+    name = tree.qname(func)
+    if name in s.NO_GRAD:
+        return True
+    if name in s.SET_GRAD_ENABLED and isinstance(expr, cst.Call) and expr.args:
+        value = expr.args[0].value
+        return isinstance(value, cst.Name) and value.value == "False"
+    return False
 
 
 def _imported_names(node: cst.Import | cst.ImportFrom) -> list[str]:

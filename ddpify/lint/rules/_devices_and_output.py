@@ -191,31 +191,6 @@ def in_except_handler(tree: s.Tree, node: cst.CSTNode) -> bool:
     return False
 
 
-def under_no_grad(tree: s.Tree, node: cst.CSTNode) -> bool:
-    """Inside `with torch.no_grad():` (or inference_mode, set_grad_enabled(False)) or a decorated function."""
-    for parent in tree.ancestors(node):
-        if isinstance(parent, cst.With):
-            for item in parent.items:
-                if _disables_grad(tree, item.item):
-                    return True
-        if isinstance(parent, cst.FunctionDef):
-            for decorator in parent.decorators:
-                if _disables_grad(tree, decorator.decorator):
-                    return True
-    return False
-
-
-def _disables_grad(tree: s.Tree, expr: cst.BaseExpression) -> bool:
-    func = expr.func if isinstance(expr, cst.Call) else expr
-    name = tree.qname(func)
-    if name in s.NO_GRAD:
-        return True
-    if name in s.SET_GRAD_ENABLED and isinstance(expr, cst.Call) and expr.args:
-        value = expr.args[0].value
-        return isinstance(value, cst.Name) and value.value == "False"
-    return False
-
-
 def same_block(tree: s.Tree, a: cst.CSTNode, b: cst.CSTNode) -> bool:
     return tree.parent(a) is tree.parent(b) and isinstance(tree.parent(a), (cst.IndentedBlock, cst.Module))
 
@@ -433,10 +408,10 @@ class DevicesAndOutput:
         return [w for w in self.script.ddp_wraps if self.tree.function(w) is function]
 
     def wrapped_at(self, name: str, node: cst.CSTNode, function: cst.FunctionDef | None, seen: frozenset = frozenset()) -> cst.Call | None:
-        """The DDP wrap that `name` (the wrapper or the module it wraps) has gone through when `node` runs."""
-        here = position(self.tree, node)
+        """The DDP wrap that `name` (the wrapper or the module it wraps) may have gone through
+        when `node` runs: one that can run before it (not in a branch exclusive to it)."""
         for wrap in self.wraps_in(function):
-            if position(self.tree, wrap) >= here:
+            if not self.tree.may_follow(wrap, node):
                 continue
             target = wrap_target(self.tree, wrap)
             inner = wrapped_module(wrap)

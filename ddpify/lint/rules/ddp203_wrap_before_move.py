@@ -10,7 +10,6 @@ from ddpify.lint.rules._devices_and_output import (
     between,
     is_device_move,
     moved_statement,
-    position,
     root_names,
     same_block,
     single_small,
@@ -26,7 +25,8 @@ from ddpify.syntax import code, dotted
 class WrapBeforeMove(Rule):
     """## What it does
     Flags a `DistributedDataParallel(model, ...)` wrap when the model is moved to its device
-    (`.to(device)`, `.cuda()`) only after the wrap.
+    (`.to(device)`, `.cuda()`) only after the wrap. A move in a branch that excludes the
+    wrap's (`if distributed: model = DDP(model)` / `else: model.to(device)`) is not after it.
 
     ## Why is this bad?
     DDP reads the module's device when it is constructed: it broadcasts the parameters from
@@ -89,10 +89,9 @@ class WrapBeforeMove(Rule):
         if inner_expr is None or self._moved_before(inner_expr, inner, wrap, function):
             return None
         names = {n for n in (inner, target) if n is not None}
-        here = position(self.tree, wrap)
         for call in self.program.calls_in(function):
-            if position(self.tree, call) <= here:
-                continue
+            if not self.tree.may_follow(wrap, call):
+                continue  # before the wrap, or in a branch exclusive to it
             receiver = is_device_move(self.tree, call)
             name = dotted(receiver) if receiver is not None else None
             if name is not None and (name in names or name.removesuffix(".module") in names):
@@ -102,17 +101,16 @@ class WrapBeforeMove(Rule):
     def _moved_before(self, expr: cst.BaseExpression, name: str | None, wrap: cst.Call, function) -> bool:
         if any(is_device_move(self.tree, c) is not None for c in self.tree.calls(expr)):
             return True  # DDP(Net().to(device))
-        here = position(self.tree, wrap)
         for origin in self.program.origins(expr, function):
-            if origin.function is function and position(self.tree, origin.node) > here:
-                continue  # assigned after the wrap
+            if origin.function is function and not self.tree.may_follow(origin.node, wrap):
+                continue  # assigned after the wrap, or in a branch exclusive to it
             if any(is_device_move(self.tree, c) is not None for c in self.tree.calls(origin.node)):
                 return True  # model = Net().to(device)
         if name is None:
             return False
         for call in self.program.calls_in(function):
             receiver = is_device_move(self.tree, call)
-            if receiver is not None and dotted(receiver) == name and position(self.tree, call) < here:
+            if receiver is not None and dotted(receiver) == name and self.tree.may_follow(call, wrap):
                 return True
         return False
 

@@ -27,7 +27,9 @@ class SyncbnAfterWrap(Rule):
     Flags `nn.SyncBatchNorm.convert_sync_batchnorm(model)` and other module surgery (assigning
     a new submodule, `add_module`, freezing or unfreezing parameters with `requires_grad`)
     applied to a model after it was wrapped in `DistributedDataParallel`, either on the wrapper
-    or on the module it wraps.
+    or on the module it wraps. Surgery in a branch that excludes the wrap's (the wrap under
+    `if args.distributed:`, `model.features = nn.DataParallel(model.features)` under its
+    `else:`) never runs after it and is not flagged.
 
     ## Why is this bad?
     DDP registers the module's parameters and its gradient hooks when it is constructed. Layers

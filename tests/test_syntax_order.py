@@ -1,0 +1,79 @@
+"""`Tree.exclusive` and `Tree.may_follow`: which statements can run after which."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from ddpify.syntax import Tree
+
+SOURCE = """
+if distributed:
+    if gpu is not None:
+        wrap_gpu()
+        after_wrap_gpu()
+    else:
+        wrap_cpu()
+elif gpu is not None:
+    single_gpu()
+else:
+    data_parallel()
+after_chain()
+for epoch in epochs:
+    if epoch == 0:
+        first_epoch()
+    else:
+        later_epoch()
+value = on_true() if flag else on_false()
+match mode:
+    case "train":
+        train_case()
+    case _:
+        other_case()
+outer(inner())
+"""
+
+
+@pytest.fixture(scope="module")
+def calls() -> tuple[Tree, dict[str, cst.Call]]:
+    tree = Tree.parse(cst.parse_module(SOURCE))
+    return tree, {c.func.value: c for c in tree.calls() if isinstance(c.func, cst.Name)}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        pytest.param("wrap_gpu", "wrap_cpu", True, id="if-else"),
+        pytest.param("wrap_gpu", "single_gpu", True, id="nested-if-vs-elif"),
+        pytest.param("wrap_gpu", "data_parallel", True, id="nested-if-vs-else"),
+        pytest.param("single_gpu", "data_parallel", True, id="elif-vs-else"),
+        pytest.param("on_true", "on_false", True, id="conditional-expression"),
+        pytest.param("train_case", "other_case", True, id="match-cases"),
+        pytest.param("wrap_gpu", "after_wrap_gpu", False, id="same-branch"),
+        pytest.param("wrap_gpu", "after_chain", False, id="after-the-chain"),
+        pytest.param("first_epoch", "later_epoch", False, id="branches-inside-a-loop"),
+        pytest.param("inner", "outer", False, id="argument"),
+    ],
+)
+def test_exclusive(calls, a, b, expected) -> None:
+    tree, by_name = calls
+    assert tree.exclusive(by_name[a], by_name[b]) is expected
+    assert tree.exclusive(by_name[b], by_name[a]) is expected
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "expected"),
+    [
+        pytest.param("wrap_gpu", "after_wrap_gpu", True, id="later-in-branch"),
+        pytest.param("wrap_gpu", "after_chain", True, id="after-the-chain"),
+        pytest.param("wrap_gpu", "data_parallel", False, id="exclusive-branch"),
+        pytest.param("after_wrap_gpu", "wrap_gpu", False, id="earlier"),
+        pytest.param("first_epoch", "later_epoch", True, id="next-iteration"),
+        pytest.param("inner", "outer", True, id="call-after-its-argument"),
+        pytest.param("outer", "inner", False, id="argument-before-its-call"),
+        pytest.param("wrap_gpu", "wrap_gpu", False, id="itself"),
+    ],
+)
+def test_may_follow(calls, first, then, expected) -> None:
+    tree, by_name = calls
+    assert tree.may_follow(by_name[first], by_name[then]) is expected
