@@ -15,6 +15,7 @@ from typing import Literal
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis import sync
 from ddpify.program import Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, string_value
 
@@ -213,10 +214,7 @@ class Facts:
     def call_syncs(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """Whether the call itself takes part in a collective: a DDP forward or backward, a
         torch.distributed collective, or a same-file function that does one of these."""
-        if self.forwards_model(call, function) or is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES):
-            return True
-        target = self.program.callee(call, function)
-        return target is not None and target[0] in self.syncing
+        return sync.call_syncs(self.tree, self.program, call, function, self.forwards_model, self.syncing)
 
     def syncs(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
         """Whether running `node` takes part in a collective anywhere inside it."""
@@ -1136,9 +1134,7 @@ class Analyzer:
     # --- what takes part in collectives ---------------------------------------------
 
     def _syncing(self, facts: Facts) -> set[cst.FunctionDef]:
-        return self.program.reaching(
-            lambda call, function: facts.forwards_model(call, function) or is_backward(call) or self.tree.is_call_to(call, s.COLLECTIVES)
-        )
+        return sync.syncing_functions(self.tree, self.program, facts.forwards_model)
 
 
 def _names_a_loader(name: str) -> bool:

@@ -20,6 +20,7 @@ from typing import TypeVar
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis import sync
 from ddpify.program import Program
 from ddpify.syntax import Tree, code, dotted, string_value
 
@@ -257,16 +258,17 @@ class Script:
         return {}
 
     def is_collective_call(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
-        """A torch.distributed collective, a DDP forward, or a same-file function that runs one."""
-        if self.tree.is_call_to(call, s.COLLECTIVES) or self.is_ddp_model(call.func, function):
-            return True
-        target = self.program.callee(call, function)
-        return target is not None and target[0] in self.syncing_functions
+        """A call that synchronizes the ranks (`ddpify.analysis.sync`): a torch.distributed
+        collective, a DDP forward, a backward, or a same-file function that runs one."""
+        return sync.call_syncs(self.tree, self.program, call, function, self._forwards_ddp, self.syncing_functions)
+
+    def _forwards_ddp(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        return self.is_ddp_model(call.func, function)
 
     @cached_property
     def syncing_functions(self) -> set[cst.FunctionDef]:
-        """Same-file functions that (transitively) run a collective or a DDP forward."""
-        return self.program.reaching(lambda call, function: self.tree.is_call_to(call, s.COLLECTIVES) or self.is_ddp_model(call.func, function))
+        """Same-file functions that (transitively) synchronize the ranks."""
+        return sync.syncing_functions(self.tree, self.program, self._forwards_ddp)
 
     def collectives_in(self, node: cst.CSTNode) -> list[cst.Call]:
         function = self.tree.function(node) if not isinstance(node, cst.FunctionDef) else node

@@ -549,14 +549,7 @@ class Flow:
 
     def syncs(self, node: cst.CSTNode, function: Function) -> bool:
         """It runs a collective, a DDP forward or a backward (directly or through a same-file call)."""
-        backward = set(self.script.backward_calls)
-        for call in self.tree.calls(node):
-            if call in backward or self.script.is_collective_call(call, function):
-                return True
-            target = self.program.callee(call, function)
-            if target is not None and target[0] in self.script.training_functions:
-                return True
-        return False
+        return any(self.script.is_collective_call(call, function) for call in self.tree.calls(node))
 
     @cached_property
     def divergent_exits(self) -> list[DivergentExit]:

@@ -13,16 +13,16 @@ from ddpify.syntax import code
 class CollectiveUnderRankGuard(Rule):
     """## What it does
     Flags a collective (`dist.barrier`, `all_reduce`, `broadcast`, `all_gather`, ...), a
-    forward of a DDP-wrapped model, or a call of a same-file function that runs either, when
-    only some ranks can reach it: under `if rank == 0:`, after `if rank != 0: return`, or in
+    forward of a DDP-wrapped model, a `backward()`, or a call of a same-file function that runs
+    one of these, when only some ranks can reach it: under `if rank == 0:`, after `if rank != 0: return`, or in
     one branch of a conditional expression.
 
     ## Why is this bad?
     A collective completes only when every rank in the group calls it. If rank 0 enters it
     alone, rank 0 waits for the others and they wait for rank 0 somewhere else: the job hangs
     until the NCCL timeout (30 minutes by default) and then dies with no useful traceback.
-    A DDP forward counts: it broadcasts buffers and prepares the gradient all-reduce. The
-    classic case is evaluating the wrapped model on rank 0 only.
+    A DDP forward counts: it broadcasts buffers and prepares the gradient all-reduce, which
+    `backward()` then runs. The classic case is evaluating the wrapped model on rank 0 only.
 
     ## Example
     ```python
