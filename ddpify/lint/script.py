@@ -21,26 +21,10 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis import sync
+from ddpify.analysis.ranks import GET_RANK, MAIN_PROCESS_NAMES, RANK_ENV, RANK_NAMES
 from ddpify.program import Program
 from ddpify.syntax import Tree, code, dotted, string_value
 
-# The last part of a name that holds a rank (`args.local_rank`, `self.rank`, `ddp_rank`).
-RANK_NAMES = {"rank", "local_rank", "global_rank", "world_rank", "node_rank", "ddp_rank", "ddp_local_rank", "gpu_rank"}
-# The last part of a name that holds "this is rank 0" (`master_process = rank == 0`).
-MAIN_PROCESS_NAMES = {
-    "is_main_process",
-    "main_process",
-    "is_main",
-    "is_master",
-    "master_process",
-    "is_master_process",
-    "is_rank_zero",
-    "is_rank0",
-    "is_global_zero",
-    "is_local_main_process",
-}
-GET_RANK = {"torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank", "torch.distributed.get_node_local_rank"}
-RANK_ENV = {"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK"}
 EXITS = (cst.Return, cst.Continue, cst.Break, cst.Raise)
 # Module methods that return the module itself (`Net().to(device)` is a `Net`).
 RETURNS_SELF = {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "to_empty", "train", "eval", "requires_grad_"}

@@ -20,7 +20,8 @@ from functools import cached_property
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.lint.script import MAIN_PROCESS_NAMES, Script
+from ddpify.analysis.ranks import GLOBAL_RANK_NAMES, MAIN_PROCESS_NAMES
+from ddpify.lint.script import Script
 from ddpify.syntax import code, dotted, method_call, string_value
 
 GPU_INDEX = re.compile(r"^cuda:(\d+)$")
@@ -39,7 +40,6 @@ CONVERT_SYNC_BATCHNORM = {
 # Names whose value is a device type or backend, not a placement (`device_type = "cuda"`).
 NOT_A_PLACEMENT = ("type", "backend", "kind", "accelerator", "platform", "name")
 # Global ranks a fix may compare with 0 (a local rank is 0 once per node).
-GLOBAL_RANK_NAMES = ("rank", "global_rank", "world_rank", "ddp_rank")
 # Writes: qualified name -> (position, keyword) of the destination argument.
 WRITE_FUNCTIONS = {
     "torch.save": (1, "f"),
@@ -622,7 +622,7 @@ class DevicesAndOutput:
         for test in self._positive_tests(function):
             if self._available(test, node, function):
                 return code(test), test
-        for name in GLOBAL_RANK_NAMES:
+        for name in ("rank", *GLOBAL_RANK_NAMES):
             if self._name_bound_at(name, node, function) and self.script.is_rank_expr(cst.Name(name), function):
                 return f"{name} == 0", None
         return f"{self.distributed_alias()}.get_rank() == 0", None

@@ -20,6 +20,7 @@ from typing import Literal
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.ranks import GLOBAL_GET_RANK, GLOBAL_RANK_ENV, GLOBAL_RANK_NAMES, LOCAL_GET_RANK, LOCAL_RANK_ENV, LOCAL_RANK_NAMES
 from ddpify.edit import Plan
 from ddpify.lint.script import Script
 from ddpify.program import Origin
@@ -35,8 +36,6 @@ OTHER_INITS = {
 }
 DESTROY = s.DESTROY_PROCESS_GROUP | {"torch.distributed.distributed_c10d.destroy_process_group"}
 IS_INITIALIZED = {"torch.distributed.is_initialized", "torch.distributed.distributed_c10d.is_initialized"}
-GLOBAL_GET_RANK = {"torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank"}
-LOCAL_GET_RANK = {"torch.distributed.get_node_local_rank", "torch.cuda.current_device"}
 # Calls that need the default process group (DDP001).
 NEEDS_GROUP = (
     GLOBAL_GET_RANK
@@ -63,9 +62,6 @@ TRAIN_TEST_SPLIT = {"sklearn.model_selection.train_test_split", "sklearn.model_s
 SELF_SHARDING = {"datasets.distributed.split_dataset_by_node"}
 SELF_SHARDING_PREFIXES = ("webdataset.", "torchdata.")
 ENV_READS = {"os.getenv", "os.environ.get"}
-# Names that hold the node-local rank (the GPU index) rather than the global rank.
-LOCAL_RANK_NAMES = {"local_rank", "ddp_local_rank", "gpu", "gpu_id", "gpu_index", "device_id", "local_process_index", "lrank"}
-GLOBAL_RANK_NAMES = {"global_rank", "world_rank"}
 # Frameworks and runners that set up (and tear down) the process group for the script.
 FRAMEWORK_ROOTS = set(s.DISTRIBUTED_FRAMEWORKS) | {"ray", "ignite", "composer", "mmengine", "mmcv", "detectron2"}
 
@@ -73,9 +69,6 @@ FRAMEWORK_ROOTS = set(s.DISTRIBUTED_FRAMEWORKS) | {"ray", "ignite", "composer", 
 SHUFFLE_POSITION = 2
 SAMPLER_POSITION = 3
 
-# Environment variables that launchers set: torchrun, SLURM, Open MPI, MPICH / Intel MPI.
-GLOBAL_RANK_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}
-LOCAL_RANK_ENV = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}
 
 RankKind = Literal["global", "local"]
 
