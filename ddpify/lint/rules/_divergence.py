@@ -82,6 +82,13 @@ def _reads(node: cst.CSTNode, out: set[str], skip=None) -> None:
         _reads(child, out, skip)
 
 
+def _adds_to(value: cst.BaseExpression, key: str) -> bool:
+    """`key + ...` or `... + key` (in a chain of additions): the value grows a running total."""
+    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)):
+        return False
+    return any(target_keys(side) == [key] or _adds_to(side, key) for side in (value.left, value.right))
+
+
 def target_keys(target: cst.BaseExpression) -> list[str]:
     """Variables an assignment target writes (`loss_sum[0] += ...` writes `loss_sum`)."""
     if isinstance(target, cst.Name):
@@ -363,8 +370,8 @@ class Scope:
                         names += target_keys(node.target)
                 elif isinstance(node, cst.Assign) and len(node.targets) == 1:
                     keys = target_keys(node.targets[0].target)
-                    if len(keys) == 1 and keys[0] in reads(node.value) and self.local_names(node.value):
-                        names += keys
+                    if len(keys) == 1 and _adds_to(node.value, keys[0]) and self.local_names(node.value):
+                        names += keys  # `total = total + loss.item()`, not `x = x.to(device)`
                 elif (added := method_call(node)) and added[1] in LIST_ADDS and isinstance(self.tree.parent(node), cst.Expr):
                     # `losses.append(loss.item())`: the list is the total, `sum(losses)` reads it
                     if any(self.local_names(a.value) for a in node.args):  # type: ignore[attr-defined]
