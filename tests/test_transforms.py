@@ -613,3 +613,19 @@ def test_batches_from_a_generator_that_cycles_a_loader_are_sharded() -> None:
     loop = "batches = cycle(loader)\nfor step in range(8):\n    x, y = next(batches)\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
     source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers)
     assert "sampler=DistributedSampler(train_dataset, shuffle=True)" in convert(source).output
+
+
+def test_output_in_a_function_the_entry_does_not_call_reads_the_rank_from_the_environment() -> None:
+    """`inference(args)` runs instead of `main()` on another path of the `__main__` block: the
+    process group set up in main() does not exist there, so `dist.get_rank()` would crash."""
+    source = standard().replace(
+        'if __name__ == "__main__":\n    main()\n',
+        'def inference():\n    print("ready")\n\n\ndef report():\n    print("trained")\n\n\n'
+        'if __name__ == "__main__":\n    if len(__import__("sys").argv) > 1:\n        inference()\n    else:\n        main()\n',
+    ).replace("        optimizer.step()\n", "        optimizer.step()\nreport()\n".replace("report()", "    report()"), 1)
+    result = convert(source)
+    assert result.status == "converted"
+    inference = result.output[result.output.index("def inference"):result.output.index("def report")]
+    report = result.output[result.output.index("def report"):result.output.index('if __name__')]
+    assert 'if int(os.environ.get("RANK", 0)) == 0:\n        print("ready")' in inference
+    assert 'if dist.get_rank() == 0:\n        print("trained")' in report  # main() calls it: the group exists

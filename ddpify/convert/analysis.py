@@ -154,16 +154,39 @@ class Facts:
     def rank_expr(self, function: cst.FunctionDef | None) -> str:
         if self.sees_entry_names(function):
             return "rank"
-        if function is None:  # module code of a script whose group is set up in a function: maybe not yet
+        if not self.runs_after_setup(function):  # the group may not exist yet (or ever, on that path)
             return 'int(os.environ.get("RANK", 0))'
         return "dist.get_rank()"
 
     def world_size_expr(self, function: cst.FunctionDef | None) -> str:
         if self.sees_entry_names(function):
             return "world_size"
-        if function is None:
+        if not self.runs_after_setup(function):
             return 'int(os.environ.get("WORLD_SIZE", 1))'
         return "dist.get_world_size()"
+
+    def runs_after_setup(self, function: cst.FunctionDef | None) -> bool:
+        """Whether code in `function` runs once the process group exists. Module code of a script
+        whose group is set up in a function may run before; so may a function the entry function
+        does not call (`inference(args)` in another branch of the `__main__` block)."""
+        if function is None:
+            return self.entry.kind != "function"
+        return self.entry.kind != "function" or function in self._called_from_entry
+
+    @cached_property
+    def _called_from_entry(self) -> set[cst.FunctionDef]:
+        """Same-file functions the entry function runs, directly or through others."""
+        assert self.entry.function is not None
+        seen = {self.entry.function}
+        work = [self.entry.function]
+        while work:
+            caller = work.pop()
+            for call in self.program.calls_in(caller):
+                target = self.program.callee(call, caller)
+                if target is not None and target[0] not in seen:
+                    seen.add(target[0])
+                    work.append(target[0])
+        return seen
 
     # --- the wrapped model -----------------------------------------------------------
 
