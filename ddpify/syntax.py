@@ -400,6 +400,11 @@ class Tree:
                 found.append(parent)
         return found
 
+    def order(self, node: cst.CSTNode) -> int:
+        """Where `node` comes in a preorder walk: among nodes none of which holds another, source
+        order, with no rendering."""
+        return self._position_of[id(node)]
+
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         current: cst.CSTNode | None = node
         while current is not None and current is not container:

@@ -817,8 +817,8 @@ class Analyzer:
         if assigned:
             statement = self.tree.statement(max(assigned, key=self.tree.line))
             return LoaderPlan(None, function, "recreate", loader=loader, anchor=statement, after=True)
-        uses = [n for n in self.program.scope_nodes(function) if isinstance(n, (cst.Name, cst.Attribute)) and code(n) == spelled]
-        first = min((u for u in uses if not self._is_assigned(u)), key=self.tree.line, default=loop.loop)
+        uses = [n for n in self.program.scope_nodes(function) if isinstance(n, (cst.Name, cst.Attribute)) and _spells(n, spelled)]
+        first = min((u for u in uses if not self._is_assigned(u)), key=self.tree.order, default=loop.loop)
         loops = self.tree.loops(first)  # before the outermost loop that uses it: made once
         anchor = loops[-1] if loops else self.tree.statement(first)
         return LoaderPlan(None, function, "recreate", loader=loader, anchor=anchor)
@@ -1158,6 +1158,12 @@ class Analyzer:
 
     def _syncing(self, facts: Facts) -> set[cst.FunctionDef]:
         return sync.syncing_functions(self.tree, self.program, facts.forwards_model)
+
+
+def _spells(node: cst.Name | cst.Attribute, spelled: str) -> bool:
+    """`code(node) == spelled`, rendering only what is not a dotted name."""
+    name = dotted(node)
+    return name == spelled if name is not None else code(node) == spelled
 
 
 def _names_a_loader(name: str) -> bool:
