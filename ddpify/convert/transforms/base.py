@@ -14,6 +14,8 @@ from ddpify.convert.plan import Plan
 @dataclass(frozen=True)
 class ConvertOptions:
     keep_global_batch: bool = False
+    sync_bn: bool = False  # BatchNorm layers become SyncBatchNorm (on CUDA) before the wrap
+    seed_per_rank: bool = False  # the script's seeds are offset by the rank once the model is wrapped
 
 
 def statements(source: str) -> list[cst.BaseStatement]:
