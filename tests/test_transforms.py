@@ -840,3 +840,27 @@ def test_with_keep_global_batch_len_loader_keeps_its_value() -> None:
 def test_len_loader_noop_for_averages_output_and_other_loaders(use: str) -> None:
     loader = LOADER + "\nval_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=8)"
     assert loader_length_notes(convert(standard(loader=loader, loop=use + LOOP))) == []
+
+
+def test_a_later_seed_of_the_same_generator_is_the_one_offset() -> None:
+    source = seeded_script(device="torch.manual_seed(1)\ntorch.manual_seed(seed)\n" + DEVICE)
+    output = convert(source, seed_per_rank=True).output
+    assert "    torch.manual_seed(seed + rank)\n    for epoch" in output
+    assert "torch.manual_seed(1 + rank)" not in output
+
+
+def test_seeds_stay_shared_when_training_starts_elsewhere() -> None:
+    body = "torch.manual_seed(0)\n" + DEVICE + "\n" + LOADER + "\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nreturn model, optimizer, loader\n"
+    train = "def train(model, optimizer, loader):\n" + textwrap.indent(LOOP.replace("x.to(device), y.to(device)", "x, y"), "    ")
+    source = script(body, helpers=train).replace("    main()\n", "    train(*main())\n")
+    result = convert(source, seed_per_rank=True)
+    assert "+ rank)" not in result.output and "manual_seed(rank)" not in result.output
+    assert any(w.startswith("training does not start where `model` is wrapped") for w in warnings(result))
+
+
+@pytest.mark.parametrize(("evaluates", "warned"), [(True, True), (False, False)], ids=["evaluation-decides", "step-budget"])
+def test_a_loop_that_stops_is_warned_about_when_an_evaluation_decides(evaluates: bool, warned: bool) -> None:
+    check = "    with torch.no_grad():\n        val = model(x).sum().item()\n    if val > 1e9:\n        break\n" if evaluates else "    if epoch == 5:\n        break\n"
+    result = convert(seeded_script(loop=LOOP + check), seed_per_rank=True)
+    assert "torch.manual_seed(seed + rank)" in result.output
+    assert any(w.startswith("this loop stops on a condition: with seeds offset by the rank") for w in warnings(result)) is warned

@@ -67,8 +67,15 @@ class SeedPerRank(Transform):
             return
         function = model.function
         before = self._training_statement(model.anchor, function)
-        start = self.tree.line(before) if before is not None else self.tree.positions[model.anchor].end.line + 1
-        shared = self._shared_draw_after(function, start)
+        if before is None:
+            self.warn(
+                model.anchor,
+                f"training does not start where `{model.ref}` is wrapped, so ddpify cannot tell what draws from the seeded "
+                "generators in between (a data split must stay the same on every rank): the seeds were not offset by the rank; "
+                "do it by hand where training starts",
+            )
+            return
+        shared = self._shared_draw_after(function, self.tree.line(before))
         if shared is not None:
             self.warn(
                 shared,
@@ -77,8 +84,9 @@ class SeedPerRank(Transform):
                 "seeds were left alone; give it its own generator seeded alike on every rank (generator=torch.Generator().manual_seed(seed))",
             )
             return
+        last = {self.tree.qname(call.func): call for call in sorted(seeds, key=self.tree.line)}  # a later seed replaces an earlier one
         reseeds: list[tuple[str, str]] = []  # (guard, call)
-        for call in sorted(seeds, key=self.tree.line):
+        for call in sorted(last.values(), key=self.tree.line):
             reseed = self._reseed(call, function)
             if reseed is not None and reseed not in reseeds:
                 reseeds.append(reseed)
@@ -90,25 +98,33 @@ class SeedPerRank(Transform):
                 source += condition
             source += f"    {line}" if condition else line
             guard = condition
-        new = statements(source)
-        if before is not None:
-            self.plan.insert_before(before, new)
-            anchor: cst.CSTNode = before
-        else:
-            self.plan.insert_after(model.anchor, new)
-            anchor = model.anchor
+        self.plan.insert_before(before, statements(source))
         calls = ", ".join(f"`{line.strip()}`" for _, line in reseeds)
         self.change(
-            anchor,
+            before,
             f"seeds offset by the rank before training ({calls}): dropout masks and random augmentation differ across ranks; "
             "the weights stay rank 0's (DDP broadcast them at the wrap) and the DistributedSampler keeps its own seed, shared by every rank",
         )
-        if before is not None and any(isinstance(n, cst.Break) for n in self.tree.walk(before)):
+        if any(isinstance(n, cst.Break) for n in self.tree.walk(before)) and self._evaluates(before, function):
             self.warn(
                 before,
                 "this loop stops on a condition: with seeds offset by the rank, evaluation that draws random numbers (sampling, noise) "
                 "differs across ranks, and so would that decision; keep what decides deterministic",
             )
+
+    def _evaluates(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
+        """Whether `node` runs an evaluation (`model.eval()`, `torch.no_grad()`), itself or in a same-file function it calls."""
+        for call in self.tree.calls(node):
+            found = s.method_call(call)
+            if self.tree.qname(call.func) in s.NO_GRAD or (found is not None and found[1] == "eval"):
+                return True
+            target = self.program.callee(call, function)
+            if target is not None and (
+                any(isinstance(d.decorator, cst.Call) and self.tree.qname(d.decorator.func) in s.NO_GRAD or self.tree.qname(d.decorator) in s.NO_GRAD for d in target[0].decorators)
+                or any(self.tree.qname(c.func) in s.NO_GRAD or ((m := s.method_call(c)) is not None and m[1] == "eval") for c in self.program.calls_in(target[0]))
+            ):
+                return True
+        return False
 
     def _training_statement(self, anchor: cst.BaseStatement, function: cst.FunctionDef | None) -> cst.BaseStatement | None:
         """The first statement after the wrap, in its block, that runs the model or trains."""
