@@ -864,3 +864,11 @@ def test_a_loop_that_stops_is_warned_about_when_an_evaluation_decides(evaluates:
     result = convert(seeded_script(loop=LOOP + check), seed_per_rank=True)
     assert "torch.manual_seed(seed + rank)" in result.output
     assert any(w.startswith("this loop stops on a condition: with seeds offset by the rank") for w in warnings(result)) is warned
+
+
+def test_a_seed_inside_the_training_loop_is_named_not_moved() -> None:
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    torch.manual_seed(epoch)\n")
+    result = convert(seeded_script(loop=loop), seed_per_rank=True)
+    assert "torch.manual_seed(epoch + rank)" not in result.output
+    assert "    torch.manual_seed(seed + rank)\n    np.random.seed(seed + rank)\n    for epoch" in result.output
+    assert "`torch.manual_seed(epoch)` seeds again once training has started: from there every rank draws alike; offset it by the rank by hand" in warnings(result)

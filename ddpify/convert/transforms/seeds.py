@@ -84,6 +84,10 @@ class SeedPerRank(Transform):
                 "seeds were left alone; give it its own generator seeded alike on every rank (generator=torch.Generator().manual_seed(seed))",
             )
             return
+        start = self.tree.line(before)
+        for call in [c for c in seeds if self.tree.function(c) is function and self.tree.line(c) >= start]:
+            self.warn(call, f"`{code(call)}` seeds again once training has started: from there every rank draws alike; offset it by the rank by hand")
+        seeds = [c for c in seeds if not (self.tree.function(c) is function and self.tree.line(c) >= start)]
         last = {self.tree.qname(call.func): call for call in sorted(seeds, key=self.tree.line)}  # a later seed replaces an earlier one
         reseeds: list[tuple[str, str]] = []  # (guard, call)
         for call in sorted(last.values(), key=self.tree.line):
@@ -115,16 +119,18 @@ class SeedPerRank(Transform):
     def _evaluates(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
         """Whether `node` runs an evaluation (`model.eval()`, `torch.no_grad()`), itself or in a same-file function it calls."""
         for call in self.tree.calls(node):
-            found = s.method_call(call)
-            if self.tree.qname(call.func) in s.NO_GRAD or (found is not None and found[1] == "eval"):
+            if self._is_evaluation(call):
                 return True
             target = self.program.callee(call, function)
-            if target is not None and (
-                any(isinstance(d.decorator, cst.Call) and self.tree.qname(d.decorator.func) in s.NO_GRAD or self.tree.qname(d.decorator) in s.NO_GRAD for d in target[0].decorators)
-                or any(self.tree.qname(c.func) in s.NO_GRAD or ((m := s.method_call(c)) is not None and m[1] == "eval") for c in self.program.calls_in(target[0]))
-            ):
-                return True
+            if target is not None:
+                decorators = [d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator for d in target[0].decorators]
+                if any(self.tree.qname(d) in s.NO_GRAD for d in decorators) or any(map(self._is_evaluation, self.program.calls_in(target[0]))):
+                    return True
         return False
+
+    def _is_evaluation(self, call: cst.Call) -> bool:
+        found = s.method_call(call)
+        return self.tree.qname(call.func) in s.NO_GRAD or (found is not None and found[1] == "eval")
 
     def _training_statement(self, anchor: cst.BaseStatement, function: cst.FunctionDef | None) -> cst.BaseStatement | None:
         """The first statement after the wrap, in its block, that runs the model or trains."""
@@ -165,8 +171,10 @@ class SeedPerRank(Transform):
         return self._unreachable(call)
 
     def _unreachable(self, call: cst.Call) -> None:
-        self.warn(call, f"`{code(call)}` is not seeded again per rank: ddpify cannot reach its seed where training starts; offset it by the rank by hand")
-        return None
+        self.warn(
+            call,
+            f"`{code(call)}` is not seeded again per rank: ddpify cannot reach its seed where training starts; offset it by the rank by hand",
+        )
 
     def _visible(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """Whether `expr` means the same in `function`: literals and module names it does not rebind."""

@@ -38,7 +38,11 @@ class SyncBatchNorm(Transform):
                 )
             if model.batch_norms is None:
                 if self.options.sync_bn:
-                    self.warn(model.anchor, f"could not tell whether `{model.ref}` has BatchNorm layers (its class is not in this file): not converted to SyncBatchNorm; call torch.nn.SyncBatchNorm.convert_sync_batchnorm({model.ref}) before the DDP wrap if it does")
+                    self.warn(
+                        model.anchor,
+                        f"could not tell whether `{model.ref}` has BatchNorm layers (its class is not in this file): not converted "
+                        f"to SyncBatchNorm; call torch.nn.SyncBatchNorm.convert_sync_batchnorm({model.ref}) before the DDP wrap if it does",
+                    )
                 continue
             if not model.batch_norms:
                 if self.options.sync_bn and not model.custom_norms:
