@@ -209,3 +209,28 @@ def test_convert_can_write_a_cluster_launcher(script: Path, kind: str, suffix: s
     launcher = script.parent / f"train_ddp{suffix}"
     assert "#SBATCH --ntasks-per-node=1" in launcher.read_text()
     assert subprocess.run(["bash", "-n", str(launcher)]).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("case", "flag", "line"),
+    [
+        ("sync_batchnorm", "--sync-bn", "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)"),
+        ("seed_per_rank", "--seed-per-rank", "set_seed(args.seed + rank)"),
+    ],
+)
+def test_options_reach_convert_and_diff(case: str, flag: str, line: str, tmp_path: Path) -> None:
+    folder = REPO / "fixtures" / "convert" / case
+    source = Path(shutil.copy(folder / "train.py", tmp_path / "train.py"))
+    result = ddpify("convert", str(source), "-o", str(tmp_path / "out.py"), "--no-launcher", flag)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out.py").read_text() == (folder / "train_ddp.py").read_text()
+    added = [text[1:].strip() for text in ddpify("diff", flag, str(source)).stdout.splitlines() if text.startswith("+")]
+    assert any(text.startswith(line) for text in added)
+    assert line not in ddpify("diff", str(source)).stdout  # the option is what does it
+    assert flag in ddpify("convert", "--help").stdout and flag in ddpify("diff", "--help").stdout
+
+
+def test_report_explains_steps_from_len_loader(tmp_path: Path) -> None:
+    source = Path(shutil.copy(REPO / "fixtures" / "convert" / "schedule_from_loader" / "train.py", tmp_path / "train.py"))
+    result = ddpify("diff", "--keep-global-batch", "--report", str(source))
+    assert f"{source}:42: loader-length: `len(train_loader)` keeps its value under DDP" in result.stderr

@@ -16,7 +16,11 @@ CASES = load_cases()
 
 
 def _options(case: Case) -> ConvertOptions:
-    return ConvertOptions(keep_global_batch="--keep-global-batch" in case.convert_args)
+    return ConvertOptions(
+        keep_global_batch="--keep-global-batch" in case.convert_args,
+        sync_bn="--sync-bn" in case.convert_args,
+        seed_per_rank="--seed-per-rank" in case.convert_args,
+    )
 
 
 def _report(result) -> str:

@@ -629,3 +629,262 @@ def test_output_in_a_function_the_entry_does_not_call_reads_the_rank_from_the_en
     report = result.output[result.output.index("def report"):result.output.index('if __name__')]
     assert 'if int(os.environ.get("RANK", 0)) == 0:\n        print("ready")' in inference
     assert 'if dist.get_rank() == 0:\n        print("trained")' in report  # main() calls it: the group exists
+
+
+# --- SyncBatchNorm ------------------------------------------------------------------------------
+
+BN_NET = """\
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), NORM, nn.ReLU())
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+"""
+CUSTOM_NORM = """\
+class FeatureNorm(nn.Module):
+    def forward(self, x):
+        return (x - x.mean(0)) / (x.std(0) + 1e-5)
+"""
+
+
+def bn_script(norm: str = "nn.BatchNorm1d(8)", helpers: str = "") -> str:
+    net = helpers + "\n\n" + BN_NET.replace("NORM", norm)
+    return standard(model="model = Net().to(device)").replace("\n\ndef main", "\n" + net + "\n\ndef main")
+
+
+def sync_bn_notes(result) -> list[str]:
+    return [n.message for n in result.notes if n.topic == "sync-bn" or "_BatchNorm" in n.message or "BatchNorm" in n.message]
+
+
+@pytest.mark.parametrize(
+    "norm", ["nn.BatchNorm1d(8)", "torch.nn.SyncBatchNorm(8)", "nn.LazyBatchNorm1d()"], ids=["batchnorm", "syncbn", "lazy"]
+)
+def test_batch_norm_is_reported_as_per_gpu_without_the_option(norm: str) -> None:
+    result = convert(bn_script(norm))
+    assert "SyncBatchNorm.convert_sync_batchnorm" not in result.output
+    assert sync_bn_notes(result) == [
+        f"`model` has BatchNorm layers (`{norm.split('(')[0]}`): their statistics are per GPU, over each rank's batch "
+        "(--sync-bn computes them over the global batch)"
+    ]
+
+
+def test_sync_bn_converts_right_before_the_wrap_and_only_on_a_gpu() -> None:
+    result = convert(bn_script(), sync_bn=True)
+    assert (
+        "    model = Net().to(device)\n"
+        "    if next(model.parameters()).is_cuda:  # SyncBatchNorm runs on GPUs only\n"
+        "        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # BatchNorm statistics over the global batch\n"
+        "    model = DDP(model)\n"
+    ) in result.output
+    # after the process group is set up
+    assert result.output.index("dist.init_process_group(") < result.output.index("convert_sync_batchnorm")
+    assert result.warnings == []
+
+
+def test_sync_bn_spells_torch_nn_when_the_script_does_not_import_it_as_nn() -> None:
+    source = bn_script().replace("import torch.nn as nn\n", "import torch.nn as tnn\n", 1)
+    source = source.replace("nn.", "tnn.").replace("torch.ttnn.", "torch.tnn.").replace("ttnn.", "tnn.")
+    assert "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)" in convert(source, sync_bn=True).output
+
+
+def test_sync_bn_reaches_layers_built_by_helpers_and_torchvision_models() -> None:
+    helper = "def norm_layer(n):\n    return nn.BatchNorm1d(n)\n"
+    result = convert(bn_script("norm_layer(8)", helpers=helper), sync_bn=True)
+    assert "convert_sync_batchnorm(model)" in result.output
+    source = standard(model="model = models.resnet18(num_classes=10).to(device)").replace(
+        "import torch\n", "import torch\nimport torchvision.models as models\n", 1
+    )
+    assert "convert_sync_batchnorm(model)" in convert(source, sync_bn=True).output
+
+
+def test_sync_bn_noop_without_batch_norm() -> None:
+    result = convert(standard(), sync_bn=True)
+    assert result.output == convert(standard()).output
+    assert sync_bn_notes(result) == ["`model` has no BatchNorm layers: --sync-bn changes nothing"]
+
+
+def test_custom_normalization_class_is_not_converted_and_named() -> None:
+    result = convert(bn_script("FeatureNorm()", helpers=CUSTOM_NORM), sync_bn=True)
+    assert "convert_sync_batchnorm" not in result.output
+    assert warnings(result) == [
+        "`FeatureNorm` is a normalization class of this file that does not derive from torch's _BatchNorm, so "
+        "SyncBatchNorm.convert_sync_batchnorm leaves it as it is: statistics it takes over the batch stay per GPU"
+    ]
+
+
+def test_sync_bn_model_whose_class_is_not_in_the_file_is_left_with_a_warning() -> None:
+    source = standard(model="model = Net().to(device)").replace("import torch\n", "import torch\nfrom mylib import Net\n", 1)
+    result = convert(source, sync_bn=True)
+    assert "convert_sync_batchnorm" not in result.output
+    assert any(w.startswith("could not tell whether `model` has BatchNorm layers") for w in warnings(result))
+
+
+# --- seeds per rank -----------------------------------------------------------------------------
+
+SEEDED = "torch.manual_seed(args_seed)\nnp.random.seed(args_seed)\n" + DEVICE
+
+
+def seeded_script(device: str = SEEDED, loop: str = LOOP, loader: str = LOADER, helpers: str = "") -> str:
+    source = standard(device=device.replace("args_seed", "seed"), loop=loop, loader=loader)
+    source = source.replace("def main():\n", "def main(seed=0):\n").replace("import torch\n", "import numpy as np\nimport torch\n", 1)
+    return source.replace("\n\ndef main", "\n" + helpers + "\n\ndef main") if helpers else source
+
+
+def test_seeds_are_offset_by_the_rank_right_before_training() -> None:
+    result = convert(seeded_script(), seed_per_rank=True)
+    assert (
+        "    model = DDP(model)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    # each rank draws its own dropout and augmentation from here on; the weights are already the same everywhere\n"
+        "    torch.manual_seed(seed + rank)\n"
+        "    np.random.seed(seed + rank)\n"
+        "    for epoch in range(2):\n"
+    ) in result.output
+    # the model is built from the shared seed, before the offset
+    assert result.output.index("    torch.manual_seed(seed)\n") < result.output.index("model = nn.Linear")
+    assert result.warnings == []
+
+
+def test_seeds_noop_without_the_option_but_reported() -> None:
+    result = convert(seeded_script())
+    assert "seed + rank" not in result.output
+    assert [n.message for n in result.notes if n.topic == "seed"] == [
+        "`torch.manual_seed(seed)` seeds every rank alike: dropout and random augmentation draw the same numbers on every rank "
+        "(--seed-per-rank offsets the seeds by the rank once the model is wrapped)"
+    ]
+
+
+def test_unseeded_script_is_left_alone() -> None:
+    plain = convert(standard())
+    result = convert(standard(), seed_per_rank=True)
+    assert result.output == plain.output
+    assert [n.message for n in result.notes if n.topic == "seed"] == [
+        "no seed is set: each rank's generators already start from their own random state; --seed-per-rank changes nothing"
+    ]
+    assert not [n for n in plain.notes if n.topic == "seed"]
+
+
+def test_a_seed_helper_is_called_again_with_the_rank_added() -> None:
+    helper = "def set_seed(value):\n    random.seed(value)\n    torch.manual_seed(value)\n    torch.backends.cudnn.deterministic = True\n"
+    source = seeded_script(device="set_seed(seed + 1)\n" + DEVICE, helpers=helper).replace("import torch\n", "import random\nimport torch\n", 1)
+    output = convert(source, seed_per_rank=True).output
+    assert "    set_seed(seed + 1 + rank)\n    for epoch" in output
+    assert "random.seed(value)\n    torch.manual_seed(value)\n" in output  # the helper itself is unchanged
+
+
+def test_a_seed_under_a_condition_keeps_its_condition() -> None:
+    device = "if seed is not None:\n    torch.manual_seed(seed)\n    np.random.seed(seed)\n" + DEVICE
+    output = convert(seeded_script(device=device), seed_per_rank=True).output
+    assert "    if seed is not None:\n        torch.manual_seed(seed + rank)\n        np.random.seed(seed + rank)\n    for epoch" in output
+
+
+def test_a_split_before_training_is_drawn_before_the_offset() -> None:
+    loop = "train_set, _ = random_split(loader.dataset, [48, 16])\n" + LOOP
+    source = seeded_script(loop=loop).replace("TensorDataset\n", "TensorDataset, random_split\n", 1)
+    result = convert(source, seed_per_rank=True)
+    output = result.output
+    assert output.index("random_split(loader.dataset") < output.index("torch.manual_seed(seed + rank)") < output.index("for epoch")
+    assert result.warnings == []
+
+
+def test_a_split_in_the_training_loop_keeps_the_shared_seeds_with_a_warning() -> None:
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    part, _ = random_split(loader.dataset, [48, 16])\n")
+    source = seeded_script(loop=loop).replace("TensorDataset\n", "TensorDataset, random_split\n", 1)
+    result = convert(source, seed_per_rank=True)
+    assert "+ rank)" not in result.output
+    assert any(w.startswith("`random_split(...)` draws from the global generator after the point") for w in warnings(result))
+
+
+def test_a_seed_out_of_reach_is_named() -> None:
+    helper = "def make_data(seed):\n    torch.manual_seed(seed)\n    return torch.randn(64, 4)\n"
+    source = standard(device="data = make_data(3)\n" + DEVICE).replace("\n\ndef main", "\n" + helper + "\n\ndef main")
+    result = convert(source, seed_per_rank=True)
+    assert "+ rank" not in result.output and "make_data(3" in result.output
+    assert warnings(result) == [
+        "`torch.manual_seed(seed)` is not seeded again per rank: ddpify cannot reach its seed where training starts; offset it by the rank by hand"
+    ]
+
+
+# --- len(train_loader) ------------------------------------------------------------------------
+
+SCHEDULE = "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, epochs=2, steps_per_epoch=len(loader))\n"
+
+
+def loader_length_notes(result) -> list[tuple[int, str]]:
+    return [(n.line, n.message) for n in result.notes if n.topic == "loader-length"]
+
+
+def test_a_schedule_from_len_loader_is_explained_per_rank() -> None:
+    result = convert(standard(loop=SCHEDULE + LOOP))
+    assert loader_length_notes(result) == [
+        (
+            11,
+            "`len(loader)` counts one rank's batches: its DistributedSampler holds 1/world_size of the dataset, so "
+            "`steps_per_epoch` of `OneCycleLR` is world_size times smaller than in one process, in steps of a world_size times "
+            "larger global batch (a schedule over it still spans the same epochs; --keep-global-batch keeps it as in one process)",
+        )
+    ]
+    assert "steps_per_epoch=len(loader))" in result.output  # reported, not rewritten
+
+
+def test_with_keep_global_batch_len_loader_keeps_its_value() -> None:
+    result = convert(standard(loop="total_steps = 2 * len(loader)\n" + LOOP), keep_global_batch=True)
+    assert loader_length_notes(result) == [
+        (
+            11,
+            "`len(loader)` keeps its value under DDP: each rank reads 1/world_size of the dataset in batches world_size times "
+            "smaller, so `total_steps` matches one process (if the batch size does not divide by the world size, the "
+            "rounded-down batch gives each rank a few more steps per epoch)",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        "print(f'{len(loader)} batches')\n",
+        "for i in range(len(loader)):\n    pass\n",
+        "mean = 3.0 / len(loader)\n",
+        "n_batches = len(loader)\n",
+        "total_steps = 2 * len(val_loader)\n",
+    ],
+    ids=["output", "range", "average", "unrelated-name", "eval-loader"],
+)
+def test_len_loader_noop_for_averages_output_and_other_loaders(use: str) -> None:
+    loader = LOADER + "\nval_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=8)"
+    assert loader_length_notes(convert(standard(loader=loader, loop=use + LOOP))) == []
+
+
+def test_a_later_seed_of_the_same_generator_is_the_one_offset() -> None:
+    source = seeded_script(device="torch.manual_seed(1)\ntorch.manual_seed(seed)\n" + DEVICE)
+    output = convert(source, seed_per_rank=True).output
+    assert "    torch.manual_seed(seed + rank)\n    for epoch" in output
+    assert "torch.manual_seed(1 + rank)" not in output
+
+
+def test_seeds_stay_shared_when_training_starts_elsewhere() -> None:
+    body = "torch.manual_seed(0)\n" + DEVICE + "\n" + LOADER + "\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nreturn model, optimizer, loader\n"
+    train = "def train(model, optimizer, loader):\n" + textwrap.indent(LOOP.replace("x.to(device), y.to(device)", "x, y"), "    ")
+    source = script(body, helpers=train).replace("    main()\n", "    train(*main())\n")
+    result = convert(source, seed_per_rank=True)
+    assert "+ rank)" not in result.output and "manual_seed(rank)" not in result.output
+    assert any(w.startswith("training does not start where `model` is wrapped") for w in warnings(result))
+
+
+@pytest.mark.parametrize(("evaluates", "warned"), [(True, True), (False, False)], ids=["evaluation-decides", "step-budget"])
+def test_a_loop_that_stops_is_warned_about_when_an_evaluation_decides(evaluates: bool, warned: bool) -> None:
+    check = "    with torch.no_grad():\n        val = model(x).sum().item()\n    if val > 1e9:\n        break\n" if evaluates else "    if epoch == 5:\n        break\n"
+    result = convert(seeded_script(loop=LOOP + check), seed_per_rank=True)
+    assert "torch.manual_seed(seed + rank)" in result.output
+    assert any(w.startswith("this loop stops on a condition: with seeds offset by the rank") for w in warnings(result)) is warned
+
+
+def test_a_seed_inside_the_training_loop_is_named_not_moved() -> None:
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    torch.manual_seed(epoch)\n")
+    result = convert(seeded_script(loop=loop), seed_per_rank=True)
+    assert "torch.manual_seed(epoch + rank)" not in result.output
+    assert "    torch.manual_seed(seed + rank)\n    np.random.seed(seed + rank)\n    for epoch" in result.output
+    assert "`torch.manual_seed(epoch)` seeds again once training has started: from there every rank draws alike; offset it by the rank by hand" in warnings(result)

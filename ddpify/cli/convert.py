@@ -13,6 +13,15 @@ from ddpify.launcher import KINDS
 from ddpify.report import EXIT_BAD_INPUT, EXIT_CODES_HELP
 
 KEEP_GLOBAL_BATCH_HELP = "Divide the DataLoader batch size by the world size at run time, so N ranks optimize what one process did."
+SYNC_BN_HELP = "Convert the model's BatchNorm layers to SyncBatchNorm before the DDP wrap (on GPUs), so their statistics cover the global batch."
+SEED_PER_RANK_HELP = (
+    "Offset the script's seeds (torch.manual_seed, np.random.seed, random.seed) by the rank once the model is wrapped, "
+    "so that dropout and augmentation differ across ranks; the weights and the sampler's shuffle stay shared."
+)
+
+
+def _options(keep_global_batch: bool, sync_bn: bool, seed_per_rank: bool) -> ConvertOptions:
+    return ConvertOptions(keep_global_batch=keep_global_batch, sync_bn=sync_bn, seed_per_rank=seed_per_rank)
 
 
 def _echo_out(text: str) -> None:
@@ -32,6 +41,8 @@ def _echo_err(text: str) -> None:
 @click.option("--diff", "show_diff", is_flag=True, help="Print the diff and write nothing.")
 @click.option("--report", is_flag=True, help="Print every change with its line and reason (warnings are always printed).")
 @click.option("--keep-global-batch", is_flag=True, help=KEEP_GLOBAL_BATCH_HELP)
+@click.option("--sync-bn", is_flag=True, help=SYNC_BN_HELP)
+@click.option("--seed-per-rank", is_flag=True, help=SEED_PER_RANK_HELP)
 @click.option("--launcher", type=click.Choice(KINDS), default="torchrun", show_default=True, help="Launcher to write beside the output.")
 @click.option("--no-launcher", is_flag=True, help="Do not write a launcher.")
 @click.option("--color/--no-color", default=None, help="Color the --diff output (default: when stdout is a terminal).")
@@ -43,6 +54,8 @@ def convert_command(
     show_diff: bool,
     report: bool,
     keep_global_batch: bool,
+    sync_bn: bool,
+    seed_per_rank: bool,
     launcher: str,
     no_launcher: bool,
     color: bool | None,
@@ -63,7 +76,7 @@ def convert_command(
         launcher=None if no_launcher else launcher,
         report=report,
         color=sys.stdout.isatty() if color is None else color,
-        options=ConvertOptions(keep_global_batch=keep_global_batch),
+        options=_options(keep_global_batch, sync_bn, seed_per_rank),
     )
     _run(paths, settings)
 
@@ -71,15 +84,19 @@ def convert_command(
 @click.command("diff", epilog=EXIT_CODES_HELP)
 @click.argument("paths", nargs=-1, required=True, type=str)
 @click.option("--keep-global-batch", is_flag=True, help=KEEP_GLOBAL_BATCH_HELP)
+@click.option("--sync-bn", is_flag=True, help=SYNC_BN_HELP)
+@click.option("--seed-per-rank", is_flag=True, help=SEED_PER_RANK_HELP)
 @click.option("--report", is_flag=True, help="Also print every change with its line and reason.")
 @click.option("--color/--no-color", default=None, help="Color the diff (default: when stdout is a terminal).")
-def diff_command(paths: tuple[str, ...], keep_global_batch: bool, report: bool, color: bool | None) -> None:
+def diff_command(
+    paths: tuple[str, ...], keep_global_batch: bool, sync_bn: bool, seed_per_rank: bool, report: bool, color: bool | None
+) -> None:
     """Show, as a unified diff, what `ddpify convert` would do. Nothing is written."""
     settings = Settings(
         mode=Mode.DIFF,
         report=report,
         color=sys.stdout.isatty() if color is None else color,
-        options=ConvertOptions(keep_global_batch=keep_global_batch),
+        options=_options(keep_global_batch, sync_bn, seed_per_rank),
     )
     _run(paths, settings)
 

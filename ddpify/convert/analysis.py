@@ -32,6 +32,18 @@ ITERATORS = {"builtins.iter", "itertools.cycle"}
 # Method names that set up state rather than run the layers (`init_hidden`, `reset_states`).
 STATE_METHOD_PREFIXES = ("init_", "reset", "get_", "set_", "num_", "count_", "zero_", "detach_", "repackage")
 MOVE_METHODS = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
+# What SyncBatchNorm.convert_sync_batchnorm converts: subclasses of torch.nn.modules.batchnorm._BatchNorm.
+BATCH_NORMS = {
+    f"torch.nn.{prefix}{name}"
+    for prefix in ("", "modules.batchnorm.")
+    for name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "SyncBatchNorm")
+}
+# torchvision models built with BatchNorm layers.
+BATCH_NORM_MODELS = re.compile(
+    r"^torchvision\.models\.(resnet|resnext|wide_resnet|vgg\d+_bn|densenet|mobilenet|efficientnet|inception|googlenet|"
+    r"regnet|shufflenet|mnasnet)"
+)
+NORM_CLASS = re.compile(r"norm(?!ali[sz])", re.IGNORECASE)  # `FrozenBN`? no: `LayerNorm2d`, `MyBatchNorm`, not `Normalize`
 
 
 class NotConvertible(Exception):
@@ -68,6 +80,10 @@ class TrainedModel:
     unused_parameters: str | None = ""
     class_name: str | None = None  # the qualified name it is built from, when not a same-file class
     element: str | None = None  # a list of models (`nets`): the name its elements go by (`net`)
+    # BatchNorm layers its source builds (`nn.BatchNorm2d`, `torchvision.models.resnet18`), None when
+    # part of it is not in this file; and same-file normalization classes that are no _BatchNorm.
+    batch_norms: list[str] | None = field(default_factory=list)
+    custom_norms: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -497,6 +513,7 @@ class Analyzer:
         values = [v for v, _ in self.program.assignments(model.function, model.ref)]
         if model.element is not None:  # a list of models: its elements
             values = [el.value for v in values if isinstance(v, (cst.List, cst.Tuple)) for el in v.elements]
+        self._judge_batch_norm(model, values)
         classes = {self._model_class_of_value(v, model.function) for v in values}
         if not classes or None in classes:
             model.class_name = next((name for v in values if (name := self._constructor_name(v))), None)
@@ -505,6 +522,48 @@ class Analyzer:
         # a model chosen among several same-file classes (`if args.type == ...`): any of them may skip
         reasons = [self._forward_may_skip(cls) for cls in sorted(classes, key=self.tree.line)]  # type: ignore[arg-type]
         model.unused_parameters = next((reason for reason in reasons if reason), "")
+
+    def _judge_batch_norm(self, model: TrainedModel, values: list[cst.CSTNode]) -> None:
+        """The BatchNorm layers the model's source builds, through same-file classes and functions."""
+        found: list[str] = []
+        custom: list[str] = []
+        known = bool(values)
+        seen: set[cst.CSTNode] = set()
+        work = [o.node for v in values for o in self.program.origins(v, model.function)]  # type: ignore[arg-type]
+        for value in work:
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MOVE_METHODS | {"train", "eval"}:
+                value = value.func.value  # `model.to(device)`: what `model` is built from is judged on its own
+            if isinstance(value, cst.Call) and not self._builds_same_file(value):
+                name = self._constructor_name(value) or ""
+                if not (name.startswith("torch.nn.") or BATCH_NORM_MODELS.match(name)):
+                    known = False  # `Net()` from another module, `timm.create_model(...)`, `torchvision.models.vit_b_16()`
+        while work:
+            node = work.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            for call in self.tree.calls(node):
+                name = self.tree.qname(call.func) or ""
+                if name in BATCH_NORMS or BATCH_NORM_MODELS.match(name):
+                    found.append(code(call.func))
+                elif isinstance(call.func, cst.Name) and call.func.value in self.program.classes:
+                    cls = self.program.classes[call.func.value]
+                    bases = [self.tree.qname(b.value) or dotted(b.value) or "" for b in cls.bases]
+                    if any(b in BATCH_NORMS for b in bases):
+                        found.append(cls.name.value)
+                        continue
+                    builds = [self.tree.qname(c.func) for c in self.tree.calls(cls)]
+                    if NORM_CLASS.search(cls.name.value) and not any(b in BATCH_NORMS for b in builds):
+                        custom.append(cls.name.value)  # its own statistics: convert_sync_batchnorm leaves it as it is
+                    work.append(cls)
+                    work += [self.program.classes[b] for b in bases if b in self.program.classes]
+                elif isinstance(call.func, cst.Name) and call.func.value in self.program.functions:
+                    work.append(self.program.functions[call.func.value])
+        model.batch_norms = list(dict.fromkeys(found)) if found or known else None
+        model.custom_norms = list(dict.fromkeys(custom))
+
+    def _builds_same_file(self, value: cst.Call) -> bool:
+        return isinstance(value.func, cst.Name) and (value.func.value in self.program.classes or value.func.value in self.program.functions)
 
     def _constructor_name(self, value: cst.BaseExpression) -> str | None:
         while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MOVE_METHODS | {"train", "eval"}:

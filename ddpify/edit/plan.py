@@ -220,7 +220,7 @@ class _Applier(PathRebuilder):
             inserted = plan.before.get(orig, [])
             if inserted:
                 # the statement's comments and blank lines now introduce the inserted code
-                first = inserted[0].with_changes(leading_lines=upd.leading_lines)
+                first = inserted[0].with_changes(leading_lines=[*upd.leading_lines, *inserted[0].leading_lines])
                 emit([first, *inserted[1:]])
                 upd = upd.with_changes(leading_lines=[])
             if orig in plan.removed:

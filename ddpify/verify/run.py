@@ -330,7 +330,10 @@ def _activity(state_dir: Path) -> tuple[tuple[str, int], ...]:
     entries = []
     for entry in os.scandir(state_dir):
         if entry.name.startswith("rank") and entry.is_file():
-            entries.append((entry.name, entry.stat().st_size))
+            try:
+                entries.append((entry.name, entry.stat().st_size))
+            except FileNotFoundError:
+                continue  # a rank's `.tmp` file renamed into place while we looked
     return tuple(sorted(entries))
 
 

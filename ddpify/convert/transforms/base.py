@@ -13,6 +13,8 @@ from ddpify.edit import Plan, add_keyword, appended, keyword, statements  # noqa
 @dataclass(frozen=True)
 class ConvertOptions:
     keep_global_batch: bool = False
+    sync_bn: bool = False  # BatchNorm layers become SyncBatchNorm (on CUDA) before the wrap
+    seed_per_rank: bool = False  # the script's seeds are offset by the rank once the model is wrapped
 
 
 class Transform:

@@ -1,0 +1,102 @@
+"""`len(train_loader)` under DDP: report only, nothing is rewritten.
+
+A rank's loader iterates its DistributedSampler's shard, 1/world_size of the dataset. With
+the batch size per process, `len(loader)` is world_size times smaller than in one process, so
+a number of steps or an LR schedule derived from it counts per-rank steps. With
+`--keep-global-batch` the batch shrinks by the same factor and `len(loader)` keeps its value.
+The report says which, on the line that derives steps or a schedule from it; averages
+(`total / len(loader)`) and progress output are the metrics' and the rank-0 guards' concern.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from ddpify.convert.transforms.base import Transform
+from ddpify.syntax import code, dotted
+
+SCHEDULE = re.compile(r"(lr_scheduler|Scheduler$|LR$|schedule)")
+STEP_NAMES = re.compile(r"(step|iter|warmup|total|schedul|decay|milestone|epoch|updates|done)", re.IGNORECASE)
+OUTPUT = {"builtins.print", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.trange"}
+
+
+class LoaderLength(Transform):
+    name = "loader-length"
+    DESCRIPTION = "report how a rank's len(train_loader) changes the steps and schedules derived from it"
+
+    def run(self) -> None:
+        loaders = {origin.node for origin in self.facts.train_loaders}
+        if not loaders:
+            return
+        for function in [None, *self.program.all_functions]:
+            for call in self.program.calls_in(function):
+                if not (self.tree.is_builtin_call(call, "len") and len(call.args) == 1):
+                    continue
+                if not any(o.node in loaders for o in self.program.origins(call.args[0].value, function)):
+                    continue
+                subject = self._derives_steps(call, function)
+                if subject is not None:
+                    self.change(call, self._message(code(call), subject))
+
+    def _derives_steps(self, call: cst.Call, function: cst.FunctionDef | None) -> str | None:
+        """What a step count or schedule derived from `len(loader)` is, as the report names it;
+        None for averages, output and plain iteration."""
+        child: cst.CSTNode = call
+        keyword = None
+        for parent in self.tree.ancestors(call):
+            if isinstance(parent, cst.Arg) and parent.keyword is not None:
+                keyword = parent.keyword.value
+            if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Divide) and parent.right is child:
+                return None  # an average over the batches
+            if isinstance(parent, cst.AugAssign) and isinstance(parent.operator, cst.DivideAssign):
+                return None
+            if isinstance(parent, cst.FormattedString):
+                return None  # output
+            if isinstance(parent, cst.Call):
+                name = self.tree.qname(parent.func) or dotted(parent.func) or ""
+                if name in OUTPUT or name.rsplit(".", 1)[-1] in {"info", "debug", "warning", "log", "format", "set_description"}:
+                    return None
+                if SCHEDULE.search(name):
+                    scheduler = name.rsplit(".", 1)[-1]
+                    return f"`{keyword}` of `{scheduler}`" if keyword else f"the `{scheduler}` schedule's length"
+                if name in {"builtins.range", "range"}:
+                    return None
+            if isinstance(parent, (cst.Assign, cst.AnnAssign)):
+                targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+                names = [n for t in targets if (n := dotted(t)) is not None]
+                for target in names:
+                    if STEP_NAMES.search(target.rsplit(".", 1)[-1]):
+                        return f"`{target}`"
+                    schedule = self._schedule_using(target, function)
+                    if schedule is not None:
+                        return f"`{target}` (and the `{schedule}` schedule built on it)"
+                return None
+            if isinstance(parent, cst.Comparison) or (isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Modulo)):
+                return "the step count it is compared with"
+            if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return None
+            child = parent
+        return None
+
+    def _schedule_using(self, name: str, function: cst.FunctionDef | None) -> str | None:
+        """The scheduler built from `name` in the same function (`OneCycleLR(..., total_steps=total)`)."""
+        for call in self.program.calls_in(function):
+            called = self.tree.qname(call.func) or dotted(call.func) or ""
+            if SCHEDULE.search(called) and any(dotted(n) == name for a in call.args for n in self.tree.walk(a.value) if isinstance(n, (cst.Name, cst.Attribute))):
+                return called.rsplit(".", 1)[-1]
+        return None
+
+    def _message(self, spelled: str, subject: str) -> str:
+        if self.options.keep_global_batch:
+            return (
+                f"`{spelled}` keeps its value under DDP: each rank reads 1/world_size of the dataset in batches world_size times "
+                f"smaller, so {subject} matches one process (if the batch size does not divide by the world size, the "
+                "rounded-down batch gives each rank a few more steps per epoch)"
+            )
+        return (
+            f"`{spelled}` counts one rank's batches: its DistributedSampler holds 1/world_size of the dataset, so {subject} "
+            "is world_size times smaller than in one process, in steps of a world_size times larger global batch (a schedule "
+            "over it still spans the same epochs; --keep-global-batch keeps it as in one process)"
+        )
