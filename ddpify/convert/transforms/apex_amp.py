@@ -1,0 +1,453 @@
+"""NVIDIA apex becomes native PyTorch: amp -> torch.autocast + GradScaler, apex DDP and SyncBN -> torch's.
+
+apex is unmaintained and does not install on current PyTorch; what it did is in torch itself.
+This runs before the DDP rewrite, as a pass of its own: its output is an ordinary native-AMP
+script (the forward under `torch.autocast`, a `GradScaler` scaling the loss and stepping the
+optimizer), which the DDP transforms then convert like any other. A script apex already
+distributes keeps its process group; only its apex parts change.
+
+amp is rewritten all or nothing: one `model, optimizer = amp.initialize(model, optimizer, ...)`
+(in a function body, or under one `if`), `with amp.scale_loss(loss, optimizer) as scaled:
+scaled.backward()`, `amp.master_params(optimizer)`, `amp.state_dict()`/`load_state_dict()`, in
+the function that calls `initialize`. Any other use of amp leaves every amp line as it is, with
+a warning naming the line; so do apex optimizers and other apex modules.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import libcst as cst
+
+from ddpify import syntax as s
+from ddpify.convert.plan import Plan
+from ddpify.convert.transforms.base import statements
+from ddpify.program import Program
+from ddpify.syntax import Tree, code, dotted, string_value
+
+AMP = "apex.amp"
+APEX_DDP = "apex.parallel.DistributedDataParallel"
+APEX_SYNCBN = "apex.parallel.convert_syncbn_model"
+AMP_CALLS = {f"{AMP}.{name}" for name in ("initialize", "scale_loss", "master_params", "state_dict", "load_state_dict")}
+# amp.initialize arguments that native autocast makes moot (or that only set apex's logging).
+MOOT_INITIALIZE_ARGS = {"opt_level", "verbosity", "keep_batchnorm_fp32", "master_weights", "loss_scale"}
+# apex DDP arguments about when and how it all-reduces: torch's DDP overlaps the all-reduce itself.
+MOOT_DDP_ARGS = {"delay_allreduce", "message_size"}
+SCALER_NAMES = ("scaler", "grad_scaler")
+
+
+class NotUnderstood(Exception):
+    """An apex use this pass cannot map; carries the node to name in the warning."""
+
+    def __init__(self, node: cst.CSTNode, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+
+
+class ApexToNative:
+    name = "apex"
+    DESCRIPTION = "apex amp -> torch.autocast + GradScaler; apex DDP and convert_syncbn_model -> torch's"
+
+    def __init__(self, tree: Tree, plan: Plan) -> None:
+        self.tree = tree
+        self.plan = plan
+        self.converted: set[str] = set()  # qualified names whose every use was rewritten
+        self.removed: set[cst.CSTNode] = set()  # statements this pass removes
+        self.emptied: list[cst.If] = []  # `if args.fp16:` blocks that go when nothing is left in them
+
+    @cached_property
+    def program(self) -> Program:
+        return Program(self.tree)
+
+    def run(self) -> None:
+        if not any(_imports_apex(node) for node in self.tree.walk() if isinstance(node, (cst.Import, cst.ImportFrom))):
+            return
+        uses = self._uses()
+        if not uses:
+            return
+        amp = [u for u in uses if u[1] == AMP or u[1].startswith(AMP + ".")]
+        if amp:
+            try:
+                self._amp(amp)
+                self.converted.add(AMP)
+            except NotUnderstood as reason:
+                self.plan.warn(reason.node, f"apex amp is left as is ({reason}): the script still needs apex")
+        self._parallel([u for u in uses if u[1] in (APEX_DDP, APEX_SYNCBN)])
+        for node, name in uses:
+            if not (name == AMP or name.startswith(AMP + ".") or name in (APEX_DDP, APEX_SYNCBN)):
+                self.plan.warn(node, f"`{code(node)}` ({name}) is left as is: the script still needs apex{_native_hint(name)}")
+        self._imports()
+
+    # --- what the script uses of apex ---------------------------------------------------
+
+    def _uses(self) -> list[tuple[cst.BaseExpression, str]]:
+        """Each expression naming something of apex (longest dotted form), with its qualified name."""
+        found = []
+        for node in self.tree.walk():
+            if type(node) is not cst.Name:
+                continue
+            name = self.tree.qname(node)
+            if name is None or not (name == "apex" or name.startswith("apex.")):
+                continue
+            parent = self.tree.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.attr is node:
+                continue  # the head of the chain reports it
+            expr: cst.BaseExpression = node
+            while isinstance(parent := self.tree.parent(expr), cst.Attribute) and parent.value is expr:
+                expr = parent
+            found.append((expr, self.tree.qname(expr) or name))
+        return found
+
+    def _call(self, expr: cst.BaseExpression) -> cst.Call | None:
+        parent = self.tree.parent(expr)
+        return parent if isinstance(parent, cst.Call) and parent.func is expr else None
+
+    # --- amp ---------------------------------------------------------------------------
+
+    def _amp(self, uses: list[tuple[cst.BaseExpression, str]]) -> None:
+        """Check every amp use, then rewrite them all (nothing is recorded unless all are understood)."""
+        inits = [e for e, n in uses if n == f"{AMP}.initialize"]
+        if len(inits) != 1:
+            raise NotUnderstood(uses[0][0], "not one `amp.initialize(...)` call")
+        model, optimizer, opt_level, site = self._initialize(inits[0])
+        function = self.tree.function(site)
+        scaler = next((n for n in SCALER_NAMES if not any(type(x) is cst.Name and x.value == n for x in self.tree.walk())), None)
+        if scaler is None:
+            raise NotUnderstood(site, "the names `scaler` and `grad_scaler` are both taken")
+        edits = []
+        for expr, name in uses:
+            if expr is inits[0]:
+                continue
+            if self.tree.function(expr) is not function:
+                raise NotUnderstood(expr, f"`{code(expr)}` is used outside the function that calls `amp.initialize`")
+            call = self._call(expr)
+            if name == f"{AMP}.scale_loss" and call is not None:
+                edits.append(self._scale_loss(call, model, scaler))
+            elif name == f"{AMP}.master_params" and call is not None:
+                edits.append(self._master_params(call, model, scaler))
+            elif name in (f"{AMP}.state_dict", f"{AMP}.load_state_dict") and call is not None:
+                if self.tree.line(call) < self.tree.line(site):
+                    raise NotUnderstood(call, f"`{code(call)}` comes before `amp.initialize`")
+                edits.append(self._state(call, name.rsplit(".", 1)[1], scaler))
+            elif name == AMP and self._is_missing_guard(expr):
+                guard = self.tree.statement(expr)
+                edits.append(lambda guard=guard: self._remove(guard))
+            else:
+                raise NotUnderstood(expr, f"`{code(call or expr)}` has no native counterpart ddpify knows")
+        if not any(n == f"{AMP}.scale_loss" for _, n in uses):
+            raise NotUnderstood(site, "no `with amp.scale_loss(...)` to rewrite")
+        steps = self._optimizer_steps(function, optimizer, site)
+        self._create_scaler(site, scaler, opt_level, function)
+        for edit in edits:
+            edit()
+        for call in steps:
+            self.plan.replace(call, cst.parse_expression(f"{scaler}.step({optimizer})"))
+            self.plan.insert_after(self.tree.statement(call), statements(f"{scaler}.update()\n"))
+            self.plan.change(call, self.name, f"`{optimizer}.step()` becomes `{scaler}.step({optimizer})` and `{scaler}.update()`: steps are skipped while the scaled gradients overflow")
+
+    def _initialize(self, expr: cst.BaseExpression) -> tuple[str, str, cst.BaseExpression | None, cst.BaseStatement]:
+        """`model, optimizer = amp.initialize(model, optimizer, opt_level=...)`: the names and the level."""
+        call = self._call(expr)
+        statement = self.tree.statement(expr)
+        if call is None or not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            raise NotUnderstood(expr, "`amp.initialize` is not a statement of its own")
+        assign = statement.body[0]
+        models, optimizers = s.arg(call, 0, "models"), s.arg(call, 1, "optimizers")
+        if not isinstance(assign, cst.Assign) or assign.value is not call or models is None or optimizers is None:
+            raise NotUnderstood(call, "`amp.initialize` without `model, optimizer = amp.initialize(model, optimizer, ...)`")
+        model, optimizer = dotted(models.value), dotted(optimizers.value)
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        names = [dotted(el.value) for el in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else []
+        if model is None or optimizer is None or names != [model, optimizer]:
+            raise NotUnderstood(call, "`amp.initialize` of several models or optimizers")
+        for argument in call.args:
+            if argument.keyword is not None and argument.keyword.value not in MOOT_INITIALIZE_ARGS | {"models", "optimizers"}:
+                raise NotUnderstood(call, f"`amp.initialize(..., {argument.keyword.value}=...)`")
+            if argument.keyword is None and argument not in (models, optimizers):
+                raise NotUnderstood(call, "`amp.initialize` with more than two positional arguments")
+        loss_scale = s.arg(call, None, "loss_scale")
+        if loss_scale is not None and string_value(loss_scale.value) != "dynamic":
+            self.plan.warn(call, "a static `loss_scale` becomes GradScaler's dynamic loss scaling")
+        level = s.arg(call, 2, "opt_level")
+        if level is not None and string_value(level.value) == "O3":
+            self.plan.warn(call, 'opt_level "O3" (pure float16) becomes mixed precision: the weights stay float32')
+        block = self.tree.block(statement)
+        owner = self.tree.parent(block)
+        if isinstance(owner, cst.If) and owner.orelse is None and isinstance(self.tree.parent(self.tree.block(owner)), (cst.FunctionDef, cst.Module, type(None))):
+            site = statement
+        elif isinstance(owner, (cst.FunctionDef, cst.Module)) or isinstance(block, cst.Module):
+            site = statement
+        else:
+            raise NotUnderstood(call, "`amp.initialize` sits in a block other than a function body or one `if`")
+        return model, optimizer, level.value if level is not None else None, site
+
+    def _create_scaler(self, site: cst.BaseStatement, scaler: str, level: cst.BaseExpression | None, function: cst.FunctionDef | None) -> None:
+        """The GradScaler goes where amp.initialize was, on every path: under an `if` it is made
+        before the `if`, with the condition folded into `enabled`, so the loop can always use it."""
+        owner = self.tree.parent(self.tree.block(site))
+        conditions = []
+        anchor: cst.BaseStatement = site
+        if isinstance(owner, cst.If):
+            conditions.append(_operand(code(owner.test)))
+            anchor = owner
+        if level is not None:
+            value = string_value(level)
+            if value == "O0":
+                conditions.append("False")
+            elif value is None:
+                conditions.append(f'{code(level)} != "O0"')
+        conditions.append(self._cuda_test(function, anchor))
+        enabled = " and ".join(conditions)
+        self.plan.insert_before(
+            anchor,
+            statements(f'{scaler} = torch.amp.GradScaler("cuda", enabled={enabled})\n'),
+        )
+        self._remove(site)
+        if isinstance(anchor, cst.If):
+            self.emptied.append(anchor)
+        self.plan.add_import("torch")
+        self.plan.change(site, self.name, f"`amp.initialize` becomes a GradScaler, enabled when {enabled}")
+
+    def _cuda_test(self, function: cst.FunctionDef | None, before: cst.CSTNode) -> str:
+        """How the script says it trains on CUDA: its device variable, else whether CUDA is there."""
+        line = self.tree.line(before)
+        for scope in dict.fromkeys([function, None]):
+            for node in self.program.scope_nodes(scope):
+                if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and self.tree.line(node) < line):
+                    continue
+                target = dotted(node.targets[0].target)
+                if target is None or (scope is None and function is not None and self.program.binds(function, target.split(".")[0]) and "." not in target):
+                    continue
+                value = node.value
+                if isinstance(value, cst.Call) and self.tree.qname(value.func) in s.TORCH_DEVICE:
+                    return f'{target}.type == "cuda"'
+                if any(s.is_gpu_string(n) for n in self.tree.walk(value) if isinstance(n, cst.BaseExpression)) and "device" in target:
+                    return f'torch.device({target}).type == "cuda"'
+        return "torch.cuda.is_available()"
+
+    def _scale_loss(self, call: cst.Call, model: str, scaler: str):
+        """`with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()` -> `scaler.scale(loss).backward()`,
+        and the forward before it in the step goes under autocast."""
+        item = self.tree.parent(call)
+        statement = self.tree.parent(item) if isinstance(item, cst.WithItem) else None
+        loss = s.arg(call, 0, "loss")
+        if not isinstance(statement, cst.With) or len(statement.items) != 1 or item.asname is None or loss is None:
+            raise NotUnderstood(call, "`amp.scale_loss` outside `with amp.scale_loss(loss, optimizer) as scaled_loss:`")
+        for argument in call.args[2:]:
+            if argument.keyword is None or argument.keyword.value != "delay_unscale":
+                raise NotUnderstood(call, "`amp.scale_loss` with arguments other than the loss, the optimizer and delay_unscale")
+        scaled = dotted(item.asname.name)
+        body = statement.body.body
+        only = body[0].body[0] if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and len(body[0].body) == 1 else None
+        backward = only.value if isinstance(only, cst.Expr) else None
+        if not (isinstance(backward, cst.Call) and s.is_backward(backward) and dotted(backward.func.value) == scaled):
+            raise NotUnderstood(call, f"the `with amp.scale_loss(...)` block does more than `{scaled}.backward()`")
+        span = self._forward_span(statement, model)
+        arguments = ", ".join(code(a) for a in backward.args)
+
+        def edit() -> None:
+            new = statements(f"{scaler}.scale({code(loss.value)}).backward({arguments})\n")[0]
+            self.plan.replace(statement, lambda _updated, new=new: new.with_changes(leading_lines=statement.leading_lines))
+            self.plan.change(statement, self.name, f"`amp.scale_loss` becomes `{scaler}.scale({code(loss.value)}).backward()`")
+            header = statements(f'with torch.autocast(device_type="cuda", dtype=torch.float16, enabled={scaler}.is_enabled()):\n    pass\n')[0]
+            self.plan.wrap(span, lambda inner, header=header: header.with_changes(body=cst.IndentedBlock(body=inner)))
+            self.plan.change(span[0], self.name, "the forward and the loss run under float16 autocast (apex amp cast them), on when the GradScaler is")
+
+        return edit
+
+    def _forward_span(self, backward: cst.With, model: str) -> list[cst.BaseStatement]:
+        """The statements of the training step from the first that calls the model up to the backward."""
+        loops = self.tree.loops(backward)
+        current: cst.CSTNode = backward
+        while True:
+            block = self.tree.block(current)  # type: ignore[arg-type]
+            body = list(block.body)
+            index = body.index(current)
+            for start, statement in enumerate(body[:index]):
+                if any(dotted(c.func) == model for c in self.tree.calls(statement)):
+                    span = body[start:index]
+                    while len(span) > 1 and not _assigns(span[-1]):
+                        span.pop()  # `optimizer.zero_grad()` and the like stay outside
+                    return span
+            owner = self.tree.parent(block)
+            if owner is None or isinstance(owner, (cst.FunctionDef, cst.Module)) or (loops and owner is loops[0]):
+                raise NotUnderstood(backward, f"no call of `{model}` before `amp.scale_loss` in the training step to put under autocast")
+            current = owner if not isinstance(owner, cst.Else) else self.tree.parent(owner)
+            while not isinstance(self.tree.parent(current), (cst.IndentedBlock, cst.Module)):
+                current = self.tree.parent(current)
+
+    def _master_params(self, call: cst.Call, model: str, scaler: str):
+        """`clip_grad_norm_(amp.master_params(optimizer), ...)`: the model's parameters, unscaled first."""
+        optimizer = s.arg(call, 0, "optimizer")
+        if optimizer is None or len(call.args) != 1:
+            raise NotUnderstood(call, "`amp.master_params` of something other than one optimizer")
+        statement = self.tree.statement(call)
+
+        def edit() -> None:
+            self.plan.replace(call, cst.parse_expression(f"{model}.parameters()"))
+            self.plan.insert_before(statement, statements(f"{scaler}.unscale_({code(optimizer.value)})\n"))
+            self.plan.change(call, self.name, f"`amp.master_params` becomes `{model}.parameters()`, unscaled by `{scaler}.unscale_` first")
+
+        return edit
+
+    def _state(self, call: cst.Call, method: str, scaler: str):
+        def edit() -> None:
+            self.plan.replace(call.func, cst.parse_expression(f"{scaler}.{method}"))
+            self.plan.change(call, self.name, f"`amp.{method}` becomes `{scaler}.{method}`")
+            if method == "load_state_dict":
+                self.plan.warn(call, f"checkpoints saved with apex amp hold no GradScaler state: `{scaler}.load_state_dict` needs one saved after this conversion")
+
+        return edit
+
+    def _is_missing_guard(self, expr: cst.BaseExpression) -> bool:
+        """`if amp is None: raise ImportError(...)`: apex's own check that it is installed."""
+        comparison = self.tree.parent(expr)
+        statement = self.tree.parent(comparison)
+        return (
+            isinstance(comparison, cst.Comparison)
+            and len(comparison.comparisons) == 1
+            and isinstance(comparison.comparisons[0].operator, cst.Is)
+            and isinstance(statement, cst.If)
+            and statement.test is comparison
+            and statement.orelse is None
+            and all(isinstance(st, cst.SimpleStatementLine) and all(isinstance(b, cst.Raise) for b in st.body) for st in statement.body.body)
+        )
+
+    def _optimizer_steps(self, function: cst.FunctionDef | None, optimizer: str, site: cst.CSTNode) -> list[cst.Call]:
+        steps = []
+        for node in self.program.scope_nodes(function):
+            found = s.method_call(node)
+            if found and found[1] == "step" and dotted(found[0]) == optimizer and self.tree.line(node) > self.tree.line(site):
+                statement = self.tree.statement(node)
+                if node.args or not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and statement.body[0].value is node):
+                    raise NotUnderstood(node, f"`{code(node)}` is not a statement `{optimizer}.step()` of its own")
+                steps.append(node)
+        if not steps:
+            raise NotUnderstood(site, f"no `{optimizer}.step()` after `amp.initialize` in the same function")
+        return steps
+
+    # --- apex.parallel -----------------------------------------------------------------
+
+    def _parallel(self, uses: list[tuple[cst.BaseExpression, str]]) -> None:
+        ddp_done = syncbn_done = True
+        for expr, name in uses:
+            call = self._call(expr)
+            if name == APEX_SYNCBN:
+                if call is None or len(call.args) != 1 or call.args[0].keyword is not None:
+                    self.plan.warn(expr, f"`{code(call or expr)}` is left as is: only `convert_syncbn_model(model)` has a known torch counterpart")
+                    syncbn_done = False
+                    continue
+                self.plan.replace(call.func, cst.parse_expression("torch.nn.SyncBatchNorm.convert_sync_batchnorm"))
+                self.plan.add_import("torch")
+                self.plan.change(call, self.name, "apex `convert_syncbn_model` becomes `torch.nn.SyncBatchNorm.convert_sync_batchnorm`")
+                continue
+            extra = [a for a in (call.args[1:] if call is not None else []) if a.keyword is None or a.keyword.value not in MOOT_DDP_ARGS]
+            if call is None or not call.args or call.args[0].keyword is not None or extra:
+                self.plan.warn(expr, f"`{code(call or expr)}` is left as is: apex DDP with arguments torch's DDP has no counterpart for")
+                ddp_done = False
+                continue
+            args = [call.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+            if isinstance(expr, cst.Name):
+                self.plan.replace(call, lambda updated, args=args: updated.with_changes(args=args))
+            else:
+                self.plan.replace(call, lambda updated, args=args: updated.with_changes(func=cst.parse_expression("torch.nn.parallel.DistributedDataParallel"), args=args))
+                self.plan.add_import("torch")
+            dropped = [a.keyword.value for a in call.args[1:] if a.keyword is not None]
+            self.plan.change(call, self.name, "apex DistributedDataParallel becomes torch's" + (f" ({', '.join(dropped)} dropped: torch's DDP overlaps the all-reduce with the backward itself)" if dropped else ""))
+        if ddp_done and any(n == APEX_DDP for _, n in uses):
+            self.converted.add(APEX_DDP)
+        if syncbn_done and any(n == APEX_SYNCBN for _, n in uses):
+            self.converted.add(APEX_SYNCBN)
+
+    # --- imports -----------------------------------------------------------------------
+
+    def _remove(self, statement: cst.BaseStatement) -> None:
+        self.plan.remove(statement)
+        self.removed.add(statement)
+
+    def _imports(self) -> None:
+        """apex imports of what was rewritten go; a `try: import apex ... except ImportError:` goes whole."""
+        for node in self.tree.walk():
+            if isinstance(node, cst.ImportFrom) and node.module is not None and isinstance(node.names, (list, tuple)):
+                module = code(node.module)
+                if module.split(".")[0] != "apex" or node.relative:
+                    continue
+                kept, moved = [], []
+                for alias in node.names:
+                    full = f"{module}.{alias.evaluated_name}"
+                    if full == APEX_DDP and APEX_DDP in self.converted:
+                        moved.append(alias)
+                    elif full not in self.converted:
+                        kept.append(alias)
+                for alias in moved:
+                    self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", alias.evaluated_alias)
+                if len(kept) < len(node.names):
+                    self._drop_aliases(node, kept)
+            elif isinstance(node, cst.Import):
+                if any(alias.evaluated_name.split(".")[0] == "apex" for alias in node.names) and self._apex_unused():
+                    self._drop_aliases(node, [a for a in node.names if a.evaluated_name.split(".")[0] != "apex"])
+        for statement in self.emptied:
+            if all(st in self.removed for st in statement.body.body):
+                self.plan.remove(statement)
+                self.removed.add(statement)
+
+    def _apex_unused(self) -> bool:
+        return all(name in self.converted or any(name.startswith(c + ".") for c in self.converted) for _, name in self._uses())
+
+    def _drop_aliases(self, node: cst.Import | cst.ImportFrom, kept: list[cst.ImportAlias]) -> None:
+        statement = self.tree.statement(node)
+        if kept:
+            fixed = [*kept[:-1], kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+            self.plan.replace(node, node.with_changes(names=fixed, lpar=None, rpar=None) if isinstance(node, cst.ImportFrom) else node.with_changes(names=fixed))
+            return
+        self._remove(statement)
+        guard = self._import_guard(statement)
+        if guard is not None and all(st in self.removed for st in guard.body.body):
+            self._remove(guard)
+
+    def _import_guard(self, statement: cst.BaseStatement) -> cst.Try | None:
+        """The `try:` whose body is only apex imports, and whose handlers only report apex missing."""
+        block = self.tree.block(statement)
+        owner = self.tree.parent(block)
+        if not isinstance(owner, cst.Try) or owner.orelse is not None or owner.finalbody is not None:
+            return None
+        for st in owner.body.body:
+            if not (isinstance(st, cst.SimpleStatementLine) and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in st.body)):
+                return None
+        for handler in owner.handlers:
+            for st in handler.body.body:
+                if not isinstance(st, cst.SimpleStatementLine):
+                    return None
+                for small in st.body:
+                    if isinstance(small, cst.Assign) and dotted(small.targets[0].target) in {"amp", "apex"}:
+                        continue
+                    if not isinstance(small, (cst.Raise, cst.Pass, cst.Expr)):
+                        return None
+        return owner
+
+
+def _operand(test: str) -> str:
+    """A condition as an operand of `and`."""
+    expression = cst.parse_expression(test)
+    if isinstance(expression, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)):
+        return f"({test})"
+    return test
+
+
+def _native_hint(name: str) -> str:
+    if name.startswith("apex.optimizers.Fused"):
+        return f" (torch.optim.{name.rsplit('.', 1)[1].removeprefix('Fused')}(..., fused=True) is the native counterpart)"
+    return ""
+
+
+def _assigns(statement: cst.BaseStatement) -> bool:
+    """`loss = ...`, `loss += ...`: a statement computing part of the loss."""
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)) for small in statement.body
+    )
+
+
+def _imports_apex(node: cst.Import | cst.ImportFrom) -> bool:
+    if isinstance(node, cst.Import):
+        return any(alias.evaluated_name.split(".")[0] == "apex" for alias in node.names)
+    return node.module is not None and not node.relative and code(node.module).split(".")[0] == "apex"
