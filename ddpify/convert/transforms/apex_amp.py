@@ -197,7 +197,7 @@ class ApexToNative:
             elif value is None:
                 conditions.append(f'{code(level)} != "O0"')
         conditions.append(self._cuda_test(function, anchor))
-        enabled = " and ".join(conditions)
+        enabled = "False" if "False" in conditions else " and ".join(conditions)  # O0: apex amp did nothing
         self.plan.insert_before(
             anchor,
             statements(f'{scaler} = torch.amp.GradScaler("cuda", enabled={enabled})\n'),
