@@ -757,7 +757,7 @@ def test_apex_ddp_and_syncbn_become_torchs_in_an_already_distributed_script() ->
         pytest.param(
             APEX_INIT + APEX_LOOP.replace("        optimizer.step()\n", "        step(optimizer)\n"),
             "from apex import amp\n",
-            "apex amp is left as is (no `optimizer.step()` after `amp.initialize` in the same function): the script still needs apex",
+            "apex amp is left as is (no `optimizer.step()` in the function that calls `amp.scale_loss`): the script still needs apex",
             id="step-elsewhere",
         ),
     ],
@@ -769,7 +769,7 @@ def test_apex_amp_not_understood_is_left_whole_with_a_warning(body: str, imports
     assert "GradScaler" not in result.output and "autocast" not in result.output
 
 
-def test_apex_amp_used_in_another_function_is_left_with_a_warning() -> None:
+def test_apex_amp_in_a_helper_without_the_forward_is_left_with_a_warning() -> None:
     helpers = """\
     def backward(loss, optimizer):
         with amp.scale_loss(loss, optimizer) as scaled_loss:
@@ -778,7 +778,59 @@ def test_apex_amp_used_in_another_function_is_left_with_a_warning() -> None:
     loop = APEX_LOOP.replace("        with amp.scale_loss(loss, optimizer) as scaled_loss:\n            scaled_loss.backward()\n", "        backward(loss, optimizer)\n")
     source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", helpers, "from apex import amp\n")
     result = convert(source)
-    assert "apex amp is left as is (`amp.scale_loss` is used outside the function that calls `amp.initialize`): the script still needs apex" in warnings(result)
+    assert "apex amp is left as is (the model initialized with amp has no name where `amp.scale_loss` is): the script still needs apex" in warnings(result)
+    assert "from apex import amp\n" in result.output and "GradScaler" not in result.output
+
+
+def test_apex_amp_in_a_training_function_gets_the_scaler_handed_to_it() -> None:
+    """apex amp is global state: `train()` called from `main()` gets the GradScaler as an argument."""
+    helpers = """\
+    def train(loader, net, optimizer, device):
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = nn.functional.mse_loss(net(x), y)
+            optimizer.zero_grad()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+            optimizer.step()
+    """
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}"
+    body += "for epoch in range(2):\n    train(loader, model, optimizer, device)\n"
+    result = convert(script(body, helpers, "from apex import amp\n"))
+    assert "def train(loader, net, optimizer, device, scaler):\n" in result.output
+    assert "        train(loader, model, optimizer, device, scaler)\n" in result.output
+    assert (
+        '        with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=scaler.is_enabled()):\n'
+        "            loss = nn.functional.mse_loss(net(x), y)\n"
+        "        optimizer.zero_grad()\n"
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.unscale_(optimizer)\n"
+        "        nn.utils.clip_grad_norm_(net.parameters(), 1.0)\n"
+        "        scaler.step(optimizer)\n"
+        "        scaler.update()\n"
+    ) in result.output
+    assert "apex" not in result.output and not warnings(result)
+
+
+def test_apex_amp_in_a_function_called_from_elsewhere_is_left_with_a_warning() -> None:
+    helpers = """\
+    def step(loss, model, optimizer):
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+
+
+    def warmup(model, optimizer):
+        step(model(torch.randn(2, 4)).sum(), model, optimizer)
+    """
+    loop = APEX_LOOP.replace("        with amp.scale_loss(loss, optimizer) as scaled_loss:\n            scaled_loss.backward()\n        optimizer.step()\n", "        step(loss, model, optimizer)\n")
+    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", helpers, "from apex import amp\n")
+    result = convert(source)
+    assert (
+        "apex amp is left as is (`amp.scale_loss` is used in `step()`, which is not called only from the function that calls "
+        "`amp.initialize`, after it): the script still needs apex"
+    ) in warnings(result)
     assert "from apex import amp\n" in result.output and "GradScaler" not in result.output
 
 

@@ -21,7 +21,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.convert.plan import Plan
-from ddpify.convert.transforms.base import statements
+from ddpify.convert.transforms.base import appended, keyword, statements
 from ddpify.program import Program
 from ddpify.syntax import Tree, code, dotted, string_value
 
@@ -115,18 +115,26 @@ class ApexToNative:
         if scaler is None:
             raise NotUnderstood(site, "the names `scaler` and `grad_scaler` are both taken")
         edits = []
+        models: dict[cst.FunctionDef | None, str | None] = {function: model}  # the model as each function spells it
+        steps: dict[cst.Call, str] = {}
         for expr, name in uses:
             if expr is inits[0]:
                 continue
-            if self.tree.function(expr) is not function:
-                raise NotUnderstood(expr, f"`{code(expr)}` is used outside the function that calls `amp.initialize`")
+            where = self.tree.function(expr)
+            if where not in models:
+                models[where] = self._helper(expr, where, function, model, site, scaler, edits)
             call = self._call(expr)
             if name == f"{AMP}.scale_loss" and call is not None:
-                edits.append(self._scale_loss(call, model, scaler))
+                edits.append(self._scale_loss(call, models[where], scaler))
+                spelled = s.arg(call, 1, "optimizers")
+                if spelled is None or dotted(spelled.value) is None:
+                    raise NotUnderstood(call, "`amp.scale_loss` without the optimizer it steps")
+                for step in self._optimizer_steps(where, dotted(spelled.value), site if where is function else None, call):
+                    steps[step] = dotted(spelled.value)  # type: ignore[assignment]
             elif name == f"{AMP}.master_params" and call is not None:
-                edits.append(self._master_params(call, model, scaler))
+                edits.append(self._master_params(call, models[where], scaler))
             elif name in (f"{AMP}.state_dict", f"{AMP}.load_state_dict") and call is not None:
-                if self.tree.line(call) < self.tree.line(site):
+                if where is function and self.tree.line(call) < self.tree.line(site):
                     raise NotUnderstood(call, f"`{code(call)}` comes before `amp.initialize`")
                 edits.append(self._state(call, name.rsplit(".", 1)[1], scaler))
             elif name == AMP and self._is_missing_guard(expr):
@@ -134,13 +142,12 @@ class ApexToNative:
                 edits.append(lambda guard=guard: self._remove(guard))
             else:
                 raise NotUnderstood(expr, f"`{code(call or expr)}` has no native counterpart ddpify knows")
-        if not any(n == f"{AMP}.scale_loss" for _, n in uses):
+        if not steps:
             raise NotUnderstood(site, "no `with amp.scale_loss(...)` to rewrite")
-        steps = self._optimizer_steps(function, optimizer, site)
         self._create_scaler(site, scaler, opt_level, function)
         for edit in edits:
             edit()
-        for call in steps:
+        for call, optimizer in steps.items():
             self.plan.replace(call, cst.parse_expression(f"{scaler}.step({optimizer})"))
             self.plan.insert_after(self.tree.statement(call), statements(f"{scaler}.update()\n"))
             self.plan.change(call, self.name, f"`{optimizer}.step()` becomes `{scaler}.step({optimizer})` and `{scaler}.update()`: steps are skipped while the scaled gradients overflow")
@@ -173,13 +180,14 @@ class ApexToNative:
             self.plan.warn(call, 'opt_level "O3" (pure float16) becomes mixed precision: the weights stay float32')
         block = self.tree.block(statement)
         owner = self.tree.parent(block)
-        if isinstance(owner, cst.If) and owner.orelse is None and isinstance(self.tree.parent(self.tree.block(owner)), (cst.FunctionDef, cst.Module, type(None))):
-            site = statement
-        elif isinstance(owner, (cst.FunctionDef, cst.Module)) or isinstance(block, cst.Module):
-            site = statement
-        else:
+        if not (self._in_body(statement) or (isinstance(owner, cst.If) and owner.orelse is None and self._in_body(owner))):
             raise NotUnderstood(call, "`amp.initialize` sits in a block other than a function body or one `if`")
-        return model, optimizer, level.value if level is not None else None, site
+        return model, optimizer, level.value if level is not None else None, statement
+
+    def _in_body(self, statement: cst.CSTNode) -> bool:
+        """Whether `statement` is one of the module's or of a function's own statements."""
+        parent = self.tree.parent(statement)
+        return isinstance(parent, cst.Module) or (isinstance(parent, cst.IndentedBlock) and isinstance(self.tree.parent(parent), cst.FunctionDef))
 
     def _create_scaler(self, site: cst.BaseStatement, scaler: str, level: cst.BaseExpression | None, function: cst.FunctionDef | None) -> None:
         """The GradScaler goes where amp.initialize was, on every path: under an `if` it is made
@@ -225,7 +233,7 @@ class ApexToNative:
                     return f'torch.device({target}).type == "cuda"'
         return "torch.cuda.is_available()"
 
-    def _scale_loss(self, call: cst.Call, model: str, scaler: str):
+    def _scale_loss(self, call: cst.Call, model: str | None, scaler: str):
         """`with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()` -> `scaler.scale(loss).backward()`,
         and the forward before it in the step goes under autocast."""
         item = self.tree.parent(call)
@@ -255,8 +263,10 @@ class ApexToNative:
 
         return edit
 
-    def _forward_span(self, backward: cst.With, model: str) -> list[cst.BaseStatement]:
+    def _forward_span(self, backward: cst.With, model: str | None) -> list[cst.BaseStatement]:
         """The statements of the training step from the first that calls the model up to the backward."""
+        if model is None:
+            raise NotUnderstood(backward, "the model initialized with amp has no name where `amp.scale_loss` is")
         loops = self.tree.loops(backward)
         current: cst.CSTNode = backward
         while True:
@@ -276,8 +286,10 @@ class ApexToNative:
             while not isinstance(self.tree.parent(current), (cst.IndentedBlock, cst.Module)):
                 current = self.tree.parent(current)
 
-    def _master_params(self, call: cst.Call, model: str, scaler: str):
+    def _master_params(self, call: cst.Call, model: str | None, scaler: str):
         """`clip_grad_norm_(amp.master_params(optimizer), ...)`: the model's parameters, unscaled first."""
+        if model is None:
+            raise NotUnderstood(call, "`amp.master_params` where the model initialized with amp has no name")
         optimizer = s.arg(call, 0, "optimizer")
         if optimizer is None or len(call.args) != 1:
             raise NotUnderstood(call, "`amp.master_params` of something other than one optimizer")
@@ -313,18 +325,59 @@ class ApexToNative:
             and all(isinstance(st, cst.SimpleStatementLine) and all(isinstance(b, cst.Raise) for b in st.body) for st in statement.body.body)
         )
 
-    def _optimizer_steps(self, function: cst.FunctionDef | None, optimizer: str, site: cst.CSTNode) -> list[cst.Call]:
+    def _optimizer_steps(self, function: cst.FunctionDef | None, optimizer: str, site: cst.CSTNode | None, scale: cst.Call) -> list[cst.Call]:
+        """`optimizer.step()` calls in `function` (after amp.initialize, when it is there)."""
         steps = []
         for node in self.program.scope_nodes(function):
             found = s.method_call(node)
-            if found and found[1] == "step" and dotted(found[0]) == optimizer and self.tree.line(node) > self.tree.line(site):
+            if found and found[1] == "step" and dotted(found[0]) == optimizer and (site is None or self.tree.line(node) > self.tree.line(site)):
                 statement = self.tree.statement(node)
                 if node.args or not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and statement.body[0].value is node):
                     raise NotUnderstood(node, f"`{code(node)}` is not a statement `{optimizer}.step()` of its own")
                 steps.append(node)
         if not steps:
-            raise NotUnderstood(site, f"no `{optimizer}.step()` after `amp.initialize` in the same function")
+            raise NotUnderstood(scale, f"no `{optimizer}.step()` in the function that calls `amp.scale_loss`")
         return steps
+
+    def _helper(self, expr, where, function, model, site, scaler, edits) -> str | None:
+        """A function other than the one calling amp.initialize uses amp (`train()` called from
+        `main()`): apex's state was global, the GradScaler is handed to it. Returns the model as
+        `where` spells it (None when it has none)."""
+        if where is None or self.program.owner_class(where) is not None or where not in self.program.functions.values():
+            raise NotUnderstood(expr, f"`{code(expr)}` is used outside the function that calls `amp.initialize`")
+        if self.program.binds(where, scaler):
+            raise NotUnderstood(expr, f"`{where.name.value}` binds the name `{scaler}` itself")
+        sites = self.program.call_sites(where)
+        if function is None:  # the scaler is a global
+            return model if not self.program.binds(where, model.split(".")[0]) else self._parameter_for(where, sites, model)
+        if not sites or any(caller is not function or self.tree.line(call) < self.tree.line(site) for call, caller in sites):
+            raise NotUnderstood(expr, f"`{code(expr)}` is used in `{where.name.value}()`, which is not called only from the function that calls `amp.initialize`, after it")
+        params = where.params
+        plain = not (params.kwonly_params or isinstance(params.star_arg, cst.Param) or params.star_kwarg or any(p.default for p in params.params))
+
+        def edit() -> None:
+            new = cst.Param(cst.Name(scaler))
+            if plain:
+                self.plan.replace(params, lambda updated: updated.with_changes(params=[*updated.params, new]))
+            else:
+                star = params.star_arg if isinstance(params.star_arg, cst.Param) else cst.ParamStar()
+                self.plan.replace(params, lambda updated, star=star: updated.with_changes(star_arg=star, kwonly_params=[*updated.kwonly_params, new]))
+            arity = len(self.program.param_names(where))
+            for call, _caller in sites:
+                positional = plain and len(call.args) == arity and all(a.keyword is None and not a.star for a in call.args)
+                argument = cst.Arg(cst.Name(scaler)) if positional else keyword(scaler, scaler)
+                self.plan.replace(call, lambda updated, argument=argument: updated.with_changes(args=appended(updated, argument)))
+            self.plan.change(where, self.name, f"`{scaler}` handed to `{where.name.value}()`: apex amp was global state, a GradScaler is an object")
+
+        edits.append(edit)
+        return self._parameter_for(where, sites, model)
+
+    def _parameter_for(self, where: cst.FunctionDef, sites, model: str) -> str | None:
+        """The parameter of `where` every call passes the model for."""
+        for name in self.program.param_names(where):
+            if sites and all(dotted(self.program.argument_for(call, where, name) or cst.Name("_")) == model for call, _ in sites):
+                return name
+        return None
 
     # --- apex.parallel -----------------------------------------------------------------
 
@@ -383,9 +436,8 @@ class ApexToNative:
                     self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", alias.evaluated_alias)
                 if len(kept) < len(node.names):
                     self._drop_aliases(node, kept)
-            elif isinstance(node, cst.Import):
-                if any(alias.evaluated_name.split(".")[0] == "apex" for alias in node.names) and self._apex_unused():
-                    self._drop_aliases(node, [a for a in node.names if a.evaluated_name.split(".")[0] != "apex"])
+            elif isinstance(node, cst.Import) and _imports_apex(node) and self._apex_unused():
+                self._drop_aliases(node, [a for a in node.names if a.evaluated_name.split(".")[0] != "apex"])
         for statement in self.emptied:
             if all(st in self.removed for st in statement.body.body):
                 self.plan.remove(statement)
