@@ -209,3 +209,14 @@ def test_convert_can_write_a_cluster_launcher(script: Path, kind: str, suffix: s
     launcher = script.parent / f"train_ddp{suffix}"
     assert "#SBATCH --ntasks-per-node=1" in launcher.read_text()
     assert subprocess.run(["bash", "-n", str(launcher)]).returncode == 0
+
+
+def test_apex_script_converts_through_the_cli_with_its_report(tmp_path: Path) -> None:
+    fixture = REPO / "fixtures" / "convert" / "apex_amp"
+    script = Path(shutil.copy(fixture / "train.py", tmp_path / "train.py"))
+    result = ddpify("convert", str(script), "--report")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "train_ddp.py").read_text() == (fixture / "train_ddp.py").read_text()
+    assert f"{script}:55: apex: `amp.initialize` becomes a GradScaler" in result.stderr
+    assert f"{script}:63: warning checkpoints saved with apex amp hold no GradScaler state" in result.stderr
+    assert ddpify("convert", "--check", str(tmp_path / "train_ddp.py")).exit_code == 0  # nothing of apex left to convert
