@@ -854,3 +854,13 @@ def test_apex_noop_for_native_amp() -> None:
     assert not [n for n in result.notes if n.topic == "apex"] and not warnings(result)
     assert "    scaler = torch.amp.GradScaler(enabled=amp)\n" in result.output
     assert "            with torch.autocast(device_type=\"cuda\", enabled=amp):\n                loss = " in result.output
+
+
+def test_apex_scaler_without_a_device_variable_follows_the_model() -> None:
+    """No device variable: the scaler is on where the model is (apex wanted it on the GPU); a
+    `.cuda()` script keeps its CPU fallback."""
+    loop = APEX_LOOP.replace("x, y = x.to(device), y.to(device)", "x, y = x.cuda(), y.cuda()")
+    source = script(f"{LOADER}\nmodel = nn.Linear(4, 1).cuda()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", imports="from apex import amp\n")
+    output = convert(source).output
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=next(model.parameters()).is_cuda)\n' in output
+    assert "torch.cuda.is_available()" in output and ".cuda()" not in output

@@ -144,7 +144,7 @@ class ApexToNative:
                 raise NotUnderstood(expr, f"`{code(call or expr)}` has no native counterpart ddpify knows")
         if not steps:
             raise NotUnderstood(site, "no `with amp.scale_loss(...)` to rewrite")
-        self._create_scaler(site, scaler, opt_level, function)
+        self._create_scaler(site, scaler, opt_level, function, model)
         for edit in edits:
             edit()
         for call, optimizer in steps.items():
@@ -189,7 +189,7 @@ class ApexToNative:
         parent = self.tree.parent(statement)
         return isinstance(parent, cst.Module) or (isinstance(parent, cst.IndentedBlock) and isinstance(self.tree.parent(parent), cst.FunctionDef))
 
-    def _create_scaler(self, site: cst.BaseStatement, scaler: str, level: cst.BaseExpression | None, function: cst.FunctionDef | None) -> None:
+    def _create_scaler(self, site: cst.BaseStatement, scaler: str, level: cst.BaseExpression | None, function: cst.FunctionDef | None, model: str) -> None:
         """The GradScaler goes where amp.initialize was, on every path: under an `if` it is made
         before the `if`, with the condition folded into `enabled`, so the loop can always use it."""
         owner = self.tree.parent(self.tree.block(site))
@@ -204,7 +204,7 @@ class ApexToNative:
                 conditions.append("False")
             elif value is None:
                 conditions.append(f'{code(level)} != "O0"')
-        conditions.append(self._cuda_test(function, anchor))
+        conditions.append(self._cuda_test(function, anchor, model))
         enabled = "False" if "False" in conditions else " and ".join(conditions)  # O0: apex amp did nothing
         self.plan.insert_before(
             anchor,
@@ -216,8 +216,9 @@ class ApexToNative:
         self.plan.add_import("torch")
         self.plan.change(site, self.name, f"`amp.initialize` becomes a GradScaler, enabled when {enabled}")
 
-    def _cuda_test(self, function: cst.FunctionDef | None, before: cst.CSTNode) -> str:
-        """How the script says it trains on CUDA: its device variable, else whether CUDA is there."""
+    def _cuda_test(self, function: cst.FunctionDef | None, before: cst.CSTNode, model: str) -> str:
+        """How the script says it trains on CUDA: its device variable, else where the model is (apex
+        wanted it on the GPU before `amp.initialize`)."""
         line = self.tree.line(before)
         for scope in dict.fromkeys([function, None]):
             for node in self.program.scope_nodes(scope):
@@ -231,7 +232,7 @@ class ApexToNative:
                     return f'{target}.type == "cuda"'
                 if any(s.is_gpu_string(n) for n in self.tree.walk(value) if isinstance(n, cst.BaseExpression)) and "device" in target:
                     return f'torch.device({target}).type == "cuda"'
-        return "torch.cuda.is_available()"
+        return f"next({model}.parameters()).is_cuda"
 
     def _scale_loss(self, call: cst.Call, model: str | None, scaler: str):
         """`with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()` -> `scaler.scale(loss).backward()`,
@@ -430,7 +431,7 @@ class ApexToNative:
                     full = f"{module}.{alias.evaluated_name}"
                     if full == APEX_DDP and APEX_DDP in self.converted:
                         moved.append(alias)
-                    elif full not in self.converted:
+                    elif not self._converted(full):
                         kept.append(alias)
                 for alias in moved:
                     self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", alias.evaluated_alias)
@@ -443,8 +444,11 @@ class ApexToNative:
                 self.plan.remove(statement)
                 self.removed.add(statement)
 
+    def _converted(self, name: str) -> bool:
+        return name in self.converted or any(name.startswith(c + ".") for c in self.converted)
+
     def _apex_unused(self) -> bool:
-        return all(name in self.converted or any(name.startswith(c + ".") for c in self.converted) for _, name in self._uses())
+        return all(self._converted(name) for _, name in self._uses())
 
     def _drop_aliases(self, node: cst.Import | cst.ImportFrom, kept: list[cst.ImportAlias]) -> None:
         statement = self.tree.statement(node)
