@@ -760,6 +760,15 @@ def test_apex_ddp_and_syncbn_become_torchs_in_an_already_distributed_script() ->
             "apex amp is left as is (no `optimizer.step()` in the function that calls `amp.scale_loss`): the script still needs apex",
             id="step-elsewhere",
         ),
+        pytest.param(
+            "use_amp = True\n" + APEX_INIT + APEX_LOOP.replace(
+                "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n            scaled_loss.backward()\n",
+                "        if use_amp:\n            with amp.scale_loss(loss, optimizer) as scaled_loss:\n                scaled_loss.backward()\n        else:\n            loss.backward()\n",
+            ),
+            "from apex import amp\n",
+            "apex amp is left as is (`loss.backward()` runs without loss scaling where the GradScaler may be on): the script still needs apex",
+            id="unscaled-backward-while-the-scaler-is-on",
+        ),
     ],
 )
 def test_apex_amp_not_understood_is_left_whole_with_a_warning(body: str, imports: str, warning: str) -> None:

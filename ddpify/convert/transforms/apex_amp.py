@@ -144,6 +144,7 @@ class ApexToNative:
                 raise NotUnderstood(expr, f"`{code(call or expr)}` has no native counterpart ddpify knows")
         if not steps:
             raise NotUnderstood(site, "no `with amp.scale_loss(...)` to rewrite")
+        self._check_unscaled_backwards(site, [e for e, n in uses if n == f"{AMP}.scale_loss"])
         self._create_scaler(site, scaler, opt_level, function, model)
         for edit in edits:
             edit()
@@ -151,6 +152,21 @@ class ApexToNative:
             self.plan.replace(call, cst.parse_expression(f"{scaler}.step({optimizer})"))
             self.plan.insert_after(self.tree.statement(call), statements(f"{scaler}.update()\n"))
             self.plan.change(call, self.name, f"`{optimizer}.step()` becomes `{scaler}.step({optimizer})` and `{scaler}.update()`: steps are skipped while the scaled gradients overflow")
+
+    def _check_unscaled_backwards(self, site: cst.BaseStatement, scales: list[cst.BaseExpression]) -> None:
+        """`scaler.step()` unscales the gradients whenever the scaler is on, so every other backward()
+        before such a step must run only while it is off: in the `else` of an `if` that tests what
+        `amp.initialize` was under (`if args.fp16: scaled... else: loss.backward()`)."""
+        owner = self.tree.parent(self.tree.block(site))
+        condition = code(owner.test) if isinstance(owner, cst.If) else None
+        blocks = [self.tree.statement(self._call(e) or e) for e in scales]
+        for function in dict.fromkeys(self.tree.function(e) for e in scales):
+            for call in self.program.calls_in(function):
+                if not s.is_backward(call) or any(self.tree.inside(call, b) for b in blocks):
+                    continue
+                branch = next((a for a in self.tree.ancestors(call) if isinstance(a, cst.If) and a.orelse is not None and self.tree.inside(call, a.orelse)), None)
+                if branch is None or condition is None or code(branch.test) != condition or not any(self.tree.inside(b, branch.body) for b in blocks):
+                    raise NotUnderstood(call, f"`{code(call)}` runs without loss scaling where the GradScaler may be on")
 
     def _initialize(self, expr: cst.BaseExpression) -> tuple[str, str, cst.BaseExpression | None, cst.BaseStatement]:
         """`model, optimizer = amp.initialize(model, optimizer, opt_level=...)`: the names and the level."""
