@@ -873,3 +873,14 @@ def test_apex_scaler_without_a_device_variable_follows_the_model() -> None:
     output = convert(source).output
     assert '    scaler = torch.amp.GradScaler("cuda", enabled=next(model.parameters()).is_cuda)\n' in output
     assert "torch.cuda.is_available()" in output and ".cuda()" not in output
+
+
+def test_apex_imports_nothing_reads_go_and_those_kept_are_warned_about() -> None:
+    init = APEX_INIT.replace('opt_level="O1"', "opt_level=args.opt_level, loss_scale=args.loss_scale")
+    body = "import argparse\nargs = argparse.Namespace(opt_level='O1', loss_scale=None)\n" + init + APEX_LOOP
+    result = convert(apex_script(body, imports="from apex import amp, optimizers\nfrom apex.fp16_utils import *\n"))
+    assert "from apex import" not in result.output and "\nfrom apex.fp16_utils import *\n" in result.output
+    assert warnings(result) == [
+        "`from apex.fp16_utils import *` is kept: the script still needs apex",
+        "`loss_scale=args.loss_scale` is dropped: GradScaler scales the loss dynamically",
+    ]

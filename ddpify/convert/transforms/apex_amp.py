@@ -53,6 +53,7 @@ class ApexToNative:
         self.plan = plan
         self.converted: set[str] = set()  # qualified names whose every use was rewritten
         self.removed: set[cst.CSTNode] = set()  # statements this pass removes
+        self.warned: set[str] = set()  # qualified names a warning already says stay
         self.emptied: list[cst.If] = []  # `if args.fp16:` blocks that go when nothing is left in them
 
     @cached_property
@@ -72,10 +73,12 @@ class ApexToNative:
                 self.converted.add(AMP)
             except NotUnderstood as reason:
                 self.plan.warn(reason.node, f"apex amp is left as is ({reason}): the script still needs apex")
+                self.warned.add(AMP)
         self._parallel([u for u in uses if u[1] in (APEX_DDP, APEX_SYNCBN)])
         for node, name in uses:
             if not (name == AMP or name.startswith(AMP + ".") or name in (APEX_DDP, APEX_SYNCBN)):
                 self.plan.warn(node, f"`{code(node)}` ({name}) is left as is: the script still needs apex{_native_hint(name)}")
+                self.warned.add(name)
         self._imports()
 
     # --- what the script uses of apex ---------------------------------------------------
@@ -190,7 +193,7 @@ class ApexToNative:
                 raise NotUnderstood(call, "`amp.initialize` with more than two positional arguments")
         loss_scale = s.arg(call, None, "loss_scale")
         if loss_scale is not None and string_value(loss_scale.value) != "dynamic":
-            self.plan.warn(call, "a static `loss_scale` becomes GradScaler's dynamic loss scaling")
+            self.plan.warn(call, f"`loss_scale={code(loss_scale.value)}` is dropped: GradScaler scales the loss dynamically")
         level = s.arg(call, 2, "opt_level")
         if level is not None and string_value(level.value) == "O3":
             self.plan.warn(call, 'opt_level "O3" (pure float16) becomes mixed precision: the weights stay float32')
@@ -405,6 +408,7 @@ class ApexToNative:
             if name == APEX_SYNCBN:
                 if call is None or len(call.args) != 1 or call.args[0].keyword is not None:
                     self.plan.warn(expr, f"`{code(call or expr)}` is left as is: only `convert_syncbn_model(model)` has a known torch counterpart")
+                    self.warned.add(APEX_SYNCBN)
                     syncbn_done = False
                     continue
                 self.plan.replace(call.func, cst.parse_expression("torch.nn.SyncBatchNorm.convert_sync_batchnorm"))
@@ -414,6 +418,7 @@ class ApexToNative:
             extra = [a for a in (call.args[1:] if call is not None else []) if a.keyword is None or a.keyword.value not in MOOT_DDP_ARGS]
             if call is None or not call.args or call.args[0].keyword is not None or extra:
                 self.plan.warn(expr, f"`{code(call or expr)}` is left as is: apex DDP with arguments torch's DDP has no counterpart for")
+                self.warned.add(APEX_DDP)
                 ddp_done = False
                 continue
             args = [call.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
@@ -436,29 +441,48 @@ class ApexToNative:
         self.removed.add(statement)
 
     def _imports(self) -> None:
-        """apex imports of what was rewritten go; a `try: import apex ... except ImportError:` goes whole."""
+        """apex imports of what was rewritten go; a `try: import apex ... except ImportError:` goes whole.
+        Once something was rewritten, apex names nothing reads go too, and what stays is warned about."""
         for node in self.tree.walk():
-            if isinstance(node, cst.ImportFrom) and node.module is not None and isinstance(node.names, (list, tuple)):
-                module = code(node.module)
-                if module.split(".")[0] != "apex" or node.relative:
+            if isinstance(node, cst.ImportFrom) and _imports_apex(node):
+                module = code(node.module)  # type: ignore[arg-type]
+                if not isinstance(node.names, (list, tuple)):
+                    self._kept(node, [module])
                     continue
                 kept, moved = [], []
                 for alias in node.names:
                     full = f"{module}.{alias.evaluated_name}"
                     if full == APEX_DDP and APEX_DDP in self.converted:
                         moved.append(alias)
-                    elif not self._converted(full):
+                    elif not self._converted(full) and not (self.converted and self._unread(alias)):
                         kept.append(alias)
                 for alias in moved:
                     self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", alias.evaluated_alias)
                 if len(kept) < len(node.names):
                     self._drop_aliases(node, kept)
-            elif isinstance(node, cst.Import) and _imports_apex(node) and self._apex_unused():
-                self._drop_aliases(node, [a for a in node.names if a.evaluated_name.split(".")[0] != "apex"])
+                self._kept(node, [f"{module}.{alias.evaluated_name}" for alias in kept])
+            elif isinstance(node, cst.Import) and _imports_apex(node):
+                if self._apex_unused():
+                    self._drop_aliases(node, [a for a in node.names if a.evaluated_name.split(".")[0] != "apex"])
+                else:
+                    self._kept(node, [a.evaluated_name for a in node.names if a.evaluated_name.split(".")[0] == "apex"])
         for statement in self.emptied:
             if all(st in self.removed for st in statement.body.body):
                 self.plan.remove(statement)
                 self.removed.add(statement)
+
+    def _unread(self, alias: cst.ImportAlias) -> bool:
+        """Whether no code reads the name an import binds (`from apex import optimizers`, never used)."""
+        bound = alias.evaluated_alias or alias.evaluated_name
+        return not any(type(n) is cst.Name and n.value == bound and self.tree.qname(n) is not None for n in self.tree.walk())
+
+    def _kept(self, node: cst.Import | cst.ImportFrom, names: list[str]) -> None:
+        """An apex import that stays, once something else was rewritten: said, unless its uses were."""
+        if not self.converted or not names:
+            return
+        if all(any(w == n or w.startswith(n + ".") for w in self.warned) for n in names):
+            return
+        self.plan.warn(node, f"`{code(node)}` is kept: the script still needs apex")
 
     def _converted(self, name: str) -> bool:
         return name in self.converted or any(name.startswith(c + ".") for c in self.converted)
