@@ -884,3 +884,28 @@ def test_apex_imports_nothing_reads_go_and_those_kept_are_warned_about() -> None
         "`from apex.fp16_utils import *` is kept: the script still needs apex",
         "`loss_scale=args.loss_scale` is dropped: GradScaler scales the loss dynamically",
     ]
+
+
+@pytest.mark.parametrize(
+    ("imports", "left"),
+    [
+        pytest.param("try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n", "", id="amp-none"),
+        pytest.param("try:\n    from apex import amp\nexcept ImportError:\n    raise ImportError('install apex')\n", "", id="raise"),
+        pytest.param(
+            "try:\n    from apex import amp\n    APEX_AVAILABLE = True\nexcept ImportError:\n    APEX_AVAILABLE = False\n",
+            "APEX_AVAILABLE = True\n",
+            id="flag-in-the-body",
+        ),
+        pytest.param(
+            "try:\n    from apex import amp\nexcept ImportError:\n    APEX_AVAILABLE = False\nelse:\n    APEX_AVAILABLE = True\n",
+            "APEX_AVAILABLE = True\n",
+            id="flag-in-else",
+        ),
+    ],
+)
+def test_apex_import_guards_keep_what_ran_when_apex_imported(imports: str, left: str) -> None:
+    body = "if APEX_AVAILABLE:\n    " + APEX_INIT if "APEX_AVAILABLE" in imports else APEX_INIT
+    output = convert(apex_script(body + APEX_LOOP, imports=imports)).output
+    assert "apex" not in output.replace("APEX_AVAILABLE", "") and "try:" not in output
+    between = f"\n{left}\n" if left else "\n"
+    assert f"from torch.utils.data.distributed import DistributedSampler\n{between}\ndef main():\n" in output

@@ -497,29 +497,42 @@ class ApexToNative:
             self.plan.replace(node, node.with_changes(names=fixed, lpar=None, rpar=None) if isinstance(node, cst.ImportFrom) else node.with_changes(names=fixed))
             return
         self._remove(statement)
-        guard = self._import_guard(statement)
-        if guard is not None and all(st in self.removed for st in guard.body.body):
-            self._remove(guard)
+        self._settle_guard(statement)
 
-    def _import_guard(self, statement: cst.BaseStatement) -> cst.Try | None:
-        """The `try:` whose body is only apex imports, and whose handlers only report apex missing."""
-        block = self.tree.block(statement)
-        owner = self.tree.parent(block)
-        if not isinstance(owner, cst.Try) or owner.orelse is not None or owner.finalbody is not None:
-            return None
-        for st in owner.body.body:
-            if not (isinstance(st, cst.SimpleStatementLine) and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in st.body)):
-                return None
+    def _settle_guard(self, statement: cst.BaseStatement) -> None:
+        """A `try:` around apex imports that all went: what ran when apex imported is what runs now
+        (`try: from apex import amp; HAS_APEX = True / except ImportError: ...` -> `HAS_APEX = True`)."""
+        owner = self.tree.parent(self.tree.block(statement))
+        if not isinstance(owner, cst.Try) or owner.finalbody is not None or owner in self.removed:
+            return
+        remaining = [st for st in owner.body.body if st not in self.removed]
+        if not all(_assigns_only(st) for st in remaining):
+            return  # other imports or code: the try stays
+        success = [*remaining, *(owner.orelse.body.body if owner.orelse is not None else ())]
+        assigned = {dotted(t.target) for st in success for small in st.body for t in small.targets}  # type: ignore[attr-defined]
         for handler in owner.handlers:
             for st in handler.body.body:
-                if not isinstance(st, cst.SimpleStatementLine):
-                    return None
+                if not (isinstance(st, cst.SimpleStatementLine) and all(isinstance(b, (cst.Raise, cst.Pass, cst.Expr, cst.Assign)) for b in st.body)):
+                    return
                 for small in st.body:
-                    if isinstance(small, cst.Assign) and dotted(small.targets[0].target) in {"amp", "apex"}:
-                        continue
-                    if not isinstance(small, (cst.Raise, cst.Pass, cst.Expr)):
-                        return None
-        return owner
+                    if isinstance(small, cst.Assign):
+                        for target in small.targets:
+                            name = dotted(target.target)
+                            if name not in assigned and self._read_elsewhere(name):
+                                return  # `HAS_APEX = False` read later, and set nowhere else
+        if success:
+            self.plan.insert_before(owner, success)
+        self._remove(owner)
+
+    def _read_elsewhere(self, name: str | None) -> bool:
+        """Whether code that stays reads `name` (reads of apex names are rewritten)."""
+        for node in self.tree.walk():
+            if type(node) is not cst.Name or node.value != name or isinstance(self.tree.parent(node), cst.AssignTarget):
+                continue
+            qname = self.tree.qname(node) or ""
+            if not (qname == "apex" or qname.startswith("apex.")) and not any(self.tree.inside(node, r) for r in self.removed):
+                return True
+        return False
 
 
 def _operand(test: str) -> str:
@@ -547,3 +560,7 @@ def _imports_apex(node: cst.Import | cst.ImportFrom) -> bool:
     if isinstance(node, cst.Import):
         return any(alias.evaluated_name.split(".")[0] == "apex" for alias in node.names)
     return node.module is not None and not node.relative and code(node.module).split(".")[0] == "apex"
+
+
+def _assigns_only(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(isinstance(small, cst.Assign) for small in statement.body)
