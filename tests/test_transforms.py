@@ -909,3 +909,19 @@ def test_apex_import_guards_keep_what_ran_when_apex_imported(imports: str, left:
     assert "apex" not in output.replace("APEX_AVAILABLE", "") and "try:" not in output
     between = f"\n{left}\n" if left else "\n"
     assert f"from torch.utils.data.distributed import DistributedSampler\n{between}\ndef main():\n" in output
+
+
+def test_apex_forward_through_a_helper_goes_under_autocast() -> None:
+    helpers = """\
+    def compute_loss(model, x, y):
+        return nn.functional.mse_loss(model(x), y)
+    """
+    loop = APEX_LOOP.replace("        output = model(x)\n        loss = nn.functional.mse_loss(output, y)\n", "        loss = compute_loss(model, x, y)\n")
+    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", helpers, "from apex import amp\n")
+    output = convert(source).output
+    assert (
+        '            with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=scaler.is_enabled()):\n'
+        "                loss = compute_loss(model, x, y)\n"
+        "            optimizer.zero_grad()\n"
+        "            scaler.scale(loss).backward()\n"
+    ) in output

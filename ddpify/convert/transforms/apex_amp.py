@@ -9,8 +9,9 @@ distributes keeps its process group; only its apex parts change.
 amp is rewritten all or nothing: one `model, optimizer = amp.initialize(model, optimizer, ...)`
 (in a function body, or under one `if`), `with amp.scale_loss(loss, optimizer) as scaled:
 scaled.backward()`, `amp.master_params(optimizer)`, `amp.state_dict()`/`load_state_dict()`, in
-the function that calls `initialize`. Any other use of amp leaves every amp line as it is, with
-a warning naming the line; so do apex optimizers and other apex modules.
+the function that calls `initialize` or in functions only it calls (they are handed the scaler).
+Any other use of amp leaves every amp line as it is, with a warning naming the line; so do apex
+optimizers and other apex modules.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from ddpify.syntax import Tree, code, dotted, string_value
 AMP = "apex.amp"
 APEX_DDP = "apex.parallel.DistributedDataParallel"
 APEX_SYNCBN = "apex.parallel.convert_syncbn_model"
-AMP_CALLS = {f"{AMP}.{name}" for name in ("initialize", "scale_loss", "master_params", "state_dict", "load_state_dict")}
 # amp.initialize arguments that native autocast makes moot (or that only set apex's logging).
 MOOT_INITIALIZE_ARGS = {"opt_level", "verbosity", "keep_batchnorm_fp32", "master_weights", "loss_scale"}
 # apex DDP arguments about when and how it all-reduces: torch's DDP overlaps the all-reduce itself.
@@ -284,7 +284,8 @@ class ApexToNative:
         return edit
 
     def _forward_span(self, backward: cst.With, model: str | None) -> list[cst.BaseStatement]:
-        """The statements of the training step from the first that calls the model up to the backward."""
+        """The statements of the training step from the first that calls the model (or hands it to a
+        helper: `loss = compute_loss(model, batch)`) up to the last assignment before the backward."""
         if model is None:
             raise NotUnderstood(backward, "the model initialized with amp has no name where `amp.scale_loss` is")
         loops = self.tree.loops(backward)
@@ -294,7 +295,7 @@ class ApexToNative:
             body = list(block.body)
             index = body.index(current)
             for start, statement in enumerate(body[:index]):
-                if any(dotted(c.func) == model for c in self.tree.calls(statement)):
+                if any(dotted(c.func) == model or any(dotted(a.value) == model for a in c.args) for c in self.tree.calls(statement)):
                     span = body[start:index]
                     while len(span) > 1 and not _assigns(span[-1]):
                         span.pop()  # `optimizer.zero_grad()` and the like stay outside
