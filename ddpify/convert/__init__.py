@@ -60,10 +60,10 @@ def convert_source(source: str, options: ConvertOptions | None = None, path: str
             plan.warn(node, message)
         notes = early.notes + _moved(plan.notes, source, original)
         if source != original and str(reason).startswith("already distributed"):
-            try:  # the reason names a line: the original's
+            try:  # the reason names a line: the original's, where the original shows it
                 Analyzer(Tree.parse(module), original).run()
             except NotConvertible as first:
-                reason = first
+                reason = first if str(first).startswith("already distributed") else reason
             notes.append(Note(1, "change", "apex", f"{reason}: only its apex parts were converted"))
             return ConvertResult(original, source, "converted", None, _sorted(notes))
         return ConvertResult(original, original, "unchanged", str(reason), _sorted([n for n in notes if n.kind == "warning"]))
