@@ -925,3 +925,12 @@ def test_apex_forward_through_a_helper_goes_under_autocast() -> None:
         "            optimizer.zero_grad()\n"
         "            scaler.scale(loss).backward()\n"
     ) in output
+
+
+def test_apex_imported_and_never_used_goes() -> None:
+    imports = "try:\n    from apex import amp\nexcept ImportError:\n    amp = None\nfrom apex.fp16_utils import *\n"
+    source = standard().replace("from torch.utils.data import DataLoader, TensorDataset\n", "from torch.utils.data import DataLoader, TensorDataset\n" + imports, 1)
+    result = convert(source)
+    assert "try:" not in result.output and "from apex import amp" not in result.output
+    assert "from apex.fp16_utils import *\n" in result.output
+    assert warnings(result) == ["`from apex.fp16_utils import *` is kept: the script still needs apex"]

@@ -64,8 +64,6 @@ class ApexToNative:
         if not any(_imports_apex(node) for node in self.tree.walk() if isinstance(node, (cst.Import, cst.ImportFrom))):
             return
         uses = self._uses()
-        if not uses:
-            return
         amp = [u for u in uses if u[1] == AMP or u[1].startswith(AMP + ".")]
         if amp:
             try:
@@ -79,7 +77,7 @@ class ApexToNative:
             if not (name == AMP or name.startswith(AMP + ".") or name in (APEX_DDP, APEX_SYNCBN)):
                 self.plan.warn(node, f"`{code(node)}` ({name}) is left as is: the script still needs apex{_native_hint(name)}")
                 self.warned.add(name)
-        self._imports()
+        self._imports(uses)
 
     # --- what the script uses of apex ---------------------------------------------------
 
@@ -441,32 +439,32 @@ class ApexToNative:
         self.plan.remove(statement)
         self.removed.add(statement)
 
-    def _imports(self) -> None:
+    def _imports(self, uses: list[tuple[cst.BaseExpression, str]]) -> None:
         """apex imports of what was rewritten go; a `try: import apex ... except ImportError:` goes whole.
         Once something was rewritten, apex names nothing reads go too, and what stays is warned about."""
         for node in self.tree.walk():
             if isinstance(node, cst.ImportFrom) and _imports_apex(node):
                 module = code(node.module)  # type: ignore[arg-type]
                 if not isinstance(node.names, (list, tuple)):
-                    self._kept(node, [module])
+                    self._kept(node, [module], uses)
                     continue
                 kept, moved = [], []
                 for alias in node.names:
                     full = f"{module}.{alias.evaluated_name}"
                     if full == APEX_DDP and APEX_DDP in self.converted:
                         moved.append(alias)
-                    elif not self._converted(full) and not (self.converted and self._unread(alias)):
+                    elif not self._converted(full) and not (self._tidy(uses) and self._unread(alias)):
                         kept.append(alias)
                 for alias in moved:
                     self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", alias.evaluated_alias)
                 if len(kept) < len(node.names):
                     self._drop_aliases(node, kept)
-                self._kept(node, [f"{module}.{alias.evaluated_name}" for alias in kept])
+                self._kept(node, [f"{module}.{alias.evaluated_name}" for alias in kept], uses)
             elif isinstance(node, cst.Import) and _imports_apex(node):
                 if self._apex_unused():
                     self._drop_aliases(node, [a for a in node.names if a.evaluated_name.split(".")[0] != "apex"])
                 else:
-                    self._kept(node, [a.evaluated_name for a in node.names if a.evaluated_name.split(".")[0] == "apex"])
+                    self._kept(node, [a.evaluated_name for a in node.names if a.evaluated_name.split(".")[0] == "apex"], uses)
         for statement in self.emptied:
             if all(st in self.removed for st in statement.body.body):
                 self.plan.remove(statement)
@@ -477,9 +475,13 @@ class ApexToNative:
         bound = alias.evaluated_alias or alias.evaluated_name
         return not any(type(n) is cst.Name and n.value == bound and self.tree.qname(n) is not None for n in self.tree.walk())
 
-    def _kept(self, node: cst.Import | cst.ImportFrom, names: list[str]) -> None:
+    def _tidy(self, uses: list[tuple[cst.BaseExpression, str]]) -> bool:
+        """Whether apex imports are this pass's business: something was rewritten, or nothing uses apex."""
+        return bool(self.converted) or not uses
+
+    def _kept(self, node: cst.Import | cst.ImportFrom, names: list[str], uses: list[tuple[cst.BaseExpression, str]]) -> None:
         """An apex import that stays, once something else was rewritten: said, unless its uses were."""
-        if not self.converted or not names:
+        if not self._tidy(uses) or not names:
             return
         if all(any(w == n or w.startswith(n + ".") for w in self.warned) for n in names):
             return
