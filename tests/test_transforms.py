@@ -650,8 +650,8 @@ def test_apex_scale_loss_becomes_autocast_and_grad_scaler() -> None:
         "            scaler.update()\n"
     ) in result.output
     assert "    model = DDP(model)\n" in result.output  # then converted to DDP as any native-AMP script
-    # initialize, the forward, scale_loss, step: on the original's lines
-    assert [n.line for n in result.notes if n.topic == "apex"] == [12, 16, 19, 21]
+    # the import, initialize, the forward, scale_loss, step: on the original's lines
+    assert [n.line for n in result.notes if n.topic == "apex"] == [4, 12, 16, 19, 21]
     assert [n.line for n in result.notes if n.topic == "set-epoch"] == [13]
 
 

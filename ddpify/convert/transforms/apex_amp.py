@@ -458,7 +458,7 @@ class ApexToNative:
                 for alias in moved:
                     self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", alias.evaluated_alias)
                 if len(kept) < len(node.names):
-                    self._drop_aliases(node, kept)
+                    self._drop_aliases(node, kept, tuple(moved))
                 self._kept(node, [f"{module}.{alias.evaluated_name}" for alias in kept], uses)
             elif isinstance(node, cst.Import) and _imports_apex(node):
                 if self._apex_unused():
@@ -493,8 +493,13 @@ class ApexToNative:
     def _apex_unused(self) -> bool:
         return all(self._converted(name) for _, name in self._uses())
 
-    def _drop_aliases(self, node: cst.Import | cst.ImportFrom, kept: list[cst.ImportAlias]) -> None:
+    def _drop_aliases(self, node: cst.Import | cst.ImportFrom, kept: list[cst.ImportAlias], moved: tuple[cst.ImportAlias, ...] = ()) -> None:
         statement = self.tree.statement(node)
+        dropped = [code(a.name) for a in node.names if not any(a is k for k in (*kept, *moved))]  # type: ignore[union-attr]
+        if dropped:
+            self.plan.change(node, self.name, f"apex import of {', '.join(f'`{d}`' for d in dropped)} removed: nothing needs it now")
+        if moved:
+            self.plan.change(node, self.name, "`DistributedDataParallel` is imported from torch.nn.parallel instead")
         if kept:
             fixed = [*kept[:-1], kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
             self.plan.replace(node, node.with_changes(names=fixed, lpar=None, rpar=None) if isinstance(node, cst.ImportFrom) else node.with_changes(names=fixed))
