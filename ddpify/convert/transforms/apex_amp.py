@@ -1,6 +1,6 @@
 """NVIDIA apex becomes native PyTorch: amp -> torch.autocast + GradScaler, apex DDP and SyncBN -> torch's.
 
-apex is unmaintained and does not install on current PyTorch; what it did is in torch itself.
+apex's amp and DDP are deprecated in favour of torch's own (`torch.amp`, `DistributedDataParallel`).
 This runs before the DDP rewrite, as a pass of its own: its output is an ordinary native-AMP
 script (the forward under `torch.autocast`, a `GradScaler` scaling the loss and stepping the
 optimizer), which the DDP transforms then convert like any other. A script apex already
