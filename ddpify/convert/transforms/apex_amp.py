@@ -503,9 +503,11 @@ class ApexToNative:
         if kept:
             fixed = [*kept[:-1], kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
             self.plan.replace(node, node.with_changes(names=fixed, lpar=None, rpar=None) if isinstance(node, cst.ImportFrom) else node.with_changes(names=fixed))
-            return
-        self._remove(statement)
-        self._settle_guard(statement)
+        elif not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            self.plan.replace(node, cst.Pass())  # `try: from apex import amp` on one line, or `import apex; ...`
+        else:
+            self._remove(statement)
+            self._settle_guard(statement)
 
     def _settle_guard(self, statement: cst.BaseStatement) -> None:
         """A `try:` around apex imports that all went: what ran when apex imported is what runs now
@@ -519,10 +521,12 @@ class ApexToNative:
         success = [*remaining, *(owner.orelse.body.body if owner.orelse is not None else ())]
         assigned = {dotted(t.target) for st in success for small in st.body for t in small.targets}  # type: ignore[attr-defined]
         for handler in owner.handlers:
-            for st in handler.body.body:
-                if not (isinstance(st, cst.SimpleStatementLine) and all(isinstance(b, (cst.Raise, cst.Pass, cst.Expr, cst.Assign)) for b in st.body)):
+            body = handler.body.body
+            lines = [body] if isinstance(handler.body, cst.SimpleStatementSuite) else [getattr(st, "body", None) for st in body]
+            for smalls in lines:
+                if smalls is None or not all(isinstance(b, (cst.Raise, cst.Pass, cst.Expr, cst.Assign)) for b in smalls):
                     return
-                for small in st.body:
+                for small in smalls:
                     if isinstance(small, cst.Assign):
                         for target in small.targets:
                             name = dotted(target.target)
