@@ -234,3 +234,14 @@ def test_report_explains_steps_from_len_loader(tmp_path: Path) -> None:
     source = Path(shutil.copy(REPO / "fixtures" / "convert" / "schedule_from_loader" / "train.py", tmp_path / "train.py"))
     result = ddpify("diff", "--keep-global-batch", "--report", str(source))
     assert f"{source}:42: loader-length: `len(train_loader)` keeps its value under DDP" in result.stderr
+
+
+def test_apex_script_converts_through_the_cli_with_its_report(tmp_path: Path) -> None:
+    fixture = REPO / "fixtures" / "convert" / "apex_amp"
+    script = Path(shutil.copy(fixture / "train.py", tmp_path / "train.py"))
+    result = ddpify("convert", str(script), "--report")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "train_ddp.py").read_text() == (fixture / "train_ddp.py").read_text()
+    assert f"{script}:55: apex: `amp.initialize` becomes a GradScaler" in result.stderr
+    assert f"{script}:63: warning checkpoints saved with apex amp hold no GradScaler state" in result.stderr
+    assert ddpify("convert", "--check", str(tmp_path / "train_ddp.py")).exit_code == 0  # nothing of apex left to convert

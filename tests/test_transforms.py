@@ -888,3 +888,324 @@ def test_a_seed_inside_the_training_loop_is_named_not_moved() -> None:
     assert "torch.manual_seed(epoch + rank)" not in result.output
     assert "    torch.manual_seed(seed + rank)\n    np.random.seed(seed + rank)\n    for epoch" in result.output
     assert "`torch.manual_seed(epoch)` seeds again once training has started: from there every rank draws alike; offset it by the rank by hand" in warnings(result)
+
+
+# --- apex -> native AMP -------------------------------------------------------------------------
+
+APEX_LOOP = """\
+for epoch in range(2):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        output = model(x)
+        loss = nn.functional.mse_loss(output, y)
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+APEX_INIT = 'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+
+
+def apex_script(body: str, imports: str = "from apex import amp\n") -> str:
+    return script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{body}", imports=imports)
+
+
+def test_apex_scale_loss_becomes_autocast_and_grad_scaler() -> None:
+    result = convert(apex_script(APEX_INIT + APEX_LOOP))
+    assert result.status == "converted"
+    assert "apex" not in result.output and "amp." not in result.output.replace("torch.amp.", "")
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda")\n' in result.output
+    assert (
+        '            with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=scaler.is_enabled()):\n'
+        "                output = model(x)\n"
+        "                loss = nn.functional.mse_loss(output, y)\n"
+        "            optimizer.zero_grad()\n"
+        "            scaler.scale(loss).backward()\n"
+        "            scaler.step(optimizer)\n"
+        "            scaler.update()\n"
+    ) in result.output
+    assert "    model = DDP(model)\n" in result.output  # then converted to DDP as any native-AMP script
+    # the import, initialize, the forward, scale_loss, step: on the original's lines
+    assert [n.line for n in result.notes if n.topic == "apex"] == [4, 12, 16, 19, 21]
+    assert [n.line for n in result.notes if n.topic == "set-epoch"] == [13]
+
+
+@pytest.mark.parametrize(
+    ("init", "enabled", "left"),
+    [
+        pytest.param("if args.fp16:\n    " + APEX_INIT, 'args.fp16 and device.type == "cuda"', "", id="under-if"),
+        pytest.param(
+            "if args.fp16:\n    if amp is None:\n        raise ImportError('install apex')\n    " + APEX_INIT.replace('"O1"', "args.opt_level"),
+            'args.fp16 and args.opt_level != "O0" and device.type == "cuda"', "", id="missing-guard-and-level-from-args",
+        ),
+        pytest.param(
+            "if args.fp16 or args.amp:\n    torch.backends.cudnn.benchmark = True\n    " + APEX_INIT,
+            '(args.fp16 or args.amp) and device.type == "cuda"',
+            "    if args.fp16 or args.amp:\n        torch.backends.cudnn.benchmark = True\n",
+            id="if-kept-for-other-statements",
+        ),
+        pytest.param(APEX_INIT.replace('"O1"', '"O0"'), "False", "", id="O0-is-off"),
+    ],
+)
+def test_apex_initialize_becomes_a_scaler_with_the_scripts_condition(init: str, enabled: str, left: str) -> None:
+    source = apex_script("import argparse\nargs = argparse.Namespace(fp16=False, amp=False, opt_level='O1')\n" + init + APEX_LOOP)
+    output = convert(source).output
+    assert f'    scaler = torch.amp.GradScaler("cuda", enabled={enabled})\n{left}    for epoch in range(2):\n' in output
+    assert "amp.initialize" not in output and "amp is None" not in output
+
+
+def test_apex_master_params_are_the_models_unscaled_first() -> None:
+    loop = APEX_LOOP.replace("        optimizer.step()\n", "        nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)\n        optimizer.step()\n")
+    output = convert(apex_script(APEX_INIT + loop)).output
+    assert (
+        "            scaler.scale(loss).backward()\n"
+        "            scaler.unscale_(optimizer)\n"
+        "            nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "            scaler.step(optimizer)\n"
+    ) in output
+
+
+def test_apex_state_in_checkpoints_is_the_scalers() -> None:
+    body = (
+        APEX_INIT
+        + 'state = torch.load("last.pt")\namp.load_state_dict(state["amp"])\n'
+        + APEX_LOOP
+        + 'torch.save({"model": model.state_dict(), "amp": amp.state_dict()}, "last.pt")\n'
+    )
+    result = convert(apex_script(body))
+    assert '    scaler.load_state_dict(state["amp"])\n' in result.output
+    assert 'torch.save({"model": model.module.state_dict(), "amp": scaler.state_dict()}, "last.pt")' in result.output
+    assert any("hold no GradScaler state" in w for w in warnings(result))
+
+
+APEX_DDP = """\
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+try:
+    from apex.parallel import DistributedDataParallel as DDP
+    from apex.parallel import convert_syncbn_model
+except ImportError:
+    raise ImportError("Please install apex from https://www.github.com/nvidia/apex to run this example.")
+
+
+def main():
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    model = convert_syncbn_model(nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8))).cuda()
+    model = DDP(model, delay_allreduce=True)
+"""
+
+
+def test_apex_ddp_and_syncbn_become_torchs_in_an_already_distributed_script() -> None:
+    result = convert(APEX_DDP)
+    assert result.status == "converted"
+    assert result.output == (
+        APEX_DDP.replace(
+            APEX_DDP[APEX_DDP.index("try:") : APEX_DDP.index("\n\n\ndef")], "from torch.nn.parallel import DistributedDataParallel as DDP"
+        )
+        .replace("\n\nfrom torch.nn.parallel", "\nfrom torch.nn.parallel")
+        .replace("convert_syncbn_model(", "torch.nn.SyncBatchNorm.convert_sync_batchnorm(")
+        .replace(", delay_allreduce=True)", ")")
+    )
+    assert "already distributed: calls init_process_group (line 15): only its apex parts were converted" in [n.message for n in result.notes]
+
+
+@pytest.mark.parametrize(
+    ("body", "imports", "warning"),
+    [
+        pytest.param(
+            APEX_INIT + 'amp.register_float_function(torch, "sigmoid")\n' + APEX_LOOP,
+            "from apex import amp\n",
+            'apex amp is left as is (`amp.register_float_function(torch, "sigmoid")` has no native counterpart ddpify knows): the script still needs apex',
+            id="unknown-amp-call",
+        ),
+        pytest.param(
+            "model, [opt_a, opt_b] = amp.initialize(model, [optimizer, optimizer])\n" + APEX_LOOP,
+            "from apex import amp\n",
+            "apex amp is left as is (`amp.initialize` of several models or optimizers): the script still needs apex",
+            id="lists",
+        ),
+        pytest.param(
+            APEX_INIT + APEX_LOOP.replace("        optimizer.step()\n", "        step(optimizer)\n"),
+            "from apex import amp\n",
+            "apex amp is left as is (no `optimizer.step()` in the function that calls `amp.scale_loss`): the script still needs apex",
+            id="step-elsewhere",
+        ),
+        pytest.param(
+            "use_amp = True\n" + APEX_INIT + APEX_LOOP.replace(
+                "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n            scaled_loss.backward()\n",
+                "        if use_amp:\n            with amp.scale_loss(loss, optimizer) as scaled_loss:\n                scaled_loss.backward()\n        else:\n            loss.backward()\n",
+            ),
+            "from apex import amp\n",
+            "apex amp is left as is (`loss.backward()` runs without loss scaling where the GradScaler may be on): the script still needs apex",
+            id="unscaled-backward-while-the-scaler-is-on",
+        ),
+    ],
+)
+def test_apex_amp_not_understood_is_left_whole_with_a_warning(body: str, imports: str, warning: str) -> None:
+    result = convert(apex_script(body, imports=imports).replace("def main", "def step(optimizer):\n    optimizer.step()\n\n\ndef main"))
+    assert warning in warnings(result)
+    assert "from apex import amp\n" in result.output and "amp.initialize(" in result.output and "amp.scale_loss(" in result.output
+    assert "GradScaler" not in result.output and "autocast" not in result.output
+
+
+def test_apex_amp_in_a_helper_without_the_forward_is_left_with_a_warning() -> None:
+    helpers = """\
+    def backward(loss, optimizer):
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+    """
+    loop = APEX_LOOP.replace("        with amp.scale_loss(loss, optimizer) as scaled_loss:\n            scaled_loss.backward()\n", "        backward(loss, optimizer)\n")
+    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", helpers, "from apex import amp\n")
+    result = convert(source)
+    assert "apex amp is left as is (the model initialized with amp has no name where `amp.scale_loss` is): the script still needs apex" in warnings(result)
+    assert "from apex import amp\n" in result.output and "GradScaler" not in result.output
+
+
+def test_apex_amp_in_a_training_function_gets_the_scaler_handed_to_it() -> None:
+    """apex amp is global state: `train()` called from `main()` gets the GradScaler as an argument."""
+    helpers = """\
+    def train(loader, net, optimizer, device):
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = nn.functional.mse_loss(net(x), y)
+            optimizer.zero_grad()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+            optimizer.step()
+    """
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}"
+    body += "for epoch in range(2):\n    train(loader, model, optimizer, device)\n"
+    result = convert(script(body, helpers, "from apex import amp\n"))
+    assert "def train(loader, net, optimizer, device, scaler):\n" in result.output
+    assert "        train(loader, model, optimizer, device, scaler)\n" in result.output
+    assert (
+        '        with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=scaler.is_enabled()):\n'
+        "            loss = nn.functional.mse_loss(net(x), y)\n"
+        "        optimizer.zero_grad()\n"
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.unscale_(optimizer)\n"
+        "        nn.utils.clip_grad_norm_(net.parameters(), 1.0)\n"
+        "        scaler.step(optimizer)\n"
+        "        scaler.update()\n"
+    ) in result.output
+    assert "apex" not in result.output and not warnings(result)
+
+
+def test_apex_amp_in_a_function_called_from_elsewhere_is_left_with_a_warning() -> None:
+    helpers = """\
+    def step(loss, model, optimizer):
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+
+
+    def warmup(model, optimizer):
+        step(model(torch.randn(2, 4)).sum(), model, optimizer)
+    """
+    loop = APEX_LOOP.replace("        with amp.scale_loss(loss, optimizer) as scaled_loss:\n            scaled_loss.backward()\n        optimizer.step()\n", "        step(loss, model, optimizer)\n")
+    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", helpers, "from apex import amp\n")
+    result = convert(source)
+    assert (
+        "apex amp is left as is (`amp.scale_loss` is used in `step()`, which is not called only from the function that calls "
+        "`amp.initialize`, after it): the script still needs apex"
+    ) in warnings(result)
+    assert "from apex import amp\n" in result.output and "GradScaler" not in result.output
+
+
+def test_apex_optimizer_is_left_with_a_warning() -> None:
+    source = standard().replace("torch.optim.SGD(model.parameters(), lr=0.1)", "FusedAdam(model.parameters(), lr=0.1)")
+    source = source.replace("import torch\n", "import torch\nfrom apex.optimizers import FusedAdam\n", 1)
+    result = convert(source)
+    assert "from apex.optimizers import FusedAdam\n" in result.output and "FusedAdam(model.parameters(), lr=0.1)" in result.output
+    assert warnings(result) == [
+        "`FusedAdam` (apex.optimizers.FusedAdam) is left as is: the script still needs apex (torch.optim.Adam(..., fused=True) is the native counterpart)"
+    ]
+
+
+def test_apex_noop_for_native_amp() -> None:
+    """A script already on torch.amp (its variables named `amp`, `scaler`) is no business of the apex pass."""
+    loop = LOOP.replace("        loss = ", "        with torch.autocast(device_type=\"cuda\", enabled=amp):\n            loss = ").replace(
+        "loss.backward()\n        optimizer.step()", "scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()"
+    )
+    source = standard(loop=loop, after="").replace("def main():\n", "def main():\n    amp = True\n    scaler = torch.amp.GradScaler(enabled=amp)\n")
+    result = convert(source)
+    assert not [n for n in result.notes if n.topic == "apex"] and not warnings(result)
+    assert "    scaler = torch.amp.GradScaler(enabled=amp)\n" in result.output
+    assert "            with torch.autocast(device_type=\"cuda\", enabled=amp):\n                loss = " in result.output
+
+
+def test_apex_scaler_without_a_device_variable_follows_the_model() -> None:
+    """No device variable: the scaler is on where the model is (apex wanted it on the GPU); a
+    `.cuda()` script keeps its CPU fallback."""
+    loop = APEX_LOOP.replace("x, y = x.to(device), y.to(device)", "x, y = x.cuda(), y.cuda()")
+    source = script(f"{LOADER}\nmodel = nn.Linear(4, 1).cuda()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", imports="from apex import amp\n")
+    output = convert(source).output
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=next(model.parameters()).is_cuda)\n' in output
+    assert "torch.cuda.is_available()" in output and ".cuda()" not in output
+
+
+def test_apex_imports_nothing_reads_go_and_those_kept_are_warned_about() -> None:
+    init = APEX_INIT.replace('opt_level="O1"', "opt_level=args.opt_level, loss_scale=args.loss_scale")
+    body = "import argparse\nargs = argparse.Namespace(opt_level='O1', loss_scale=None)\n" + init + APEX_LOOP
+    result = convert(apex_script(body, imports="from apex import amp, optimizers\nfrom apex.fp16_utils import *\n"))
+    assert "from apex import" not in result.output and "\nfrom apex.fp16_utils import *\n" in result.output
+    assert warnings(result) == [
+        "`from apex.fp16_utils import *` is kept: the script still needs apex",
+        "`loss_scale=args.loss_scale` is dropped: GradScaler scales the loss dynamically",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("imports", "left"),
+    [
+        pytest.param("try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n", "", id="amp-none"),
+        pytest.param("try:\n    from apex import amp\nexcept ImportError:\n    raise ImportError('install apex')\n", "", id="raise"),
+        pytest.param(
+            "try:\n    from apex import amp\n    APEX_AVAILABLE = True\nexcept ImportError:\n    APEX_AVAILABLE = False\n",
+            "APEX_AVAILABLE = True\n",
+            id="flag-in-the-body",
+        ),
+        pytest.param(
+            "try:\n    from apex import amp\nexcept ImportError:\n    APEX_AVAILABLE = False\nelse:\n    APEX_AVAILABLE = True\n",
+            "APEX_AVAILABLE = True\n",
+            id="flag-in-else",
+        ),
+    ],
+)
+def test_apex_import_guards_keep_what_ran_when_apex_imported(imports: str, left: str) -> None:
+    body = "if APEX_AVAILABLE:\n    " + APEX_INIT if "APEX_AVAILABLE" in imports else APEX_INIT
+    output = convert(apex_script(body + APEX_LOOP, imports=imports)).output
+    assert "apex" not in output.replace("APEX_AVAILABLE", "") and "try:" not in output
+    between = f"\n{left}\n" if left else "\n"
+    assert f"from torch.utils.data.distributed import DistributedSampler\n{between}\ndef main():\n" in output
+
+
+def test_apex_forward_through_a_helper_goes_under_autocast() -> None:
+    helpers = """\
+    def compute_loss(model, x, y):
+        return nn.functional.mse_loss(model(x), y)
+    """
+    loop = APEX_LOOP.replace("        output = model(x)\n        loss = nn.functional.mse_loss(output, y)\n", "        loss = compute_loss(model, x, y)\n")
+    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", helpers, "from apex import amp\n")
+    output = convert(source).output
+    assert (
+        '            with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=scaler.is_enabled()):\n'
+        "                loss = compute_loss(model, x, y)\n"
+        "            optimizer.zero_grad()\n"
+        "            scaler.scale(loss).backward()\n"
+    ) in output
+
+
+def test_apex_imported_and_never_used_goes() -> None:
+    imports = "try:\n    from apex import amp\nexcept ImportError:\n    amp = None\nfrom apex.fp16_utils import *\n"
+    source = standard().replace("from torch.utils.data import DataLoader, TensorDataset\n", "from torch.utils.data import DataLoader, TensorDataset\n" + imports, 1)
+    result = convert(source)
+    assert "try:" not in result.output and "from apex import amp" not in result.output
+    assert "from apex.fp16_utils import *\n" in result.output
+    assert warnings(result) == ["`from apex.fp16_utils import *` is kept: the script still needs apex"]

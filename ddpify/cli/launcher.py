@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from ddpify.launcher import KINDS, LaunchSpecError, launcher_path, render, spec_for_script, write_launcher
+from ddpify.launcher import (
+    KINDS,
+    LaunchSpecError,
+    launcher_path,
+    render,
+    spec_for_script,
+    write_launcher,
+)
 
 # Options that only one kind reads; giving them to another kind is a mistake worth reporting.
 _KIND_ONLY = {"time": "slurm", "partition": "slurm", "image": "k8s", "workdir": "k8s"}

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import libcst as cst
 
 from ddpify.convert.analysis import Analyzer, NotConvertible
-from ddpify.convert.pipeline import PIPELINE
-from ddpify.edit.plan import Note, Plan
+from ddpify.convert.pipeline import PIPELINE, PREPASSES
 from ddpify.convert.transforms.base import ConvertOptions
+from ddpify.edit.plan import Note, Plan
 from ddpify.errors import InputError
 from ddpify.syntax import Tree
 
@@ -44,6 +45,12 @@ def convert_source(source: str, options: ConvertOptions | None = None, path: str
     except cst.ParserSyntaxError as error:
         raise InputError(path, f"cannot parse: {error.message} (line {error.raw_line}, column {error.raw_column})") from None
     tree = Tree.parse(module)
+    original, early = source, Plan(tree)
+    for prepass in PREPASSES:
+        prepass(tree, early).run()
+    if early.has_edits or early.imports:  # the DDP pipeline reads the script the prepasses made
+        source = early.apply().code
+        tree = Tree.parse(cst.parse_module(source))
     analyzer = Analyzer(tree, source)
     plan = Plan(tree)
     try:
@@ -51,12 +58,33 @@ def convert_source(source: str, options: ConvertOptions | None = None, path: str
     except NotConvertible as reason:
         for node, message in analyzer.warnings:
             plan.warn(node, message)
-        return ConvertResult(source, source, "unchanged", str(reason), _sorted(plan.notes))
+        notes = early.notes + _moved(plan.notes, source, original)
+        if source != original and str(reason).startswith("already distributed"):
+            try:  # the reason names a line: the original's, where the original shows it
+                Analyzer(Tree.parse(module), original).run()
+            except NotConvertible as first:
+                reason = first if str(first).startswith("already distributed") else reason
+            notes.append(Note(1, "change", "apex", f"{reason}: only its apex parts were converted"))
+            return ConvertResult(original, source, "converted", None, _sorted(notes))
+        return ConvertResult(original, original, "unchanged", str(reason), _sorted([n for n in notes if n.kind == "warning"]))
     for node, message in facts.warnings:
         plan.warn(node, message)
     for transform in PIPELINE:
         transform(facts, plan, options).run()
-    return ConvertResult(source, plan.apply().code, "converted", None, _sorted(plan.notes))
+    notes = early.notes + _moved(plan.notes, source, original)
+    return ConvertResult(original, plan.apply().code, "converted", None, _sorted(notes))
+
+
+def _moved(notes: list[Note], source: str, original: str) -> list[Note]:
+    """Notes on lines of `source` (what the prepasses made of `original`), on the original's lines."""
+    if source == original:
+        return notes
+    lines: dict[int, int] = {}
+    matcher = difflib.SequenceMatcher(None, original.splitlines(), source.splitlines(), autojunk=False)
+    for _tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        for j in range(j1, j2):
+            lines[j + 1] = min(i1 + (j - j1), max(i2 - 1, i1)) + 1
+    return [replace(n, line=lines.get(n.line, n.line)) for n in notes]
 
 
 def _sorted(notes: list[Note]) -> list[Note]:

@@ -1,9 +1,13 @@
 """The rewrite, in order. Each transform handles one concern; the order matters where one
 reads what another decided (the process-group setup goes last so that it defines exactly the
-names the other edits use)."""
+names the other edits use).
+
+`PREPASSES` rewrite a script into one the DDP pipeline understands (apex amp into native AMP)
+before the analysis reads it; a script that is already distributed keeps only their edits."""
 
 from __future__ import annotations
 
+from ddpify.convert.transforms.apex_amp import ApexToNative
 from ddpify.convert.transforms.batch_size import BatchSize
 from ddpify.convert.transforms.checkpoints import Checkpoints
 from ddpify.convert.transforms.data_parallel import RemoveDataParallel
@@ -20,6 +24,8 @@ from ddpify.convert.transforms.seeds import SeedPerRank
 from ddpify.convert.transforms.set_epoch import SetEpoch
 from ddpify.convert.transforms.sync_bn import SyncBatchNorm
 from ddpify.convert.transforms.wrap_model import WrapModel
+
+PREPASSES = (ApexToNative,)
 
 PIPELINE = (
     LocalRankArgument,

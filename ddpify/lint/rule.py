@@ -10,8 +10,8 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import ClassVar, Literal
 
 import libcst as cst

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpify.convert.analysis import Facts
-from ddpify.edit import Plan, add_keyword, appended, keyword, statements  # noqa: F401 - the transforms' vocabulary
+from ddpify.edit import Plan
 
 
 @dataclass(frozen=True)

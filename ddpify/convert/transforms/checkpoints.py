@@ -10,7 +10,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.transforms.base import Transform, add_keyword, statements
+from ddpify.convert.transforms.base import Transform
+from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code
 
 # Without a device variable: this rank's GPU (set_device) where there is one.

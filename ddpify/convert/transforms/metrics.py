@@ -15,7 +15,8 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.convert.analysis import TrainLoop
-from ddpify.convert.transforms.base import Transform, statements
+from ddpify.convert.transforms.base import Transform
+from ddpify.edit import statements
 from ddpify.syntax import code, method_call
 
 # An increment built from these is a Python number (`loss.item()`, `y.size(0)`, `len(y)`).

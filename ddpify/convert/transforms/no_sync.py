@@ -7,8 +7,6 @@ that traffic is wasted. The forward and backward of each micro-step go under
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import libcst as cst
 
 from ddpify.convert.analysis import TrainLoop

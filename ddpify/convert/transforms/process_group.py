@@ -6,8 +6,9 @@ import textwrap
 
 import libcst as cst
 
+from ddpify.convert.transforms.base import Transform
+from ddpify.edit import statements
 from ddpify.edit.plan import BLANK
-from ddpify.convert.transforms.base import Transform, statements
 
 INIT = """\
 local_rank = int(os.environ.get("LOCAL_RANK", 0))

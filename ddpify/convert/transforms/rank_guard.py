@@ -12,7 +12,8 @@ from collections.abc import Iterator, Sequence
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.transforms.base import Transform, add_keyword, statements
+from ddpify.convert.transforms.base import Transform
+from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted
 
 WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained", "mkdir"}

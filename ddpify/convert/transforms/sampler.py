@@ -11,7 +11,8 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.convert.analysis import LoaderPlan
-from ddpify.convert.transforms.base import Transform, add_keyword, appended, keyword, statements
+from ddpify.convert.transforms.base import Transform
+from ddpify.edit import add_keyword, appended, keyword, statements
 from ddpify.syntax import code
 
 DATASET_NAMES = ("train_dataset", "train_set", "train_data")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.convert.transforms.base import Transform, statements
+from ddpify.convert.transforms.base import Transform
+from ddpify.edit import statements
 from ddpify.syntax import dotted
 
 

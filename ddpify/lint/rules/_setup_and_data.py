@@ -20,7 +20,14 @@ from typing import Literal
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.analysis.ranks import GLOBAL_GET_RANK, GLOBAL_RANK_ENV, GLOBAL_RANK_NAMES, LOCAL_GET_RANK, LOCAL_RANK_ENV, LOCAL_RANK_NAMES
+from ddpify.analysis.ranks import (
+    GLOBAL_GET_RANK,
+    GLOBAL_RANK_ENV,
+    GLOBAL_RANK_NAMES,
+    LOCAL_GET_RANK,
+    LOCAL_RANK_ENV,
+    LOCAL_RANK_NAMES,
+)
 from ddpify.edit import Plan
 from ddpify.lint.script import Script
 from ddpify.program import Origin

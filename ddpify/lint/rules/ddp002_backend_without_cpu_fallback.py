@@ -6,7 +6,12 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.lint.rule import Finding, Rule
-from ddpify.lint.rules._setup_and_data import INIT_PROCESS_GROUP, ensure_import, facts, position
+from ddpify.lint.rules._setup_and_data import (
+    INIT_PROCESS_GROUP,
+    ensure_import,
+    facts,
+    position,
+)
 from ddpify.syntax import code, string_value
 
 NCCL_CONSTANTS = {"torch.distributed.Backend.NCCL", "torch.distributed.distributed_c10d.Backend.NCCL"}

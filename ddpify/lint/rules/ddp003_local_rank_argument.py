@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.lint.rule import Finding, Rule
 from ddpify.edit import statements
+from ddpify.lint.rule import Finding, Rule
 from ddpify.lint.rules._setup_and_data import ensure_import, env_var, quote_of
 from ddpify.syntax import code, dotted, method_call, string_value
 

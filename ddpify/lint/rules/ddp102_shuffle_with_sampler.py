@@ -7,7 +7,13 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.edit import add_keyword
 from ddpify.lint.rule import Finding, Rule
-from ddpify.lint.rules._setup_and_data import SAMPLER_POSITION, SHUFFLE_POSITION, facts, is_literal, without_argument
+from ddpify.lint.rules._setup_and_data import (
+    SAMPLER_POSITION,
+    SHUFFLE_POSITION,
+    facts,
+    is_literal,
+    without_argument,
+)
 from ddpify.syntax import code, dotted
 
 

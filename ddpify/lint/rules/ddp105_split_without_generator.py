@@ -7,7 +7,13 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.edit import add_keyword
 from ddpify.lint.rule import Finding, Rule
-from ddpify.lint.rules._setup_and_data import TRAIN_TEST_SPLIT, ensure_import, facts, is_literal, position
+from ddpify.lint.rules._setup_and_data import (
+    TRAIN_TEST_SPLIT,
+    ensure_import,
+    facts,
+    is_literal,
+    position,
+)
 
 
 class SplitWithoutGenerator(Rule):

@@ -6,7 +6,11 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.lint.rule import Rule
-from ddpify.lint.rules._devices_and_output import devices_and_output, gpu_index, int_literal
+from ddpify.lint.rules._devices_and_output import (
+    devices_and_output,
+    gpu_index,
+    int_literal,
+)
 from ddpify.syntax import code, method_call, string_value
 
 FIX = 'use `torch.device("cuda", local_rank)`'

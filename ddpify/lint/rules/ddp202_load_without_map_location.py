@@ -7,8 +7,8 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.edit import add_keyword
 from ddpify.lint.rule import Finding, Rule
-from ddpify.syntax import code
 from ddpify.lint.rules._devices_and_output import devices_and_output
+from ddpify.syntax import code
 
 LOADS = s.TORCH_LOAD | {"torch.jit.load"}
 
