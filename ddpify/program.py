@@ -63,6 +63,8 @@ class Program:
         self._loop_target_cache: dict[cst.FunctionDef | None, set[str]] = {}
         self._augmented_cache: dict[cst.FunctionDef | None, dict[str, list[cst.BaseExpression]]] = {}
         self._calls_cache: dict[cst.FunctionDef, list[tuple[cst.Call, cst.FunctionDef | None]]] = {}
+        # by id, holding the call so that the id stays its own: (call, what it runs)
+        self._callee_cache: dict[tuple[int, int], tuple[cst.Call, tuple[cst.FunctionDef, int] | None]] = {}
 
     # --- scopes ----------------------------------------------------------------------
 
@@ -186,6 +188,13 @@ class Program:
 
     def callee(self, call: cst.Call, caller: cst.FunctionDef | None) -> tuple[cst.FunctionDef, int] | None:
         """The same-file function a call runs, and how many leading parameters it skips."""
+        key = (id(call), id(caller))
+        cached = self._callee_cache.get(key)
+        if cached is None or cached[0] is not call:
+            cached = self._callee_cache[key] = (call, self._callee(call, caller))
+        return cached[1]
+
+    def _callee(self, call: cst.Call, caller: cst.FunctionDef | None) -> tuple[cst.FunctionDef, int] | None:
         func = call.func
         if isinstance(func, cst.Name):
             if func.value in self.functions and not (caller is not None and self.binds(caller, func.value)):
