@@ -65,8 +65,8 @@ def fix_source(source: str, path: str = "<string>", selection: Selection | None 
     plan = Plan(script.tree)
     fixed = []
     for rule, finding in _findings(script, source, selection):
-        if finding.fixable:
-            done = rule.apply_fix(finding, plan)
+        if finding.fixable and finding.fix is not None:
+            done = finding.fix(plan)
             if done:
                 fixed.append((finding, done))
     output = plan.apply().code if plan.has_edits else source

@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 
 import libcst as cst
 
+from ddpify.edit import Plan
 from ddpify.lint.script import Script
 from ddpify.syntax import Tree
 
@@ -32,6 +33,9 @@ class Finding:
     message: str
     fixable: bool = False
     node: cst.CSTNode | None = field(default=None, compare=False, repr=False, hash=False)
+    # The fix, attached by the rule when it reports (what it found is in the closure): records
+    # the edit in a Plan and says what it did, or None when it cannot.
+    fix: Callable[[Plan], str | None] | None = field(default=None, compare=False, repr=False, hash=False)
 
     def render(self) -> str:
         return f"{self.path}:{self.line}:{self.column}: {self.code} {self.message}"
@@ -104,7 +108,8 @@ class Rule(cst.CSTVisitor):
         visit_all(self.tree, [self])
         return self.findings
 
-    def report(self, node: cst.CSTNode, message: str, fixable: bool | None = None) -> None:
+    def report(self, node: cst.CSTNode, message: str, fix: Callable[[Plan], str | None] | None = None) -> None:
+        """A finding at `node`; `fix` (from a rule with a safe or partial fix) makes it fixable."""
         self.findings.append(
             Finding(
                 self.script.path,
@@ -112,14 +117,11 @@ class Rule(cst.CSTVisitor):
                 self.tree.column(node),
                 self.code,
                 message,
-                fixable=self.fix in ("safe", "partial") if fixable is None else fixable,
+                fixable=fix is not None and self.fix in ("safe", "partial"),
                 node=node,
+                fix=fix,
             )
         )
-
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        """Record the fix for `finding` in a convert `Plan`; return what was done, or None."""
-        return None
 
     # documentation
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._setup_and_data import (
     INIT_PROCESS_GROUP,
     ensure_import,
@@ -60,7 +61,11 @@ class BackendWithoutCpuFallback(Rule):
             return
         literals = self._nccl_literals(node)
         if literals and not self._gpu_only_path(node):
-            self.report(node, 'backend is always "nccl", which fails on machines without GPUs: use `"nccl" if torch.cuda.is_available() else "gloo"`')
+            self.report(
+                node,
+                'backend is always "nccl", which fails on machines without GPUs: use `"nccl" if torch.cuda.is_available() else "gloo"`',
+                fix=lambda plan: self._fall_back(plan, literals),
+            )
 
     def _nccl_literals(self, init: cst.Call) -> list[cst.BaseExpression]:
         """The `"nccl"` expressions the backend comes from, when it comes from nothing else."""
@@ -109,10 +114,7 @@ class BackendWithoutCpuFallback(Rule):
                 return True
         return False
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        init = finding.node
-        assert isinstance(init, cst.Call)
-        literals = self._nccl_literals(init)
+    def _fall_back(self, plan: Plan, literals: list[cst.BaseExpression]) -> str | None:
         for literal in literals:
             nccl, quote = (code(literal), code(literal)[-1]) if isinstance(literal, cst.SimpleString) else ('"nccl"', '"')
             replacement = f"{nccl} if torch.cuda.is_available() else {quote}gloo{quote}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.edit import statements
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan, statements
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._setup_and_data import ensure_import, env_var, quote_of
 from ddpify.syntax import code, dotted, method_call, string_value
 
@@ -71,23 +71,27 @@ class LocalRankArgument(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         option = self._option(node)
         if option is not None:
-            self.report(node, f"`{option}` option: torchrun sets only the LOCAL_RANK environment variable; read `int(os.environ[\"LOCAL_RANK\"])` instead")
+            self.report(
+                node,
+                f"`{option}` option: torchrun sets only the LOCAL_RANK environment variable; read `int(os.environ[\"LOCAL_RANK\"])` instead",
+                fix=lambda plan: self._read_environment(plan, node),
+            )
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         # `subprocess.run([sys.executable, "-m", "torch.distributed.launch", ...])`; a docstring is no use
         if string_value(node) == LAUNCH and not isinstance(self.tree.parent(node), cst.Expr):
-            self.report(node, "runs the deprecated `torch.distributed.launch`: launch with `torchrun` and read LOCAL_RANK from the environment", fixable=False)
+            self.report(node, "runs the deprecated `torch.distributed.launch`: launch with `torchrun` and read LOCAL_RANK from the environment")
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
             if (dotted(alias.name) or "") == LAUNCH:
-                self.report(node, "imports the deprecated `torch.distributed.launch`: launch with `torchrun` and read LOCAL_RANK from the environment", fixable=False)
+                self.report(node, "imports the deprecated `torch.distributed.launch`: launch with `torchrun` and read LOCAL_RANK from the environment")
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted(node.module) if node.module is not None else None
         names = [] if isinstance(node.names, cst.ImportStar) else [dotted(a.name) for a in node.names]
         if module == LAUNCH or (module == "torch.distributed" and "launch" in names):
-            self.report(node, "imports the deprecated `torch.distributed.launch`: launch with `torchrun` and read LOCAL_RANK from the environment", fixable=False)
+            self.report(node, "imports the deprecated `torch.distributed.launch`: launch with `torchrun` and read LOCAL_RANK from the environment")
 
     def _option(self, call: cst.Call) -> str | None:
         found = method_call(call)
@@ -104,10 +108,7 @@ class LocalRankArgument(Rule):
 
     # --- fix ---------------------------------------------------------------------------
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        call = finding.node
-        if not isinstance(call, cst.Call) or self._option(call) is None:
-            return None
+    def _read_environment(self, plan: Plan, call: cst.Call) -> str | None:
         statement = self.tree.statement(call)
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr)):
             return None

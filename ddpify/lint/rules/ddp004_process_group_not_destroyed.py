@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.edit import statements
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan, statements
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._setup_and_data import DESTROY, facts
 from ddpify.syntax import code
 
@@ -65,7 +65,11 @@ class ProcessGroupNotDestroyed(Rule):
             return False
         for init in f.init_calls:  # the first init that runs is enough
             if self.tree.function(init) in f.reachable:
-                self.report(init, "`init_process_group` without `destroy_process_group()` on the way out: call it when training ends")
+                self.report(
+                    init,
+                    "`init_process_group` without `destroy_process_group()` on the way out: call it when training ends",
+                    fix=lambda plan, init=init: self._tear_down(plan, init),
+                )
                 break
         return False
 
@@ -77,9 +81,7 @@ class ProcessGroupNotDestroyed(Rule):
 
     # --- fix ---------------------------------------------------------------------------
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        init = finding.node
-        assert isinstance(init, cst.Call)
+    def _tear_down(self, plan: Plan, init: cst.Call) -> str | None:
         block, function, path = self._exit_block(init)
         if block is None:
             return None

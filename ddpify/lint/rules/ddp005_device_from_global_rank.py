@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._setup_and_data import ensure_import, facts, quote_of
 from ddpify.syntax import code, string_value
 
@@ -59,7 +60,11 @@ class DeviceFromGlobalRank(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         found = self._global_indices(node)
         if found:
-            self.report(node, f"GPU index `{code(found[0])}` is the global rank: on the second node it names a GPU that does not exist; use the local rank (LOCAL_RANK)")
+            self.report(
+                node,
+                f"GPU index `{code(found[0])}` is the global rank: on the second node it names a GPU that does not exist; use the local rank (LOCAL_RANK)",
+                fix=lambda plan: self._use_local_rank(plan, found),
+            )
 
     def _global_indices(self, call: cst.Call) -> list[cst.BaseExpression]:
         function = self.tree.function(call)
@@ -96,10 +101,7 @@ class DeviceFromGlobalRank(Rule):
             return out
         return []
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        call = finding.node
-        assert isinstance(call, cst.Call)
-        indices = self._global_indices(call)
+    def _use_local_rank(self, plan: Plan, indices: list[cst.BaseExpression]) -> str | None:
         for index in indices:
             local = facts(self.script).local_rank_spelling(index)
             if local is None:

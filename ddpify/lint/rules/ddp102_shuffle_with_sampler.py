@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.edit import add_keyword
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan, add_keyword
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._setup_and_data import (
     SAMPLER_POSITION,
     SHUFFLE_POSITION,
@@ -69,7 +69,8 @@ class ShuffleWithSampler(Rule):
         sampler = s.arg(node, SAMPLER_POSITION if sampler_kind == "sampler" else SAMPLER_POSITION + 1, sampler_kind)
         if sampler is not None and dotted(sampler.value) and self._may_be_none(sampler.value, self.tree.function(node)):
             advice = f"use `shuffle=({code(sampler.value)} is None)`"
-        self.report(node, f"`shuffle=True` with `{sampler_kind}=`: DataLoader raises ValueError when the sampler is set; {advice}", fixable=direct)
+        fix = (lambda plan: self._drop_shuffle(plan, node, shuffle, sampler_kind)) if direct and shuffle is not None else None
+        self.report(node, f"`shuffle=True` with `{sampler_kind}=`: DataLoader raises ValueError when the sampler is set; {advice}", fix=fix)
 
     def _conflict(self, loader: cst.Call) -> tuple[cst.Arg | None, str, bool] | None:
         """The explicit shuffle argument (None when it comes through **kwargs), which sampler
@@ -107,13 +108,7 @@ class ShuffleWithSampler(Rule):
 
     # --- fix ---------------------------------------------------------------------------
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        loader = finding.node
-        assert isinstance(loader, cst.Call)
-        found = self._conflict(loader)
-        if found is None or not found[2] or found[0] is None:
-            return None
-        shuffle, kind, _ = found
+    def _drop_shuffle(self, plan: Plan, loader: cst.Call, shuffle: cst.Arg, kind: str) -> str | None:
         function = self.tree.function(loader)
         sampler = s.arg(loader, SAMPLER_POSITION if kind == "sampler" else SAMPLER_POSITION + 1, kind)
         assert sampler is not None

@@ -8,8 +8,8 @@ from functools import cached_property
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.edit import statements
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan, statements
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._setup_and_data import facts, is_literal
 from ddpify.syntax import code, dotted, method_call, string_value
 
@@ -80,7 +80,7 @@ class SamplerWithoutSetEpoch(Rule):
         self.report(
             node,
             f"DistributedSampler shuffles but `set_epoch` is never called: every epoch uses the same order; call `{call}` at the start of each epoch",
-            fixable=epoch_loop is not None,
+            fix=(lambda plan: self._set_epoch(plan, epoch_loop)) if epoch_loop is not None else None,
         )
 
     def _shuffles(self, sampler: cst.Call) -> bool:
@@ -214,12 +214,7 @@ class SamplerWithoutSetEpoch(Rule):
                 names.append(name)
         return names
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        sampler = finding.node
-        assert isinstance(sampler, cst.Call)
-        found = self._epoch_loop(sampler)
-        if found is None:
-            return None
+    def _set_epoch(self, plan: Plan, found: EpochLoop) -> str | None:
         line = f"{found.receiver}.set_epoch({found.epoch})"
         plan.prepend(found.loop.body, statements(line + "\n"))  # type: ignore[arg-type]
         return f"`{line}` at the start of each epoch"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.edit import add_keyword
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan, add_keyword
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._setup_and_data import (
     TRAIN_TEST_SPLIT,
     ensure_import,
@@ -70,12 +70,16 @@ class SplitWithoutGenerator(Rule):
         given = s.arg(node, 2 if keyword == "generator" else None, keyword)
         if given is not None and not is_literal(given.value, "None"):
             if f.reads_rank(given.value, function):
-                self.report(node, f"`{keyword}=` is derived from the rank: each rank draws its own train/validation split; seed it the same on every rank", fixable=False)
+                self.report(node, f"`{keyword}=` is derived from the rank: each rank draws its own train/validation split; seed it the same on every rank")
             return
         if not f.per_rank_seeds or self._seeded_alike_before(node):
             return
         fixed = "generator=torch.Generator().manual_seed(0)" if keyword == "generator" else "random_state=0"
-        self.report(node, f"split without a fixed `{keyword}=` in a script seeded per rank: each rank draws its own train/validation split; pass `{fixed}`")
+        self.report(
+            node,
+            f"split without a fixed `{keyword}=` in a script seeded per rank: each rank draws its own train/validation split; pass `{fixed}`",
+            fix=lambda plan: self._fix_seed(plan, node, keyword),
+        )
 
     def _keyword(self, call: cst.Call) -> str | None:
         if self.tree.is_call_to(call, s.RANDOM_SPLIT):
@@ -95,12 +99,7 @@ class SplitWithoutGenerator(Rule):
         ]
         return bool(seeds) and not f.seeds_per_rank(seeds[-1])
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        split = finding.node
-        assert isinstance(split, cst.Call)
-        keyword = self._keyword(split)
-        if keyword is None:
-            return None
+    def _fix_seed(self, plan: Plan, split: cst.Call, keyword: str) -> str | None:
         given = s.arg(split, 2 if keyword == "generator" else None, keyword)
         value = "torch.Generator().manual_seed(0)" if keyword == "generator" else "0"
         if given is not None:

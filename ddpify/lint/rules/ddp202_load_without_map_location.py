@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.edit import add_keyword
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan, add_keyword
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._devices_and_output import devices_and_output
 from ddpify.syntax import code
 
@@ -59,11 +59,13 @@ class LoadWithoutMapLocation(Rule):
             return  # one rank loads onto its own GPU
         if self.script.program.in_dataset(self.tree.function(node)):
             return  # a Dataset reading its own data files, not a checkpoint
-        self.report(node, f"`{code(node.func)}` without `map_location`: tensors saved from GPU 0 load onto GPU 0 on every rank; pass `map_location`")
+        self.report(
+            node,
+            f"`{code(node.func)}` without `map_location`: tensors saved from GPU 0 load onto GPU 0 on every rank; pass `map_location`",
+            fix=lambda plan: self._map_location(plan, node),
+        )
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        load = finding.node
-        assert isinstance(load, cst.Call)
+    def _map_location(self, plan: Plan, load: cst.Call) -> str | None:
         device = devices_and_output(self.script).rank_device_name(load)
         value = device if device is not None else '"cpu"'
         plan.replace(load, add_keyword("map_location", value))

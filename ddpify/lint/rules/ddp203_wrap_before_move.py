@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._devices_and_output import (
     assigned_names,
     between,
@@ -74,7 +75,7 @@ class WrapBeforeMove(Rule):
         self.report(
             node,
             f"`{code(node.func)}(...)` wraps a module that is moved to its device only later (line {self.tree.line(move)}): move it first, then wrap",
-            fixable=self._reorder(node, move) is not None,
+            fix=(lambda plan: self._wrap_after(plan, order)) if (order := self._reorder(node, move)) is not None else None,
         )
 
     def _names(self, wrap: cst.Call) -> tuple[str | None, str | None]:
@@ -144,13 +145,7 @@ class WrapBeforeMove(Rule):
             return None
         return wrap_statement, move_statement
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        wrap = finding.node
-        assert isinstance(wrap, cst.Call)
-        move = self._move_after(wrap)
-        order = self._reorder(wrap, move) if move is not None else None
-        if order is None:
-            return None
+    def _wrap_after(self, plan: Plan, order: tuple[cst.BaseStatement, cst.BaseStatement]) -> str | None:
         wrap_statement, move_statement = order
         plan.remove(wrap_statement)
         plan.insert_after(move_statement, [moved_statement(wrap_statement)])

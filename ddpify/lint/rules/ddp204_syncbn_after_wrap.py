@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._devices_and_output import (
     CONVERT_SYNC_BATCHNORM,
     assigned_names,
@@ -81,7 +82,9 @@ class SyncbnAfterWrap(Rule):
                 why = "DDP only syncs the parameters that required grad when it was built; freeze before wrapping"
             else:
                 why = "DDP never syncs the new layers; change the model before wrapping it"
-            self.report(node, f"{what} after the DDP wrap (line {self.tree.line(wrap)}): {why}", fixable=self._reorder(node, wrap) is not None)
+            order = self._reorder(node, wrap)
+            fix = (lambda plan, order=order: self._before_wrap(plan, order)) if order is not None else None
+            self.report(node, f"{what} after the DDP wrap (line {self.tree.line(wrap)}): {why}", fix=fix)
             return
 
     def _surgery(self, node: cst.Call) -> tuple[str | None, str]:
@@ -188,16 +191,7 @@ class SyncbnAfterWrap(Rule):
             return None
         return statement, wrap_statement, wrapper, module
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        node = finding.node
-        assert isinstance(node, cst.Call)
-        subject, _ = self._surgery(node)
-        function = self.tree.function(node)
-        facts = devices_and_output(self.script)
-        wrap = next((w for name in _prefixes(subject or "") if (w := facts.wrapped_at(name, node, function)) is not None), None)
-        order = self._reorder(node, wrap) if wrap is not None else None
-        if order is None:
-            return None
+    def _before_wrap(self, plan: Plan, order: tuple) -> str | None:
         statement, wrap_statement, wrapper, module = order
         # the surgery now runs on the plain module: `model.module.fc` is `model.fc`
         for n in self.tree.walk(statement):

@@ -7,7 +7,8 @@ from functools import cached_property
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._devices_and_output import single_small, wrap_target
 from ddpify.syntax import code, dotted, string_value
 
@@ -111,7 +112,11 @@ class ModuleOnMaybeUnwrapped(Rule):
             return
         tests = {code(t) for t in conditions.get(name, [])}
         when = f"only if `{tests.pop()}`" if len(tests) == 1 else "only under a condition"
-        self.report(node, f"`{code(node)}` fails where `{name}` is not wrapped (DDP is applied {when}); use `getattr({name}, \"module\", {name})`")
+        self.report(
+            node,
+            f"`{code(node)}` fails where `{name}` is not wrapped (DDP is applied {when}); use `getattr({name}, \"module\", {name})`",
+            fix=lambda plan: self._getattr(plan, node),
+        )
 
     def _is_target(self, node: cst.Attribute) -> bool:
         parent = self.tree.parent(node)
@@ -158,9 +163,7 @@ class ModuleOnMaybeUnwrapped(Rule):
                 return True
         return False
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        node = finding.node
-        assert isinstance(node, cst.Attribute)
+    def _getattr(self, plan: Plan, node: cst.Attribute) -> str | None:
         name = code(node.value)
         plan.replace(node, cst.parse_expression(f'getattr({name}, "module", {name})'))
         return f'uses `getattr({name}, "module", {name})`'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.lint.rule import Finding, Rule
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._devices_and_output import devices_and_output, guard_fix
 
 
@@ -69,9 +69,6 @@ class SaveOnEveryRank(Rule):
         self.report(
             node,
             f"`{what}(...)` runs on every rank: concurrent writes to one file; write on rank 0 only",
-            fixable=facts.output_only(statement, function),
+            fix=(lambda plan: guard_fix(facts, plan, node)) if facts.output_only(statement, function) else None,
         )
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        assert isinstance(finding.node, cst.Call)
-        return guard_fix(devices_and_output(self.script), plan, finding.node)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan
+from ddpify.lint.rule import Rule
 from ddpify.syntax import code, method_call
 
 
@@ -50,9 +51,11 @@ class StateDictOfWrapper(Rule):
         if not self.tree.is_call_to(node, s.TORCH_SAVE) or not node.args:
             return
         function = self.tree.function(node)
-        for call in self._wrapper_state_dicts(node.args[0].value, function):
-            self.report(node, f"saves `{code(call)}` of the DDP wrapper: keys get a `module.` prefix; save `{code(call.func.value)}.module.state_dict()`")  # type: ignore[union-attr]
-            return
+        calls = self._wrapper_state_dicts(node.args[0].value, function)
+        if calls:
+            call = calls[0]
+            message = f"saves `{code(call)}` of the DDP wrapper: keys get a `module.` prefix; save `{code(call.func.value)}.module.state_dict()`"  # type: ignore[union-attr]
+            self.report(node, message, fix=lambda plan: self._unwrap(plan, calls))
 
     def _wrapper_state_dicts(self, saved: cst.BaseExpression, function) -> list[cst.Call]:
         """`model.state_dict()` calls inside what is saved, through one local name if needed."""
@@ -67,10 +70,7 @@ class StateDictOfWrapper(Rule):
                     found += self._wrapper_state_dicts(value, function)  # type: ignore[arg-type]
         return found
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        save = finding.node
-        assert isinstance(save, cst.Call)
-        calls = self._wrapper_state_dicts(save.args[0].value, self.tree.function(save))
+    def _unwrap(self, plan: Plan, calls: list[cst.Call]) -> str | None:
         for call in calls:
             wrapper = call.func.value  # type: ignore[union-attr]
             plan.replace(wrapper, cst.parse_expression(f"{code(wrapper)}.module"))

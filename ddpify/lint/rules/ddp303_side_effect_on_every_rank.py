@@ -6,7 +6,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.edit import add_keyword
-from ddpify.lint.rule import Finding, Rule
+from ddpify.lint.rule import Rule
 from ddpify.lint.rules._devices_and_output import (
     DevicesAndOutput,
     devices_and_output,
@@ -82,7 +82,7 @@ class SideEffectOnEveryRank(Rule):
             message = f"`{code(node.func)}(...)` on every rank: N {'event files' if kind == 'SummaryWriter' else 'runs'} for one job; create it on rank 0 only"
         else:
             message = f"`{code(node.func)}(...)` on every rank: each line is printed N times; output on rank 0 only"
-        self.report(node, message, fixable=self._fix(facts, node, kind, function) is not None)
+        self.report(node, message, fix=self._fix(facts, node, kind, function))
 
     def _intended(self, facts: DevicesAndOutput, node: cst.Call, kind: str, function) -> bool:
         """Output that is not (or should not be) rank 0's alone."""
@@ -166,12 +166,3 @@ class SideEffectOnEveryRank(Rule):
             plan.add_import("torch.distributed", None, "dist")
         plan.replace(node, lambda updated: cst.parse_expression(f"{code(updated)} if {condition} else None"))
         return f"created on rank 0 only (`... if {condition} else None`)"
-
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        node = finding.node
-        assert isinstance(node, cst.Call)
-        facts = devices_and_output(self.script)
-        function = self.tree.function(node)
-        kind = facts.output_kind(node, function)
-        fix = self._fix(facts, node, kind, function) if kind is not None else None
-        return fix(plan) if fix is not None else None

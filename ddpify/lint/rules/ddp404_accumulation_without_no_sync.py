@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpify.edit import wrap_micro_steps
-from ddpify.lint.rule import Finding, Rule
+from ddpify.edit import Plan, wrap_micro_steps
+from ddpify.lint.rule import Rule
 from ddpify.syntax import code, method_call
 
 # Attributes that turn DDP's gradient sync off for a micro-step.
@@ -93,7 +93,7 @@ class AccumulationWithoutNoSync(Rule):
                 backward,
                 f"gradient accumulation without `no_sync()`: this backward all-reduces every micro-step, "
                 f"but the optimizer steps only {when}; run the others under `{model}.no_sync()`",
-                fixable=wrap is not None,
+                fix=(lambda plan, wrap=wrap: self._no_sync(plan, wrap)) if wrap is not None else None,
             )
 
     # --- detection -----------------------------------------------------------------------
@@ -232,12 +232,6 @@ class AccumulationWithoutNoSync(Rule):
                         names |= {x.value for x in self.tree.walk(t) if isinstance(x, cst.Name)}
         return names
 
-    def apply_fix(self, finding: Finding, plan) -> str | None:
-        backward = finding.node
-        assert isinstance(backward, cst.Call)
-        found = self._accumulation(backward)
-        wrap = self._wrap(found) if found is not None else None
-        if wrap is None:
-            return None
+    def _no_sync(self, plan: Plan, wrap: Wrap) -> str | None:
         wrap_micro_steps(plan, wrap.statements, wrap.model, wrap.condition)
         return f"micro-steps run under `{wrap.model}.no_sync()` unless `{wrap.condition}`"
