@@ -244,15 +244,16 @@ class Script:
     def is_collective_call(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """A call that synchronizes the ranks (`ddpify.analysis.sync`): a torch.distributed
         collective, a DDP forward, a backward, or a same-file function that runs one."""
-        return sync.call_syncs(self.tree, self.program, call, function, self._forwards_ddp, self.syncing_functions)
+        return sync.call_syncs(self.tree, self.program, call, function, self.forwards_ddp, self.syncing_functions)
 
-    def _forwards_ddp(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+    def forwards_ddp(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """The call runs the forward of a DDP-wrapped model."""
         return self.is_ddp_model(call.func, function)
 
     @cached_property
     def syncing_functions(self) -> set[cst.FunctionDef]:
         """Same-file functions that (transitively) synchronize the ranks."""
-        return sync.syncing_functions(self.tree, self.program, self._forwards_ddp)
+        return sync.syncing_functions(self.tree, self.program, self.forwards_ddp)
 
     def collectives_in(self, node: cst.CSTNode) -> list[cst.Call]:
         function = self.tree.function(node) if not isinstance(node, cst.FunctionDef) else node

@@ -123,7 +123,6 @@ class ReduceMetrics(Transform):
 
     def _reduce(self, loop: TrainLoop, totals: dict[str, Kind]) -> None:
         function = loop.function
-        end = self.tree.positions[loop.loop].end.line
         per_dataset = {f"len({code(loop.loader)}.dataset)"}
         for origin in self.facts.train_loaders:  # the dataset the training loader samples, by name
             dataset = s.arg(origin.node, 0, "dataset") if isinstance(origin.node, cst.Call) else None
