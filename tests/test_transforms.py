@@ -1209,3 +1209,24 @@ def test_apex_imported_and_never_used_goes() -> None:
     assert "try:" not in result.output and "from apex import amp" not in result.output
     assert "from apex.fp16_utils import *\n" in result.output
     assert warnings(result) == ["`from apex.fp16_utils import *` is kept: the script still needs apex"]
+
+
+def test_an_inner_micro_step_loop_is_warned_about_not_wrapped() -> None:
+    """`for _ in range(k): backward()` then one step: the shared accumulation analysis finds it,
+    no single `with` can hold all but the last iteration, so convert says so instead."""
+    loop = """\
+for epoch in range(2):
+    batches = iter(loader)
+    for step in range(4):
+        for micro in range(2):
+            x, y = next(batches)
+            x, y = x.to(device), y.to(device)
+            loss = nn.functional.mse_loss(model(x), y) / 2
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+    result = convert(standard(loop=loop))
+    assert result.status == "converted"
+    assert "no_sync" not in result.output
+    assert any("micro-steps are an inner loop" in w for w in warnings(result)), warnings(result)
