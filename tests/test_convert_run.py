@@ -72,12 +72,14 @@ def _stage(case: Case, folder: Path) -> Path:
 def verified(tmp_path_factory: pytest.TempPathFactory):
     """verify's runs of every case's golden train_ddp.py (with --single), two cases at a time (a
     run leaves a core idle while ranks wait on each other), and of the equivalence case's original
-    as one plain process. The scratch folders are removed afterwards."""
+    as one plain process. The ranks are started by verify's direct launcher (torchrun's
+    environment, without torchrun's own torch import: test_verify covers torchrun itself). The
+    scratch folders are removed afterwards."""
     root = tmp_path_factory.mktemp("convert_run")
     jobs = {}
     for case in CASES:
         options = verify.VerifyOptions(
-            timeout=TIMEOUT, script_args=tuple(case.config.get("run_args", [])), keep=True, single=True
+            timeout=TIMEOUT, script_args=tuple(case.config.get("run_args", [])), keep=True, single=True, launcher="direct"
         )
         jobs[case.name] = (_stage(case, root / case.name), options)
     (equivalence,) = [c for c in CASES if c.config.get("equivalence")]

@@ -380,3 +380,23 @@ def test_spinner_redraws_one_line() -> None:
     assert "0/2 ranks finished" in frames[1]
     assert "1/2 ranks finished  (no output for 6 s)" in frames[2]
     assert frames[-1] == "" and frames[-2].strip() == ""
+
+
+def test_direct_launcher_judges_as_torchrun_does(tmp_path: Path) -> None:
+    """`--launcher direct` starts the ranks with torchrun's environment and no agent: the correct
+    script passes every check, and a failing rank fails the run with its own exit status."""
+    options = {"timeout": float(TIMEOUT), "launcher": "direct"}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        correct = pool.submit(verify_api.verify_script, CASES / "correct.py", verify_api.VerifyOptions(**options))
+        failing = pool.submit(
+            verify_api.verify_script, CASES / "exit_code_and_args.py", verify_api.VerifyOptions(workdir=tmp_path, **options)
+        )
+        correct_result, failing_result = correct.result(), failing.result()
+    assert correct_result.ok, verify_api.format_table(correct_result)
+    assert [c.name for c in correct_result.checks if c.status == verify_api.FAIL] == []
+    codes = {r.rank: r.exit_code for r in failing_result.run.ranks}
+    assert codes[1] == 3 and codes[0] in (0, None) and not failing_result.ok
+    assert failing_result.check("rank 1").status == verify_api.FAIL
+    assert failing_result.run.launcher_exit == 1
+    with pytest.raises(verify_api.VerifyInputError, match="unknown launcher"):
+        verify_api.verify_script(CASES / "correct.py", verify_api.VerifyOptions(launcher="mpirun"))

@@ -128,6 +128,14 @@ class Spinner:
     help="Stop every rank right after its K-th optimizer step and judge the run so far.",
 )
 @click.option(
+    "--launcher",
+    type=click.Choice(["torchrun", "direct"]),
+    default="torchrun",
+    show_default=True,
+    help="torchrun, or direct: verify starts the ranks itself with the environment torchrun sets "
+    "(no elastic agent; one torch import less per run).",
+)
+@click.option(
     "--format",
     "output_format",
     type=click.Choice(["table", "json"]),
@@ -146,6 +154,7 @@ def verify_command(
     keep: bool,
     single: bool,
     steps: int | None,
+    launcher: str,
     output_format: str,
 ) -> None:
     """Run a DDP SCRIPT under torchrun with --nproc ranks and judge the run.
@@ -168,6 +177,7 @@ def verify_command(
         backend="gloo" if gloo else "auto",
         single=single,
         steps=steps or 0,
+        launcher=launcher,
     )
     spinner = Spinner(sys.stderr) if sys.stderr.isatty() else None
     try:

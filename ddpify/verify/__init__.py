@@ -237,6 +237,8 @@ def verify_script(
         raise VerifyInputError("nproc must be at least 1")
     if options.steps < 0:
         raise VerifyInputError("steps must be at least 1")
+    if options.launcher not in ("torchrun", "direct"):
+        raise VerifyInputError(f"unknown launcher {options.launcher!r}: torchrun or direct")
     setup = probe_setup(options)
     root = Path(tempfile.mkdtemp(prefix="ddpify-verify-"))
     try:

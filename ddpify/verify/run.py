@@ -26,6 +26,7 @@ from pathlib import Path
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin")
 SHIM = Path(__file__).resolve().with_name("rank_shim.py")
+LAUNCH = Path(__file__).resolve().with_name("launch.py")
 SHIM_NAME = "ddpify_rank_shim.py"
 
 # Environment variables the shim reads.
@@ -67,6 +68,9 @@ class VerifyOptions:
     cuda_visible_devices: str | None = None
     # False runs one plain `python script` process (through the same shim) instead of torchrun.
     torchrun: bool = True
+    # Who starts the ranks: "torchrun", or "direct" (launch.py: the same environment, no elastic
+    # agent, no torch import of its own).
+    launcher: str = "torchrun"
     # Also run the script as one plain process, in a scratch folder of its own (a copy of
     # `workdir` when one is given, taken before the ranks start); it must succeed.
     single: bool = False
@@ -226,7 +230,9 @@ def run_ranks(
         env[ENV_PRELUDE] = str(Path(options.prelude).resolve())
     if options.steps:
         env[ENV_STEPS] = str(options.steps)
-    if options.torchrun:
+    if options.torchrun and options.launcher == "direct":
+        command = [options.python, str(LAUNCH), str(nproc), str(shim), str(script), *options.script_args]
+    elif options.torchrun:
         command = [
             options.python, "-m", "torch.distributed.run",
             "--standalone", f"--nproc-per-node={nproc}", f"--log-dir={state_dir / 'torchrun'}",
