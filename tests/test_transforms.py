@@ -618,11 +618,12 @@ def test_batches_from_a_generator_that_cycles_a_loader_are_sharded() -> None:
 def test_output_in_a_function_the_entry_does_not_call_reads_the_rank_from_the_environment() -> None:
     """`inference(args)` runs instead of `main()` on another path of the `__main__` block: the
     process group set up in main() does not exist there, so `dist.get_rank()` would crash."""
-    source = standard().replace(
-        'if __name__ == "__main__":\n    main()\n',
+    after = "report()\n"  # main() calls it once training is done
+    entry = (
         'def inference():\n    print("ready")\n\n\ndef report():\n    print("trained")\n\n\n'
-        'if __name__ == "__main__":\n    if len(__import__("sys").argv) > 1:\n        inference()\n    else:\n        main()\n',
-    ).replace("        optimizer.step()\n", "        optimizer.step()\nreport()\n".replace("report()", "    report()"), 1)
+        'if __name__ == "__main__":\n    if len(sys.argv) > 1:\n        inference()\n    else:\n        main()\n'
+    )
+    source = standard(after=after).replace('if __name__ == "__main__":\n    main()\n', entry).replace("import torch\n", "import sys\nimport torch\n", 1)
     result = convert(source)
     assert result.status == "converted"
     inference = result.output[result.output.index("def inference"):result.output.index("def report")]

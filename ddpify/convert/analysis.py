@@ -572,7 +572,7 @@ class Analyzer:
 
     def _forward_may_skip(self, cls: cst.ClassDef) -> str:
         """Why a step may leave some of the model's parameters without a gradient, from its source."""
-        methods = self._class_methods(cls)
+        methods = self.program.class_methods(cls)
         forward = methods.get("forward")
         if forward is None:
             return ""
@@ -1163,7 +1163,7 @@ class Analyzer:
         cls = self._model_class(obj, function)
         if cls is None:
             return True
-        methods = self._class_methods(cls)
+        methods = self.program.class_methods(cls)
         seen: set[str] = set()
         work = [method]
         while work:
@@ -1184,16 +1184,6 @@ class Analyzer:
                     else:
                         return True  # a submodule's forward
         return False
-
-    def _class_methods(self, cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
-        """Methods of a same-file class, with those of its same-file bases."""
-        methods: dict[str, cst.FunctionDef] = {}
-        for base in cls.bases:
-            name = dotted(base.value)
-            if name in self.program.classes and self.program.classes[name] is not cls:
-                methods.update(self._class_methods(self.program.classes[name]))
-        methods.update(self.program.methods.get(cls, {}))
-        return methods
 
     def _model_class(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
         """The same-file class a model is built from (`Net(...).to(device)`), when all its origins agree."""

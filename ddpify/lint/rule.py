@@ -103,11 +103,6 @@ class Rule(cst.CSTVisitor):
         self.program = script.program
         self.findings: list[Finding] = []
 
-    def check(self) -> list[Finding]:
-        """This rule alone over the tree (`visit_all` runs several in one walk)."""
-        visit_all(self.tree, [self])
-        return self.findings
-
     def report(self, node: cst.CSTNode, message: str, fix: Callable[[Plan], str | None] | None = None) -> None:
         """A finding at `node`; `fix` (from a rule with a safe or partial fix) makes it fixable."""
         self.findings.append(
