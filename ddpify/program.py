@@ -46,7 +46,7 @@ class Program:
         self.classes: dict[str, cst.ClassDef] = {}
         self.methods: dict[cst.ClassDef, dict[str, cst.FunctionDef]] = {}
         self.all_functions: list[cst.FunctionDef] = []
-        for node in tree.walk():
+        for node in tree.of_type(cst.FunctionDef, cst.ClassDef):
             if isinstance(node, cst.FunctionDef):
                 self.all_functions.append(node)
                 parent = tree.parent(node)
@@ -134,11 +134,12 @@ class Program:
         if function not in self._assignment_cache:
             index: dict[str, list[tuple[cst.CSTNode, int | None]]] = {}
             for node in self.scope_nodes(function):
-                if isinstance(node, cst.Assign):
+                kind = type(node)
+                if kind is cst.Assign:
                     pairs = [(t.target, node.value) for t in node.targets]
-                elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                elif kind is cst.AnnAssign and node.value is not None:
                     pairs = [(node.target, node.value)]
-                elif isinstance(node, cst.WithItem) and node.asname is not None:
+                elif kind is cst.WithItem and node.asname is not None:
                     pairs = [(node.asname.name, node.item)]
                 else:
                     continue

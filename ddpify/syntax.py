@@ -406,6 +406,9 @@ class Tree:
         return self._position_of[id(node)]
 
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        position, start = self._position_of.get(id(node)), self._position_of.get(id(container))
+        if position is not None and start is not None:  # both in this tree: a preorder range
+            return start <= position < self._end(container)
         current: cst.CSTNode | None = node
         while current is not None and current is not container:
             current = self._parent_of.get(id(current))
@@ -457,6 +460,24 @@ class Tree:
         if start is None:  # not part of this tree (a node a transform built)
             return iter((root,))
         return iter(self._order[start : self._end(root)])
+
+    def of_type(self, *kinds: type[cst.CSTNode]) -> list[cst.CSTNode]:
+        """The nodes of the whole tree whose type is one of `kinds` (exactly: pass concrete
+        node types), in preorder. Bucketed once per tree, so a rule that looks for one kind of
+        node does not test every node."""
+        by_type = self._by_type
+        if len(kinds) == 1:
+            return by_type.get(kinds[0], [])
+        found = [n for kind in kinds for n in by_type.get(kind, [])]
+        found.sort(key=lambda n: self._position_of[id(n)])
+        return found
+
+    @cached_property
+    def _by_type(self) -> dict[type, list[cst.CSTNode]]:
+        by_type: dict[type, list[cst.CSTNode]] = {}
+        for node in self._order:
+            by_type.setdefault(type(node), []).append(node)
+        return by_type
 
     def calls(self, root: cst.CSTNode | None = None) -> Iterator[cst.Call]:
         """The calls `walk(root)` meets, in the same order."""

@@ -67,27 +67,37 @@ def visit_all(tree: Tree, rules: Sequence[Rule]) -> None:
         for handler in sorted(_handlers(type(rule))):
             kind, _, node_type = handler.partition("_")
             (visits if kind == "visit" else leaves).setdefault(node_type, []).append((rule, getattr(rule, handler)))
+    names: dict[type, str] = {}
     skipping: dict[int, cst.CSTNode] = {}  # id(rule) -> the node whose children it skips
     stack: list[tuple[cst.CSTNode, bool]] = [(tree.module, False)]
+    children, everyone = tree.children, len(rules)
     while stack:
         node, leaving = stack.pop()
-        name = type(node).__name__
+        kind = type(node)
+        name = names.get(kind)
+        if name is None:
+            name = names[kind] = kind.__name__
         if leaving:
-            for key in [key for key, skipped in skipping.items() if skipped is node]:
-                del skipping[key]
+            if skipping:
+                for key in [key for key, skipped in skipping.items() if skipped is node]:
+                    del skipping[key]
             for rule, handler in leaves.get(name, ()):
                 if id(rule) not in skipping:
                     handler(node)
             continue
         skipped_here = False
-        for rule, handler in visits.get(name, ()):
-            if id(rule) not in skipping and handler(node) is False:
-                skipping[id(rule)] = node
-                skipped_here = True
+        handlers = visits.get(name)
+        if handlers:
+            for rule, handler in handlers:
+                if id(rule) not in skipping and handler(node) is False:
+                    skipping[id(rule)] = node
+                    skipped_here = True
         if skipped_here or name in leaves:
             stack.append((node, True))
-        if len(skipping) < len(rules):
-            stack.extend((child, False) for child in reversed(tree.children(node)))
+        if len(skipping) < everyone:
+            kids = children(node)
+            if kids:
+                stack.extend([(child, False) for child in reversed(kids)])
 
 
 class Rule(cst.CSTVisitor):

@@ -55,16 +55,12 @@ class Script:
     @cached_property
     def distributed(self) -> bool:
         """Imports or uses torch.distributed, DDP or DistributedSampler, or reads RANK/LOCAL_RANK."""
-        for node in self.tree.walk():
-            if isinstance(node, (cst.Import, cst.ImportFrom)):
-                if any(_is_distributed_name(name) for name in _imported_names(node)):
-                    return True
-            elif isinstance(node, (cst.Attribute, cst.Name)):
-                if _is_distributed_name(self.tree.qname(node) or ""):
-                    return True
-            elif isinstance(node, cst.SimpleString) and string_value(node) in RANK_ENV | {"WORLD_SIZE"}:
-                return True
-        return False
+        tree = self.tree
+        if any(_is_distributed_name(name) for node in tree.of_type(cst.Import, cst.ImportFrom) for name in _imported_names(node)):
+            return True
+        if any(string_value(node) in RANK_ENV | {"WORLD_SIZE"} for node in tree.of_type(cst.SimpleString)):
+            return True
+        return any(_is_distributed_name(tree.qname(node) or "") for node in tree.of_type(cst.Attribute, cst.Name))
 
     # --- ranks -----------------------------------------------------------------------
 
@@ -270,7 +266,7 @@ class Script:
         """Loops whose body calls backward(), directly or through same-file functions."""
         trains = self.training_functions
         loops = []
-        for node in self.tree.walk():
+        for node in self.tree.of_type(cst.For, cst.While):
             if isinstance(node, (cst.For, cst.While)):
                 function = self.tree.function(node)
                 for call in self.tree.calls(node.body):

@@ -271,7 +271,7 @@ class DevicesAndOutput:
     @cached_property
     def visible_devices_per_rank(self) -> bool:
         """`os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank)`: each process sees one GPU, GPU 0."""
-        for node in self.tree.walk():
+        for node in self.tree.of_type(cst.Assign):
             if isinstance(node, cst.Assign) and isinstance(node.value, cst.BaseExpression):
                 for t in node.targets:
                     if isinstance(t.target, cst.Subscript) and any(string_value(n) == "CUDA_VISIBLE_DEVICES" for n in self.tree.walk(t.target)):
@@ -603,7 +603,7 @@ class DevicesAndOutput:
     def print_silenced(self) -> bool:
         """`builtins.print` replaced per rank (DETR/DeiT's `setup_for_distributed(is_master)`,
         also reached through their `utils.init_distributed_mode(args)`)."""
-        for node in self.tree.walk():
+        for node in self.tree.of_type(cst.Assign, cst.Call):
             if isinstance(node, cst.Assign):
                 for t in node.targets:
                     name = dotted(t.target)

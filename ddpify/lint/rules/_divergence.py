@@ -177,21 +177,22 @@ class Scope:
     # --- building ----------------------------------------------------------------------
 
     def _visit(self, node: cst.CSTNode) -> None:
-        if isinstance(node, cst.Assign):
+        kind = type(node)  # exact types: every one tested here is a concrete node type
+        if kind is cst.Assign:
             for t in node.targets:
                 self._assign(t.target, node.value, node)
-        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        elif kind is cst.AnnAssign and node.value is not None:
             self._assign(node.target, node.value, node)
-        elif isinstance(node, (cst.AugAssign, cst.NamedExpr)):
+        elif kind is cst.AugAssign or kind is cst.NamedExpr:
             self._assign(node.target, node.value, node)
-        elif isinstance(node, cst.WithItem) and node.asname is not None:
+        elif kind is cst.WithItem and node.asname is not None:
             self._assign(node.asname.name, node.item, node)
-        elif isinstance(node, cst.For):
+        elif kind is cst.For:
             self._assign(node.target, node.iter, node)
             if self.flow.iterates_sharded(node.iter, self.function):
                 self.sharded_loops.append(node)
                 self.sources.update(target_keys(self.batch_target(node)))
-        elif isinstance(node, cst.Call):
+        elif kind is cst.Call:
             self._call(node)
 
     def batch_target(self, loop: cst.For) -> cst.BaseExpression:
@@ -561,7 +562,7 @@ class Flow:
     @cached_property
     def divergent_exits(self) -> list[DivergentExit]:
         found: dict[cst.If, DivergentExit] = {}
-        for node in self.tree.walk():
+        for node in self.tree.of_type(*EXITS):
             if isinstance(node, EXITS):
                 hit = self._divergent_exit(node)
                 if hit is not None and hit.statement not in found:

@@ -172,6 +172,8 @@ class Facts:
         self.script = script
         self.tree = script.tree
         self.program = script.program
+        self._samplers: dict[int, tuple[list[Origin], bool]] = {}
+        self._edits: dict[cst.FunctionDef | None, dict[str, list[cst.CSTNode]]] = {}
 
     # --- value resolution --------------------------------------------------------------
 
@@ -349,7 +351,7 @@ class Facts:
     @cached_property
     def uses_framework(self) -> bool:
         """Accelerate, Lightning, DeepSpeed...: they set up (and tear down) the group themselves."""
-        for node in self.tree.walk():
+        for node in self.tree.of_type(cst.Import, cst.ImportFrom):
             if isinstance(node, cst.Import):
                 roots = [(dotted(a.name) or "").split(".")[0] for a in node.names]
             elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
@@ -422,7 +424,7 @@ class Facts:
     def iterations(self) -> list[Iteration]:
         training = set(map(id, self.script.training_loops))
         found: list[Iteration] = []
-        for node in self.tree.walk():
+        for node in self.tree.of_type(cst.For, cst.CompFor, cst.Call):
             if isinstance(node, (cst.For, cst.CompFor)):
                 iterable = node.iter
                 trains = id(node) in training
@@ -523,11 +525,11 @@ class Facts:
         if name is None:
             return Kwargs(True, values)
         where = position(self.tree, before)
-        for node in self.program.scope_nodes(function):
+        for node in self._dict_edits(function).get(name, ()):
             if position(self.tree, node) >= where:
                 continue
             found = method_call(node)
-            if found is not None and dotted(found[0]) == name:
+            if found is not None:
                 method = found[1]
                 if method == "update":
                     assert isinstance(node, cst.Call)
@@ -558,6 +560,27 @@ class Facts:
                     values.pop(key, None)
         return Kwargs(True, values)
 
+    def _dict_edits(self, function: cst.FunctionDef | None) -> dict[str, list[cst.CSTNode]]:
+        """Per dotted name, the statements of a scope that may change the dict it names:
+        method calls on it, `name[...] = ...` and `del name[...]`, in source order."""
+        if function not in self._edits:
+            edits: dict[str, list[cst.CSTNode]] = {}
+            for node in self.program.scope_nodes(function):
+                kind = type(node)
+                if kind is cst.Call:
+                    found = method_call(node)
+                    objects = [found[0]] if found is not None else []
+                elif kind is cst.Assign:
+                    objects = [t.target.value for t in node.targets if type(t.target) is cst.Subscript]
+                elif kind is cst.Del:
+                    objects = [node.target.value] if type(node.target) is cst.Subscript else []
+                else:
+                    continue
+                for name in {dotted(o) for o in objects} - {None}:
+                    edits.setdefault(name, []).append(node)
+            self._edits[function] = edits
+        return self._edits[function]
+
     @staticmethod
     def _subscript_key(target: cst.BaseExpression, name: str) -> str | None:
         if isinstance(target, cst.Subscript) and dotted(target.value) == name and len(target.slice) == 1:
@@ -582,6 +605,11 @@ class Facts:
     def samplers(self, loader: cst.Call) -> tuple[list[Origin], bool]:
         """Where a loader's sampler comes from (through `BatchSampler(sampler, ...)` too), and
         whether every source is known. No sources and complete: the loader has no sampler."""
+        if id(loader) not in self._samplers:
+            self._samplers[id(loader)] = self._find_samplers(loader)
+        return self._samplers[id(loader)]
+
+    def _find_samplers(self, loader: cst.Call) -> tuple[list[Origin], bool]:
         function = self.tree.function(loader)
         values, complete = self.loader_argument(loader, SAMPLER_POSITION, "sampler")
         batch_values, batch_complete = self.loader_argument(loader, SAMPLER_POSITION + 1, "batch_sampler")

@@ -76,7 +76,7 @@ class ProcessGroupNotDestroyed(Rule):
     def _destroys(self) -> bool:
         """Any call or reference (`atexit.register(dist.destroy_process_group)`) counts."""
         return any(
-            isinstance(n, (cst.Name, cst.Attribute)) and self.tree.qname(n) in DESTROY for n in self.tree.walk()
+            self.tree.qname(n) in DESTROY for n in self.tree.of_type(cst.Name, cst.Attribute)
         )
 
     # --- fix ---------------------------------------------------------------------------

@@ -132,7 +132,7 @@ class SamplerWithoutSetEpoch(Rule):
 
     @cached_property
     def _any_untraced_set_epoch(self) -> bool:
-        if any(string_value(n) == "set_epoch" for n in self.tree.walk() if isinstance(n, cst.SimpleString)):
+        if any(string_value(n) == "set_epoch" for n in self.tree.of_type(cst.SimpleString)):
             return True  # getattr(sampler, "set_epoch")(epoch), hasattr checks: called somehow
         return any(self._samplers_reached(r, self.tree.function(c)) is None for c, r in self._set_epoch_calls)
 

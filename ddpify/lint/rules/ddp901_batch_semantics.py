@@ -132,7 +132,7 @@ class BatchSemantics(Rule):
                 lr = s.arg(call, 1, "lr")
                 if lr is not None and self._refers_to_world_size(lr.value, self.tree.function(call)):
                     return True
-        for node in self.tree.walk():
+        for node in self.tree.of_type(cst.Assign, cst.AugAssign):
             if isinstance(node, (cst.Assign, cst.AugAssign)):
                 targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                 sets_lr = any(
