@@ -155,14 +155,16 @@ class Accumulations:
         """`model.no_sync()` or `require_backward_grad_sync` in `node`, through names and same-file helpers."""
         if depth > 3:
             return False
+        is_with = type(node) is cst.With
         for n in self.tree.walk(node):
-            if isinstance(n, cst.Attribute) and n.attr.value in NO_SYNC:
+            kind = type(n)
+            if kind is cst.Attribute and n.attr.value in NO_SYNC:
                 return True
-            if isinstance(n, cst.Name) and isinstance(node, cst.With):
+            if kind is cst.Name and is_with:
                 for value, _ in self.program.assignments(function, n.value):
                     if self._mentions_no_sync(value, function, depth + 1):
                         return True
-            if isinstance(n, cst.Call) and isinstance(node, cst.With):
+            if kind is cst.Call and is_with:
                 target = self.program.callee(n, function)
                 if target is not None and self._mentions_no_sync(target[0].body, target[0], depth + 1):
                     return True

@@ -240,8 +240,8 @@ class Facts:
         """Calls of the wrapped model's own methods (`model.generate(...)`): DDP has none of them."""
         found = []
         for function in self.model_refs:
-            for node in self.program.scope_nodes(function):
-                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and self.is_model(node.func.value, function):
+            for node in self.program.calls_in(function):
+                if type(node.func) is cst.Attribute and self.is_model(node.func.value, function):
                     attr = node.func.attr.value
                     if attr not in s.WRAPPER_ATTRIBUTES and not attr.startswith("__"):
                         found.append((node, function))
@@ -699,7 +699,7 @@ class Analyzer:
     def _mentions(self, statement: cst.CSTNode, ref: str) -> bool:
         """Whether a statement uses the model, other than handing its parameters to an optimizer."""
         for node in self.tree.walk(statement):
-            if isinstance(node, (cst.Name, cst.Attribute)) and dotted(node) == ref:
+            if (type(node) is cst.Name or type(node) is cst.Attribute) and dotted(node) == ref:
                 parent = self.tree.parent(node)
                 if not (isinstance(parent, cst.Attribute) and parent.attr.value in {"parameters", "named_parameters"}):
                     return True
@@ -708,14 +708,15 @@ class Analyzer:
     def _prepares(self, statement: cst.CSTNode, ref: str) -> tuple[bool, bool]:
         assigns = moves = False
         for node in self.tree.walk(statement):
-            if isinstance(node, (cst.Assign, cst.AnnAssign)):
-                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            kind = type(node)
+            if kind is cst.Assign or kind is cst.AnnAssign:
+                targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]
                 if any(dotted(t) == ref for t in targets):
                     assigns = True
             found = s.method_call(node)
             if found and dotted(found[0]) == ref and found[1] in MOVE_METHODS:
                 moves = True
-            if assigns and isinstance(node, cst.Call) and found and found[1] in MOVE_METHODS:
+            if assigns and found and found[1] in MOVE_METHODS:
                 moves = True
         return assigns, moves
 
@@ -1010,7 +1011,7 @@ class Analyzer:
         scopes = [entry.function, None] if entry.function is not None else [None]
         for function in scopes:
             for node in self.program.scope_nodes(function):
-                if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
                     if self.device_kind(node.value) is not None:
                         name = node.targets[0].target.value
                         self._warn_if_from_arguments(name, node.value)

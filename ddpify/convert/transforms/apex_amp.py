@@ -60,7 +60,7 @@ class ApexToNative:
         return Program(self.tree)
 
     def run(self) -> None:
-        if not any(_imports_apex(node) for node in self.tree.walk() if isinstance(node, (cst.Import, cst.ImportFrom))):
+        if not any(_imports_apex(node) for node in self.tree.of_type(cst.Import, cst.ImportFrom)):
             return
         uses = self._uses()
         amp = [u for u in uses if u[1] == AMP or u[1].startswith(AMP + ".")]

@@ -27,9 +27,7 @@ class Checkpoints(Transform):
             if self.facts.in_dataset(function):
                 continue  # data files a Dataset writes and reads: rank 0 downloads first (Downloads)
             saves: list[cst.Call] = []
-            for node in self.program.scope_nodes(function):
-                if not isinstance(node, cst.Call):
-                    continue
+            for node in self.program.calls_in(function):
                 found = s.method_call(node)
                 if found and found[1] in {"state_dict", "load_state_dict"} and (
                     self.facts.is_model(found[0], function) or self._in_model_list(found[0])

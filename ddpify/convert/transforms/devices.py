@@ -36,13 +36,14 @@ class Devices(Transform):
     def _walk(self) -> None:
         for function in [None, *self.program.all_functions]:
             for node in self.program.scope_nodes(function):
-                if isinstance(node, cst.Call):
+                kind = type(node)  # concrete node types: exact tests are isinstance tests
+                if kind is cst.Call:
                     self._call(node, function)
-                elif isinstance(node, (cst.SimpleString, cst.FormattedString)):
+                elif kind is cst.SimpleString or kind is cst.FormattedString:
                     self._gpu_string(node)
-                elif isinstance(node, (cst.Assign, cst.AnnAssign)):
+                elif kind is cst.Assign or kind is cst.AnnAssign:
                     self._visible_devices(node)
-                elif isinstance(node, cst.Attribute) and self.facts.device.cuda_only:
+                elif kind is cst.Attribute and self.facts.device.cuda_only:
                     self._tensor_type(node)
 
     # --- calls ---------------------------------------------------------------------

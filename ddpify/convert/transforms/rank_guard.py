@@ -32,8 +32,8 @@ class RankZeroGuards(Transform):
         # Objects made on rank 0 only (None elsewhere): statements that use them run on rank 0 too.
         self.rank_zero_objects = {
             dotted(small.targets[0].target)
-            for small in self.tree.walk()
-            if isinstance(small, cst.Assign) and len(small.targets) == 1 and self._is_logger_object(small.value)
+            for small in self.tree.of_type(cst.Assign)
+            if len(small.targets) == 1 and self._is_logger_object(small.value)
         } - {None}
         self._block(self.tree.module, None)
         for function in self.program.all_functions:
@@ -229,8 +229,10 @@ class RankZeroGuards(Transform):
         return self.tree.is_call_to(value, s.SUMMARY_WRITER) or self.tree.is_call_to(value, {"wandb.init"})
 
     def _uses_rank_zero_object(self, node: cst.CSTNode) -> bool:
+        if not self.rank_zero_objects:
+            return False
         return any(
-            isinstance(n, (cst.Name, cst.Attribute)) and dotted(n) in self.rank_zero_objects for n in self.tree.walk(node)
+            (type(n) is cst.Name or type(n) is cst.Attribute) and dotted(n) in self.rank_zero_objects for n in self.tree.walk(node)
         )
 
     def _creates_logger_object(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
