@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.syntax import Tree, dotted
+from ddpify.syntax import Tree, dotted, string_value
 
 # Calls that wrap an iterable without changing what it yields batch by batch.
 ITERABLE_WRAPPERS = {"builtins.enumerate", "builtins.iter", "builtins.zip", "itertools.islice", *s.TQDM}
@@ -308,6 +308,10 @@ class Program:
                 if found:
                     return found
             return [Origin(expr, function)] if index is None else []
+        if type(expr) is cst.Subscript and index is None:  # `loaders[phase]`: the dict's values
+            values = self._dict_values(expr, function, seen)
+            if values:
+                return values
         name = dotted(expr)
         if name is None or name in ("None", "True", "False"):
             return [Origin(expr, function)] if index is None else []
@@ -336,6 +340,25 @@ class Program:
                 if i is not None and index is not None:
                     continue
                 found += self._origins(value, scope, i if i is not None else index, seen)
+        return found
+
+    def _dict_values(self, item: cst.Subscript, function, seen) -> list[Origin]:
+        """The values `d[key]` may read when `d` is a dict literal or comprehension: the value
+        under a literal key, or every value. Empty when `d` is anything else."""
+        if len(item.slice) != 1 or type(item.slice[0].slice) is not cst.Index:
+            return []
+        key = string_value(item.slice[0].slice.value)
+        found: list[Origin] = []
+        for origin in self._origins(item.value, function, None, seen):
+            node = origin.node
+            if type(node) is cst.DictComp:
+                found += self._origins(node.value, origin.function, None, seen)
+            elif type(node) is cst.Dict and all(type(e) is cst.DictElement for e in node.elements):
+                chosen = [e for e in node.elements if key is not None and string_value(e.key) == key] or list(node.elements)
+                for element in chosen:
+                    found += self._origins(element.value, origin.function, None, seen)
+            else:
+                return []
         return found
 
     # --- what functions do, transitively --------------------------------------------------

@@ -399,7 +399,70 @@ def test_totals_over_the_sharded_loader_are_reduced(report: str, reduced: str) -
 def test_tensor_totals_are_reduced_in_place() -> None:
     loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    total = torch.zeros(1, device=device)\n") + "        total += loss.detach()\n    print(total.item())\n"
     output = convert(standard(loop=loop)).output
-    assert "        dist.all_reduce(total)\n        total /= world_size\n" in output
+    assert "        dist.all_reduce(total)\n        total = total / world_size\n" in output
+
+
+def test_a_count_of_hits_read_as_a_tensor_stays_a_tensor() -> None:
+    """`correct += (pred == y).sum()` from a Python 0, read as `correct.double()` afterwards: a
+    float would break that line, so it is reduced as the tensor it is, and summed (it is divided
+    by the size of the dataset, through a dict of sizes)."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    correct = 0\n") + "        correct += torch.sum(model(x).argmax(1) == y)\n    print(correct.double() / sizes['train'])\n"
+    output = convert(standard(loop=loop, loader=LOADER + "\nsizes = {k: len(loader.dataset) for k in ['train']}")).output
+    assert "        dist.all_reduce(correct)\n        if rank == 0:\n" in output
+    assert "float(correct)" not in output and "correct = correct / world_size" not in output
+
+
+def test_phase_loop_over_a_dict_of_loaders() -> None:
+    """`for phase in ["train", "val"]: for x, y in loaders[phase]:` - the loaders are built in
+    a dict comprehension: each gets a sampler over its own dataset (not hoisted out of the
+    comprehension, where `k` is not bound), and set_epoch takes the epoch, not the phase."""
+    loader = 'sets = {k: TensorDataset(torch.randn(64, 4), torch.randn(64, 1)) for k in ["train", "val"]}\nloaders = {k: DataLoader(sets[k], batch_size=8, shuffle=True) for k in ["train", "val"]}\n'
+    loop = """\
+for epoch in range(2):
+    for phase in ["train", "val"]:
+        for x, y in loaders[phase]:
+            loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            if phase == "train":
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+"""
+    output = convert(standard(loop=loop, loader=loader)).output
+    assert 'DataLoader(sets[k], batch_size=8, sampler=DistributedSampler(sets[k], shuffle=True)) for k in ["train", "val"]}' in output
+    assert "            loaders[phase].sampler.set_epoch(epoch)\n            for x, y in loaders[phase]:" in output
+
+
+def test_a_checkpoint_in_a_temporary_folder_is_written_by_every_rank() -> None:
+    """Each process has its own TemporaryDirectory: rank 0 alone writing there would leave the
+    other ranks nothing to read back, so the save stays on every rank and needs no barrier."""
+    after = 'with tempfile.TemporaryDirectory() as tmp:\n    path = os.path.join(tmp, "best.pt")\n    torch.save(model.state_dict(), path)\n    model.load_state_dict(torch.load(path))\n'
+    output = convert("import os\nimport tempfile\n" + standard(after=after)).output
+    assert "        torch.save(model.module.state_dict(), path)\n" in output
+    assert "rank == 0" not in output.split("TemporaryDirectory")[1] and "barrier" not in output
+
+
+def test_a_training_function_called_for_one_model_does_not_hide_the_next() -> None:
+    """`train(model_a, ...)` then `model_b` built and trained by the same function: both are
+    wrapped, each right before its own training."""
+    helpers = """\
+def train(model, optimizer, loader, device):
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    body = """\
+model_a = nn.Linear(4, 1).to(device)
+opt_a = torch.optim.SGD(model_a.parameters(), lr=0.1)
+train(model_a, opt_a, loader, device)
+model_b = nn.Linear(4, 1).to(device)
+opt_b = torch.optim.SGD(model_b.parameters(), lr=0.1)
+train(model_b, opt_b, loader, device)
+"""
+    output = convert(script(f"{DEVICE}\n{LOADER}\n{body}", helpers=helpers)).output
+    assert "model_a = DDP(model_a" in output and "model_b = DDP(model_b" in output
+    assert output.index("model_b = DDP(model_b") < output.index("train(model_b, opt_b, loader, device)")
 
 
 def test_gradient_accumulation_syncs_only_on_the_update_step() -> None:

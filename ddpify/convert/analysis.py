@@ -510,7 +510,7 @@ class Analyzer:
     # --- parameters a step may leave without gradients --------------------------------
 
     def _judge_unused_parameters(self, model: TrainedModel) -> None:
-        values = [v for v, _ in self.program.assignments(model.function, model.ref)]
+        values = self._built_from(model)
         if model.element is not None:  # a list of models: its elements
             values = [el.value for v in values if isinstance(v, (cst.List, cst.Tuple)) for el in v.elements]
         self._judge_batch_norm(model, values)
@@ -522,6 +522,23 @@ class Analyzer:
         # a model chosen among several same-file classes (`if args.type == ...`): any of them may skip
         reasons = [self._forward_may_skip(cls) for cls in sorted(classes, key=self.tree.line)]  # type: ignore[arg-type]
         model.unused_parameters = next((reason for reason in reasons if reason), "")
+
+    def _built_from(self, model: TrainedModel) -> list[cst.BaseExpression]:
+        """What the wrapped model is built from: the values assigned to it up to the wrap, less
+        moves of itself (`model = model.to(device)`). What it is rebound to after the wrap
+        (`model = train_model(model, ...)` returns the same object) is no new model."""
+        wrapped_at = self.tree.order(model.anchor) if model.anchor is not None and model.element is None else None
+        values = []
+        for value, _ in self.program.assignments(model.function, model.ref):
+            if wrapped_at is not None and self.tree.order(value) > wrapped_at and not self.tree.inside(value, model.anchor):
+                continue
+            inner = value
+            while isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in MOVE_METHODS | {"train", "eval"}:
+                inner = inner.func.value
+            if dotted(inner) == model.ref and inner is not value:
+                continue
+            values.append(value)
+        return values
 
     def _judge_batch_norm(self, model: TrainedModel, values: list[cst.CSTNode]) -> None:
         """The BatchNorm layers the model's source builds, through same-file classes and functions."""
@@ -728,8 +745,31 @@ class Analyzer:
             if is_backward(call) and any(self.tree.inside(loop, statement) for loop in self.tree.loops(call)):
                 return True
             target = self.program.callee(call, function)
-            if target is not None and self._reaches_training(target[0]):
+            if target is not None and self._reaches_training(target[0]) and self._trains_with(call, target[0], ref):
                 return True  # `train(model, loader)`, or `train(epoch)` on a global model
+        return False
+
+    def _trains_with(self, call: cst.Call, target: cst.FunctionDef, ref: str) -> bool:
+        """Whether a call of a training function can train `ref`: it is handed the model (or
+        something holding it), or the function reaches it as a global. `train_model(model_a)`
+        does not train `model_b`, built after it."""
+        root = ref.split(".")[0]
+        if any(isinstance(n, cst.Name) and n.value == root for a in call.args for n in self.tree.walk(a.value)):
+            return True
+        if root == "self" or isinstance(call.func, cst.Attribute):
+            return True  # a method: it may reach the model through its object
+        seen: set[cst.FunctionDef] = set()
+        work = [target]
+        while work:
+            function = work.pop()
+            if function in seen:
+                continue
+            seen.add(function)
+            if not self.program.binds(function, root) and any(
+                isinstance(n, cst.Name) and n.value == root for n in self.program.scope_nodes(function)
+            ):
+                return True
+            work += [t[0] for c in self.program.calls_in(function) if (t := self.program.callee(c, function)) is not None]
         return False
 
     def _model_refs(self, models: list[TrainedModel]) -> dict[cst.FunctionDef | None, set[str]]:
@@ -961,6 +1001,10 @@ class Analyzer:
         outer = [lp for lp in self.tree.loops(node) if lp is not node]
         if outer:
             loop = outer[0]
+            if _phase_loop(loop) and len(outer) > 1:
+                # `for phase in ["train", "val"]:` inside the epoch loop: the loader may depend on
+                # the phase, so the call goes in the phase loop; the epoch loop numbers the epochs
+                return [EpochStart(loop, loader_code, self._epoch_counter(outer[1]))]
             return [EpochStart(loop, loader_code, self._epoch_counter(loop))]
         if function is None or function in seen:
             return []
@@ -1253,3 +1297,13 @@ def _flatten_main_block(tree: Tree, body: cst.IndentedBlock | cst.Module) -> lis
 
 
 __all__ = ["Analyzer", "Device", "Entry", "EpochStart", "Facts", "NotConvertible", "TrainLoop", "TrainedModel"]
+
+
+def _phase_loop(loop: cst.For | cst.While) -> bool:
+    """`for phase in ["train", "val"]:`: a loop over a literal list of strings, not over epochs."""
+    return (
+        isinstance(loop, cst.For)
+        and isinstance(loop.iter, (cst.List, cst.Tuple))
+        and bool(loop.iter.elements)
+        and all(isinstance(e.value, cst.SimpleString) for e in loop.iter.elements)
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.destinations import private_to_process
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code
@@ -68,6 +69,8 @@ class Checkpoints(Transform):
             self.change(call, f"torch.load maps tensors to {location}, not to the GPU they were saved from")
         path = s.arg(call, 0, "f")
         written = [save for save in saves if (p := s.arg(save, 1, "f")) is not None and path is not None and code(p.value) == code(path.value)]
+        if written and path is not None and private_to_process(self.tree, self.program, path.value, function):
+            written = []  # a temporary file of this process: each rank saved its own copy
         if written:
             statement = self.tree.statement(call)
             self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))

@@ -65,7 +65,12 @@ class ReduceMetrics(Transform):
                     totals[name] = "count"  # examples seen: a sum over ranks, and an int again
                 elif all(isinstance(v, (cst.Integer, cst.Float)) for v in initial):
                     # a Python number, unless an increment is a tensor: `total += loss` makes one
-                    totals[name] = "number" if all(map(self._is_number, values)) else "number?"
+                    if all(map(self._is_number, values)):
+                        totals[name] = "number"
+                    elif self._used_as_tensor(loop, name):
+                        totals[name] = "tensor"  # `correct += (pred == y).sum()`, then `correct.item()`
+                    else:
+                        totals[name] = "number?"
                 else:
                     totals[name] = "tensor"
         for name, values in appended.items():
@@ -90,6 +95,14 @@ class ReduceMetrics(Transform):
         end = self.tree.positions[loop.loop].end.line
         return any(
             isinstance(n, cst.Name) and n.value == name and self.tree.line(n) > end and not self._is_target(n)
+            for n in self.program.scope_nodes(loop.function)
+        )
+
+    def _used_as_tensor(self, loop: TrainLoop, name: str) -> bool:
+        """`name.double()`, `name.item()`...: after the loop the script reads it as a tensor."""
+        end = self.tree.positions[loop.loop].end.line
+        return any(
+            isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == name and self.tree.line(n) > end
             for n in self.program.scope_nodes(loop.function)
         )
 
@@ -142,8 +155,8 @@ class ReduceMetrics(Transform):
             lines += self._unpack(tensor, numbers, totals, summed, function)
         for name in of_kind["tensor"]:
             lines.append(f"dist.all_reduce({name})")
-            if name not in summed:
-                lines.append(f"{name} /= {self.world_size(function)}")
+            if name not in summed:  # not in place: an integer tensor (a count of hits) divides into floats
+                lines.append(f"{name} = {name} / {self.world_size(function)}")
         for name in of_kind["list"]:
             gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
             lines += [
@@ -172,10 +185,26 @@ class ReduceMetrics(Transform):
                 continue
             if any(isinstance(n, cst.Name) and n.value == name for n in self.tree.walk(divided)):
                 by_total = any(isinstance(n, cst.Name) and n.value in totals for n in self.tree.walk(denominator))
-                modes.add("sum" if code(denominator) in per_dataset or by_total else "average")
+                by_dataset = code(denominator) in per_dataset or self._dataset_size(denominator, loop.function)
+                modes.add("sum" if by_dataset or by_total else "average")
         if not modes:
             return totals[name] == "count"
         return modes == {"sum"}
+
+    def _dataset_size(self, denominator: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`sizes[phase]` with `sizes = {x: len(datasets[x]) ...}`, or a name bound to `len(dataset)`:
+        the size of a whole dataset (not `len(loader)`, a per-rank count of batches)."""
+        if isinstance(denominator, cst.Call):
+            return False  # `len(...)` written out: the per_dataset spellings decide
+        for origin in self.program.origins(denominator, function):
+            node = origin.node
+            if self.tree.is_builtin_call(node, "len") and node.args:  # type: ignore[union-attr]
+                measured = node.args[0].value  # type: ignore[union-attr]
+                if not self.program.dataloaders(measured, origin.function) and not (
+                    isinstance(measured, cst.Attribute) and measured.attr.value in ("sampler", "batch_sampler")
+                ):
+                    return True
+        return False
 
     def _unpack(self, tensor: str, numbers: list[str], totals: dict[str, Kind], summed: set[str], function) -> list[str]:
         """The reduced totals back into the script's names: counts as ints, sums or averages."""

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.destinations import private_to_process
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted
@@ -182,6 +183,9 @@ class RankZeroGuards(Transform):
         if name in s.LOGGING_EMIT:
             return "logging"
         if name in s.TORCH_SAVE:
+            destination = s.arg(node, 1, "f")
+            if destination is not None and private_to_process(self.tree, self.program, destination.value, function):
+                return None  # a temporary file of this process: every rank writes and reads its own
             return "checkpoint save"
         if name in s.WANDB_CALLS or (name or "").startswith("wandb."):
             return "wandb"

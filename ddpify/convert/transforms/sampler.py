@@ -83,7 +83,10 @@ class Sampler(Transform):
             self.warn(call, "the training DataLoader has no dataset argument ddpify can read: not sharded")
             return
         dataset_code = code(dataset.value)
-        if not isinstance(dataset.value, (cst.Name, cst.Attribute)):
+        if not _pure(dataset.value):
+            if self._in_comprehension(call):
+                self.warn(call, f"the training DataLoader is built in a comprehension from `{dataset_code}`, which ddpify would have to evaluate twice: not sharded; give it a DistributedSampler over the same dataset")
+                return
             dataset_code = self._hoist(call, dataset, plan.function)
         used = s.arg(call, 3, "sampler")
         if used is not None:  # RandomSampler(dataset), SequentialSampler(dataset), or a name that is None
@@ -161,6 +164,9 @@ class Sampler(Transform):
         self.plan.insert_before(statement, statements(f'{name} = {kwargs}.pop("shuffle", False)  # the sampler shuffles now\n'))
         return name
 
+    def _in_comprehension(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(a, (cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp, cst.Lambda)) for a in self.tree.ancestors(node))
+
     def _hoist(self, call: cst.Call, dataset: cst.Arg, function: cst.FunctionDef | None) -> str:
         """`DataLoader(TensorDataset(x, y), ...)`: name the dataset so the sampler can see it."""
         name = next((n for n in DATASET_NAMES if not self.program.binds(function, n)), "sampled_dataset")
@@ -168,6 +174,17 @@ class Sampler(Transform):
         self.plan.insert_before(statement, statements(f"{name} = {code(dataset.value)}\n"))
         self.plan.replace(dataset.value, cst.Name(name))
         return name
+
+
+def _pure(expr: cst.BaseExpression) -> bool:
+    """A name, an attribute or a subscript by a name or a literal (`datasets[x]`): evaluating it
+    again for the sampler gives the same dataset."""
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return True
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        index = expr.slice[0].slice.value
+        return _pure(expr.value) and isinstance(index, (cst.Name, cst.SimpleString, cst.Integer))
+    return False
 
 
 def _with_sampler(shuffle: cst.Arg | None, sampler: cst.Arg):

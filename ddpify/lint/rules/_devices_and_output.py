@@ -20,6 +20,7 @@ from functools import cached_property
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.ranks import GLOBAL_RANK_NAMES, MAIN_PROCESS_NAMES
 from ddpify.lint.script import Script
 from ddpify.syntax import code, dotted, method_call, string_value
@@ -75,7 +76,6 @@ WRITE_METHODS = {
     "write_text": None,
     "write_bytes": None,
 }
-IN_MEMORY = {"io.BytesIO", "io.StringIO"}
 LOUD_LEVELS = {"error", "exception", "critical", "fatal"}  # a rank's own failure: every rank may report it
 WANDB_INIT = {"wandb.init"}
 
@@ -506,12 +506,7 @@ class DevicesAndOutput:
 
     def is_private_destination(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """A buffer in memory, a temporary file, os.devnull, or a path that names the rank."""
-        for origin in self.program.origins(expr, function):
-            for node in self.tree.walk(origin.node):
-                name = self.tree.qname(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
-                if name is not None and (name in IN_MEMORY or name.startswith("tempfile.") or name == "os.devnull"):
-                    return True
-        return self.mentions_rank(expr, function)
+        return private_to_process(self.tree, self.program, expr, function) or self.mentions_rank(expr, function)
 
     def logger_origin(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         if self.tree.is_call_to(obj, s.GET_LOGGER):
