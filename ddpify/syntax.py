@@ -121,7 +121,7 @@ SUMMARY_WRITER = {
     "torch.utils.tensorboard.writer.SummaryWriter",
     "tensorboardX.SummaryWriter",
 }
-TQDM = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange"}
+TQDM = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange", "tqdm.auto.trange", "torch.hub.tqdm"}  # torch.hub re-exports tqdm
 LOGGING_EMIT = {
     f"logging.{name}" for name in ("debug", "info", "warning", "warn", "error", "critical", "exception", "log")
 }

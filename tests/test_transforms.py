@@ -1294,3 +1294,62 @@ for epoch in range(2):
     assert result.status == "converted"
     assert "no_sync" not in result.output
     assert any("micro-steps are an inner loop" in w for w in warnings(result)), warnings(result)
+
+
+def test_no_barrier_inside_a_dataset_that_downloads_when_asked() -> None:
+    """A Dataset whose constructor passes `download=download` on: its builder's `download=True`
+    call is guarded once; a second rank-0 guard inside the class would give rank 0 one barrier
+    more than the others (a hang), and would run in loader workers."""
+    helpers = """\
+class Pairs(torch.utils.data.Dataset):
+    def __init__(self, root, download=False):
+        self.base = torchvision.datasets.MNIST(root, download=download)
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, i):
+        return self.base[i]
+"""
+    body = f"{DEVICE}\ntrain_set = Pairs('data', download=True)\nloader = DataLoader(train_set, batch_size=8, shuffle=True)\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    output = convert(script(body, helpers=helpers, imports="import torchvision\n")).output
+    assert output.count("dist.barrier()") == 1
+    assert "        Pairs('data', download=True)\n    dist.barrier()\n" in output
+
+
+def test_functional_data_parallel_in_forward_becomes_a_plain_call() -> None:
+    helpers = """\
+class Net(nn.Module):
+    def __init__(self, ngpu):
+        super().__init__()
+        self.ngpu = ngpu
+        self.main = nn.Linear(4, 1)
+
+    def forward(self, x):
+        if x.is_cuda and self.ngpu > 1:
+            return nn.parallel.data_parallel(self.main, x, range(self.ngpu))
+        return self.main(x)
+"""
+    result = convert(standard(model="model = Net(2).to(device)").replace("def main():", helpers + "\n\ndef main():"))
+    assert "            return self.main(x)\n        return self.main(x)\n" in result.output
+    assert "data_parallel" not in result.output
+
+
+def test_no_drop_last_for_a_reshape_outside_training() -> None:
+    """`x.view(batch_size, -1)` in an evaluation over an unsharded loader says nothing about the
+    training batches: drop_last is only for shapes the training loop makes."""
+    after = "for x, y in test_loader:\n    print(model(x.view(8, -1)).sum())\n"
+    loader = LOADER.replace("batch_size=8", "batch_size=batch_size") + "\ntest_loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)"
+    output = convert(standard(loader="batch_size = 8\n" + loader, after=after.replace("8", "batch_size"))).output
+    assert "drop_last" not in output
+
+
+def test_hand_written_update_is_the_reason_given() -> None:
+    """No optimizer, and the forward inside a helper: the reason is the hand-written step (and the
+    hand-made batches), not "no optimizer was found" as if the script did not train."""
+    helpers = "def step_loss(model, x, y):\n    return nn.functional.mse_loss(model(x), y)\n"
+    body = f"{DEVICE}\nmodel = nn.Linear(4, 1).to(device)\nx, y = torch.randn(64, 4), torch.randn(64, 1)\nfor step in range(10):\n    loss = step_loss(model, x, y)\n    model.zero_grad()\n    loss.backward()\n    for p in model.parameters():\n        p.data.add_(p.grad, alpha=-0.1)\n"
+    result = convert(script(body, helpers=helpers))
+    assert result.status == "unchanged"
+    assert result.reason.startswith("the training loop updates the parameters by hand (`p.data.add_(p.grad, alpha=-0.1)`")
+    assert "do not come from a DataLoader" in result.reason

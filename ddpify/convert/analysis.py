@@ -49,6 +49,8 @@ NORM_CLASS = re.compile(r"norm(?!ali[sz])", re.IGNORECASE)  # `FrozenBN`? no: `L
 class NotConvertible(Exception):
     """The script is returned unchanged; the message says why."""
 
+# In-place updates a hand-written optimizer step makes (`p.data.add_(p.grad, alpha=-lr)`).
+HAND_UPDATES = {"add_", "sub_", "addcmul_", "addcdiv_"}
 
 @dataclass
 class Entry:
@@ -275,7 +277,7 @@ class Analyzer:
             self._explain_nothing_to_train()
         models = self._models()
         if not models:
-            raise NotConvertible("nothing to convert: no optimizer over a model's parameters was found")
+            raise NotConvertible(self._no_model_reason(backward_calls))
         loops = self._train_loops(backward_calls)
         loaders = self._train_loaders(loops)
         loader_plans = [self._loader_plan(origin) for origin in loaders]
@@ -283,7 +285,7 @@ class Analyzer:
         if not loader_plans:
             raise NotConvertible(self._no_loader_reason(backward_calls))
         entry = self._entry(loaders, models)
-        device = self._device(entry)
+        device = self._device(entry, models)
         refs = self._model_refs(models)
         facts = Facts(
             tree=self.tree,
@@ -620,6 +622,8 @@ class Analyzer:
             if isinstance(node, (cst.If, cst.While, cst.For, cst.IfExp)):
                 if isinstance(node, cst.For) and (dotted(self.program.unwrap_iterable(node.iter)) or "").startswith("self."):
                     continue  # `for layer in self.layers`: every layer runs
+                if self._same_layers_either_way(node, set(layers)):
+                    continue  # `data_parallel(self.main, x) if ... else self.main(x)`
                 if self._calls_self(node):
                     return f"`{cls.name.value}.forward` runs some layers only under a condition (line {self.tree.line(node)})"
         for node in self.program.scope_nodes(forward):
@@ -648,6 +652,20 @@ class Analyzer:
                 for value in self._values_of(function, node.value):
                     layers |= self._layers_behind(value, function, methods, seen)
         return layers
+
+    def _same_layers_either_way(self, node: cst.CSTNode, layers: set[str]) -> bool:
+        """An `if`/`else` (or `a if c else b`) whose branches use the same layers of `layers`."""
+        if isinstance(node, cst.IfExp):
+            branches: list[cst.CSTNode] = [node.body, node.orelse]
+        elif isinstance(node, cst.If) and isinstance(node.orelse, cst.Else):
+            branches = [node.body, node.orelse.body]
+        else:
+            return False
+        used = [
+            {n.attr.value for n in self.tree.walk(b) if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == "self"} & layers
+            for b in branches
+        ]
+        return bool(used[0]) and all(u == used[0] for u in used)
 
     def _builds_layer(self, value: cst.Call) -> bool:
         name = self.tree.qname(value.func) or ""
@@ -747,7 +765,20 @@ class Analyzer:
             target = self.program.callee(call, function)
             if target is not None and self._reaches_training(target[0]) and self._trains_with(call, target[0], ref):
                 return True  # `train(model, loader)`, or `train(epoch)` on a global model
+            if self._hands_to_trainer(call, ref):
+                return True  # `Trainer(model, ...)`: its methods train what it was handed
         return False
+
+    def _hands_to_trainer(self, call: cst.Call, ref: str) -> bool:
+        """`TrainEval(args, model, loader, optimizer).train()`: the model goes into a same-file
+        class whose methods train; the object keeps it, so it must be wrapped before."""
+        if not (isinstance(call.func, cst.Name) and call.func.value in self.program.classes):
+            return False
+        root = ref.split(".")[0]
+        if not any(dotted(a.value) == ref or (isinstance(a.value, cst.Name) and a.value.value == root) for a in call.args):
+            return False
+        methods = self.program.class_methods(self.program.classes[call.func.value])
+        return any(self._reaches_training(method) for method in methods.values())
 
     def _trains_with(self, call: cst.Call, target: cst.FunctionDef, ref: str) -> bool:
         """Whether a call of a training function can train `ref`: it is handed the model (or
@@ -830,6 +861,29 @@ class Analyzer:
                 if target is not None and not self._under_no_grad(target[0].body, target[0]):
                     found += self._next_loaders(target[0].body, target[0], depth - 1)
         return found
+
+    def _no_model_reason(self, backward_calls: list[cst.Call]) -> str:
+        """backward() is called but no optimizer names a model: say what the script does instead."""
+        loaders = "" if any(self.tree.is_call_to(c, s.DATALOADER) for c in self.tree.calls()) else (
+            "; its batches do not come from a DataLoader either, which ddpify would need to split them by rank"
+        )
+        for call in self.tree.calls():
+            found = s.method_call(call)
+            receiver = s.method_call(found[0]) if found is not None and isinstance(found[0], cst.Call) else None
+            by_hand = found is not None and found[1] in HAND_UPDATES and (
+                (isinstance(found[0], cst.Attribute) and found[0].attr.value == "data")
+                or any(isinstance(a.value, cst.Attribute) and a.value.attr.value == "grad" or "grad" in code(a.value) for a in call.args)
+            )
+            if by_hand and receiver is None:
+                return (
+                    f"the training loop updates the parameters by hand (`{code(call)}`, line {self.tree.line(call)}) rather than "
+                    "with a torch.optim optimizer, which is how ddpify finds the model to wrap: use an optimizer, or wrap the "
+                    f"model in DistributedDataParallel yourself{loaders}"
+                )
+        return (
+            f"backward() is called (line {self.tree.line(backward_calls[0])}), but no torch.optim optimizer over a model's "
+            f"parameters was found, which is how ddpify finds the model to wrap{loaders}"
+        )
 
     def _no_loader_reason(self, backward_calls: list[cst.Call]) -> str:
         call = backward_calls[0]
@@ -1049,16 +1103,19 @@ class Analyzer:
 
     # --- device ----------------------------------------------------------------------
 
-    def _device(self, entry: Entry) -> Device:
-        """The script's device variable: assigned a device pick in the entry point, else in the module."""
+    def _device(self, entry: Entry, models: list[TrainedModel]) -> Device:
+        """The script's device variable: assigned a device pick in the entry point, else in the
+        module, else where the model is built (`main()` under a `__main__` block that sets up)."""
         cuda_only = not any(self.tree.qname(c.func) in s.DEVICE_CHECKS for c in self.tree.calls())
-        scopes = [entry.function, None] if entry.function is not None else [None]
+        scopes = list(dict.fromkeys([entry.function, None, *(m.function for m in models)]))
         for function in scopes:
             for node in self.program.scope_nodes(function):
                 if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
                     if self.device_kind(node.value) is not None:
                         name = node.targets[0].target.value
-                        self._warn_if_from_arguments(name, node.value)
+                        for value, index in self.program.assignments(function, name):  # every branch's pick
+                            if index is None:
+                                self._warn_if_from_arguments(name, value)  # type: ignore[arg-type]
                         return Device(name, function, cuda_only)
         return Device(None, None, cuda_only)
 

@@ -9,12 +9,18 @@ from ddpify.convert.transforms.base import Transform
 from ddpify.syntax import dotted
 
 
+FUNCTIONAL = {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
+
+
 class RemoveDataParallel(Transform):
     name = "data-parallel"
     DESCRIPTION = "nn.DataParallel removed in favour of DistributedDataParallel"
 
     def run(self) -> None:
         for call in self.tree.calls():
+            if self.tree.is_call_to(call, FUNCTIONAL) and len(call.args) >= 2:
+                self._functional(call)
+                continue
             if not self.tree.is_call_to(call, s.DATA_PARALLEL) or not call.args:
                 continue
             inner = call.args[0].value
@@ -28,6 +34,18 @@ class RemoveDataParallel(Transform):
             module, _, obj = name.rpartition(".")
             if isinstance(call.func, cst.Name):
                 self.plan.drop_import_if_unused(module, obj)
+
+    def _functional(self, call: cst.Call) -> None:
+        """`nn.parallel.data_parallel(self.main, x, range(ngpu))` in a forward: the module on this
+        rank's GPU alone (`self.main(x)`); a rank's model lives on one GPU, the one it owns."""
+        module, inputs = call.args[0], call.args[1]
+        if module.keyword is not None or inputs.keyword is not None or module.star or inputs.star:
+            self.warn(call, "nn.parallel.data_parallel spreads one rank's forward over several GPUs: call the module directly")
+            return
+        value = inputs.value
+        args = [cst.Arg(el.value) for el in value.elements] if isinstance(value, cst.Tuple) else [cst.Arg(value)]
+        self.plan.replace(call, cst.Call(func=module.value, args=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]))
+        self.change(call, "nn.parallel.data_parallel replaced by a plain call of the module: each rank runs on its own GPU")
 
     def _removable(self, call: cst.Call) -> cst.CSTNode:
         """The statement to drop; `if torch.cuda.device_count() > 1: model = nn.DataParallel(model)` goes whole."""

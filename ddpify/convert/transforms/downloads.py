@@ -35,6 +35,12 @@ class Downloads(Transform):
             function = self.tree.function(call)
             if statement in done or self._inside_loop(statement):
                 continue
+            if self.facts.in_dataset(function):
+                # Dataset code runs wherever the dataset is built (and in loader workers): a
+                # barrier there would hang; its builder's own `download=True` call is guarded
+                if isinstance(download.value, cst.Name) and download.value.value == "True":
+                    self.warn(call, "this Dataset downloads whenever it is built: build it once on rank 0 before the other ranks do (a barrier between), or every rank writes the same files")
+                continue
             done.add(statement)
             args = [_plain_arg(a) for a in call.args if a.keyword is None or a.keyword.value not in SAMPLE_ARGUMENTS]
             download_call = code(cst.Call(func=call.func, args=args))

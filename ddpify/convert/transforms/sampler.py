@@ -121,7 +121,7 @@ class Sampler(Transform):
         if batch is None or s.arg(call, 9, "drop_last") is not None or isinstance(batch.value, cst.Integer):
             return
         size = code(batch.value)
-        for node in self.tree.calls():
+        for node in self._training_calls():
             found = s.method_call(node)
             shaped = found is not None and found[1] in SHAPE_METHODS  # a batch reshaped; noise drawn by it is no batch
             first = s.arg(node, 0, None)
@@ -129,6 +129,23 @@ class Sampler(Transform):
                 self.plan.replace(call, add_keyword("drop_last", "True"))
                 self.change(call, f"drop_last=True: the script shapes tensors by `{size}` (line {self.tree.line(node)}), so every batch must be full")
                 return
+
+    def _training_calls(self) -> list[cst.Call]:
+        """Calls the training loops make, in their bodies and in the same-file functions those
+        call: where the training batches are. A `view(batch_size, ...)` in an evaluation
+        function over an unsharded loader says nothing about the training batches."""
+        found: list[cst.Call] = []
+        seen: set[cst.FunctionDef] = set()
+        work: list[tuple[cst.CSTNode, cst.FunctionDef | None]] = [(loop.loop.body, loop.function) for loop in self.facts.train_loops]
+        while work:
+            root, function = work.pop()
+            for call in self.tree.calls(root):
+                found.append(call)
+                target = self.program.callee(call, function)
+                if target is not None and target[0] not in seen:
+                    seen.add(target[0])
+                    work.append((target[0].body, target[0]))
+        return found
 
     def _per_rank_generator(self, plan: LoaderPlan) -> None:
         """Draws with replacement (or by weight) keep their distribution; each rank draws its own."""
