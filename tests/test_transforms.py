@@ -1353,3 +1353,96 @@ def test_hand_written_update_is_the_reason_given() -> None:
     assert result.status == "unchanged"
     assert result.reason.startswith("the training loop updates the parameters by hand (`p.data.add_(p.grad, alpha=-0.1)`")
     assert "do not come from a DataLoader" in result.reason
+
+
+def test_a_fresh_model_under_the_same_name_is_plain() -> None:
+    """`model = Net()` after training, to load the saved weights into: no `.module` there."""
+    after = 'torch.save(model.state_dict(), "m.pt")\nmodel = nn.Linear(4, 1)  # a fresh copy\nmodel.load_state_dict(torch.load("m.pt"))\n'
+    output = convert(standard(after=after)).output
+    assert "torch.save(model.module.state_dict()" in output
+    assert "    model.load_state_dict(torch.load(" in output and "model.module.load_state_dict" not in output
+
+
+def test_map_location_does_not_name_a_device_defined_later() -> None:
+    body = f'{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}torch.save(model.state_dict(), "m.pt")\nother = nn.Linear(4, 1)\nother.load_state_dict(torch.load("m.pt"))\n{DEVICE}\nprint(device)\n'
+    output = convert(script(body)).output
+    assert 'torch.load("m.pt", map_location="cuda" if torch.cuda.is_available() else "cpu")' in output
+
+
+def test_a_global_loader_from_another_module_is_made_again_where_it_is_bound() -> None:
+    source = """\
+import torch
+import torch.nn as nn
+from loaders import get_loader
+
+
+def train(epoch):
+    for x, y in training_loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(net(x), y).backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    net = nn.Linear(4, 1)
+    training_loader = get_loader(batch_size=8)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(2):
+        train(epoch)
+"""
+    output = convert(source).output
+    assert "    training_loader = get_loader(batch_size=8)\n    training_loader = distributed_loader(training_loader)" in output
+    assert "def train(epoch):\n    for x, y in training_loader:" in output
+
+
+def test_a_loop_that_stops_before_the_dataset_short_batch_drops_the_shards_short_batch() -> None:
+    """`if i == len(loader.dataset) // batch_size: break` counts the whole dataset's batches; a
+    rank's shard has fewer, so its short last batch reaches code sized for full batches."""
+    loop = LOOP.replace("    for x, y in loader:\n", "    for i, (x, y) in enumerate(loader):\n        if i == len(loader.dataset) // 8:\n            break\n")
+    output = convert(standard(loop=loop)).output
+    assert "sampler=DistributedSampler(TensorDataset" in output or "DistributedSampler(" in output
+    assert "drop_last=True" in output
+
+
+def test_a_comment_block_between_outputs_stays_outside_the_guards() -> None:
+    after = 'print("done")\n\n# Saving the model\n# ----------------\n\ntorch.save(model.state_dict(), "m.pt")\nprint("saved")\n'
+    output = convert(standard(after=after)).output
+    assert '        print("done")\n\n    # Saving the model\n    # ----------------\n\n    if rank == 0:\n        torch.save(' in output
+    assert not any(line.strip() == "" and line for line in output.splitlines())  # no whitespace-only lines
+
+
+def test_handing_a_rank_zero_writer_to_a_training_function_is_no_output() -> None:
+    """`loss = train_one_epoch(epoch, writer)`: the writer is None off rank 0 and the function's
+    own uses of it are guarded; the call and its result stay on every rank."""
+    helpers = """\
+def train_one_epoch(model, loader, optimizer, writer):
+    total = 0.0
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    writer.add_scalar("loss", total)
+    return total
+"""
+    body = f"{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nwriter = SummaryWriter()\nfor epoch in range(2):\n    avg_loss = train_one_epoch(model, loader, optimizer, writer)\n    print(avg_loss)\n"
+    output = convert(script(body, helpers=helpers, imports="from torch.utils.tensorboard import SummaryWriter\n")).output
+    assert "        avg_loss = train_one_epoch(model, loader, optimizer, writer)\n" in output
+    assert "train_one_epoch_result" not in output
+    assert "    if dist.get_rank() == 0:\n        writer.add_scalar(" in output
+
+
+def test_a_model_built_and_trained_inside_a_sweep_loop_is_wrapped_there() -> None:
+    body = """\
+for lr in [0.1, 0.01]:
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+"""
+    output = convert(script(f"{LOADER}\n{body}")).output
+    assert "        model = nn.Linear(4, 1)\n        model = DDP(model)\n" in output

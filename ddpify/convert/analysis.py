@@ -151,8 +151,18 @@ class Facts:
             return function is self.entry.function
         return function is None or self.program.owner_class(function) is None
 
-    def device_expr(self, function: cst.FunctionDef | None) -> str | None:
-        """How code in `function` names the script's device, when a variable of the script does."""
+    def device_expr(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> str | None:
+        """How code in `function` names the script's device, when a variable of the script does
+        (and, given `at`, is bound before that point when both are in the same scope)."""
+        found = self._device_expr(function)
+        if found is not None and at is not None and "." not in found:
+            bound = [v for v, _ in self.program.assignments(function, found)]
+            params = function is not None and found in self.program.all_param_names(function)
+            if bound and not params and all(self.tree.order(v) > self.tree.order(at) for v in bound):
+                return None  # assigned only further down: not defined yet here
+        return found
+
+    def _device_expr(self, function: cst.FunctionDef | None) -> str | None:
         name = self.device.name
         if name is not None:
             if self.program.binds(function, name) or (
@@ -215,8 +225,24 @@ class Facts:
             return False
         for model in self.models:
             if model.ref == ref and model.function is function:
-                return self.tree.line(node) > self.tree.positions[model.anchor].end.line
+                line = self.tree.line(node)
+                wrapped = self.tree.positions[model.anchor].end.line
+                return line > wrapped and not any(wrapped < rebound < line for rebound in self._rebound_lines(model))
         return True
+
+    def _rebound_lines(self, model: TrainedModel) -> list[int]:
+        """Lines after the wrap where the model's name gets a new object that is not made from
+        it (`model = Net()` to load the saved weights into): from there on it is a plain module.
+        `model = train(model, ...)` or `model = model.to(device)` keep the wrapped one."""
+        root = model.ref.split(".")[0]
+        wrapped = self.tree.positions[model.anchor].end.line
+        lines = []
+        for value, _ in self.program.assignments(model.function, model.ref):
+            if self.tree.line(value) <= wrapped:
+                continue
+            if not any(isinstance(n, cst.Name) and n.value == root for n in self.tree.walk(value)):
+                lines.append(self.tree.line(value))
+        return lines
 
     def refills(self) -> list[tuple[cst.Call, str]]:
         """`iter(loader)` calls that start another pass over a sharded training loader drawn with
@@ -717,9 +743,22 @@ class Analyzer:
         before then, so that weight init (`apply`), loaded or frozen weights and moves come first
         (DDP broadcasts rank 0's weights when it wraps; a change after that is per rank)."""
         body = function.body if function is not None else self.tree.module
+        found = self._anchor_in(_flatten_main_block(self.tree, body), ref, function)
+        if found is None:
+            # Built and trained inside a loop (a sweep over learning rates): wrapped there, each time
+            for value, _ in self.program.assignments(function, ref):
+                statement = self.tree.statement(value)
+                block = self.tree.block(statement)
+                if block is not body and isinstance(block, cst.IndentedBlock) and self.tree.loops(statement):
+                    found = self._anchor_in(list(block.body), ref, function)
+                    if found is not None:
+                        break
+        return TrainedModel(ref, function, found[0], found[1]) if found is not None else None
+
+    def _anchor_in(self, statements: list[cst.BaseStatement], ref: str, function: cst.FunctionDef | None) -> tuple[cst.BaseStatement, bool] | None:
         anchor: cst.BaseStatement | None = None
         assigned = moved = False
-        for statement in _flatten_main_block(self.tree, body):
+        for statement in statements:
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                 continue
             if self._uses_for_training(statement, ref, function):
@@ -729,7 +768,7 @@ class Analyzer:
                 anchor = statement
                 assigned = assigned or assigns
                 moved = moved or moves
-        return TrainedModel(ref, function, anchor, moved) if anchor is not None else None
+        return (anchor, moved) if anchor is not None else None
 
     def _mentions(self, statement: cst.CSTNode, ref: str) -> bool:
         """Whether a statement uses the model, other than handing its parameters to an optimizer."""
@@ -967,6 +1006,9 @@ class Analyzer:
 
     def _recreate_plan(self, loader: cst.BaseExpression, function: cst.FunctionDef | None, loop: TrainLoop) -> LoaderPlan:
         spelled = code(loader)
+        root = spelled.split(".")[0]
+        if function is not None and isinstance(loader, (cst.Name, cst.Attribute)) and root != "self" and not self.program.binds(function, root):
+            function = None  # a global the function reads: made again where the module binds it
         assigned = [v for v, _ in self.program.assignments(function, spelled)]
         if assigned:
             statement = self.tree.statement(max(assigned, key=self.tree.line))

@@ -197,7 +197,7 @@ class _Applier(PathRebuilder):
             nonlocal pending, pending_group
             if pending and pending_group is not None:
                 first = pending[0]
-                inner = [first.with_changes(leading_lines=[]), *pending[1:]]
+                inner = [first.with_changes(leading_lines=[]), *(_unindented_blanks(s) for s in pending[1:])]
                 built = pending_group.build(inner)  # its own comment lines follow the statement's
                 body.append(built.with_changes(leading_lines=[*first.leading_lines, *built.leading_lines]))
             pending, pending_group = [], None
@@ -227,8 +227,8 @@ class _Applier(PathRebuilder):
                 carried_blank = _blank_lines(upd.leading_lines)
             elif orig in plan.groups:
                 group = plan.groups[orig]
-                if pending and pending_group is not None and pending_group.key != group.key:
-                    flush()
+                if pending and pending_group is not None and (pending_group.key != group.key or (_is_guard(group) and _has_comment(upd))):
+                    flush()  # a comment above a statement heads a new guard: it stays the user's, outside
                 pending.append(upd)
                 pending_group = group
             else:
@@ -242,6 +242,23 @@ class _Applier(PathRebuilder):
         if not body:
             body = [cst.SimpleStatementLine([cst.Pass()])]
         return updated.with_changes(body=body)
+
+
+def _is_guard(group: Group) -> bool:
+    return isinstance(group.key, tuple) and group.key[0] == "if"
+
+
+def _has_comment(statement: cst.BaseStatement) -> bool:
+    return any(line.comment is not None for line in getattr(statement, "leading_lines", ()))
+
+
+def _unindented_blanks(statement: cst.BaseStatement) -> cst.BaseStatement:
+    """Blank lines inside a new block stay empty (no indentation, no trailing spaces)."""
+    lines = getattr(statement, "leading_lines", ())
+    if not any(line.comment is None for line in lines):
+        return statement
+    fixed = [line.with_changes(indent=False, whitespace=cst.SimpleWhitespace("")) if line.comment is None else line for line in lines]
+    return statement.with_changes(leading_lines=fixed)
 
 
 def _if_builder(condition: str) -> Callable[[list[cst.BaseStatement]], cst.If]:

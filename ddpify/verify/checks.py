@@ -211,7 +211,10 @@ def _judge_loader(per_rank: Sequence[Mapping], world: int) -> tuple[str, str, di
     if head["distributed"]:
         if shared > padding:
             return FAIL, f"the ranks' DistributedSamplers overlap: {of} were drawn on more than one rank (do the ranks share one sampler seed?)", evidence
-        if head["shuffle"] and head["passes"] > 1 and len(head["pass_heads"]) > 1 and head["pass_heads"][0] == head["pass_heads"][1]:
+        # A preview pass (`next(iter(loader))`) before set_epoch(0) shares epoch 0's order: only a
+        # sampler whose set_epoch() never ran repeats its order for want of it.
+        never_set = not head.get("set_epoch", False)
+        if head["shuffle"] and head["passes"] > 1 and len(head["pass_heads"]) > 1 and head["pass_heads"][0] == head["pass_heads"][1] and never_set:
             return FAIL, "a shuffling DistributedSampler visits the samples in the same order every epoch: set_epoch() is not called", evidence
         return OK, f"{sampler}: disjoint sample indices on {world} ranks", evidence
     if head["replacement"]:

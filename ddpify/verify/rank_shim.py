@@ -425,6 +425,17 @@ def patch_dataloader(facts):
     import torch
     from torch.utils.data import dataloader
 
+    from torch.utils.data.distributed import DistributedSampler
+
+    original_set_epoch = DistributedSampler.set_epoch
+
+    @functools.wraps(original_set_epoch)
+    def set_epoch(self, epoch):
+        self._ddpify_set_epoch = True  # the script numbers its epochs: a repeated order is its choice
+        return original_set_epoch(self, epoch)
+
+    DistributedSampler.set_epoch = set_epoch
+
     BaseIter = dataloader._BaseDataLoaderIter
     original_iter_init = BaseIter.__init__
     original_reset = BaseIter._reset
@@ -458,6 +469,7 @@ def patch_dataloader(facts):
             "indices": [],  # the first pass, up to MAX_INDICES
             "indices_seen": 0,
             "pass_heads": [],  # the first batch of indices of the first two passes
+            "set_epoch": False,  # set_epoch() was called on its DistributedSampler before a pass began
             "first_batch": None,
         }
         facts.loaders.append(entry)
@@ -471,6 +483,7 @@ def patch_dataloader(facts):
             if entry is None:
                 return
             entry["passes"] += 1
+            entry["set_epoch"] = entry.get("set_epoch", False) or _set_epoch_called(loader)
             if entry["site"] is None:
                 entry["site"] = facts.site(3)
             iterator._ddpify_pass = entry["passes"]
@@ -529,6 +542,14 @@ def patch_dataloader(facts):
     BaseIter._reset = _reset
     BaseIter._next_index = _next_index
     BaseIter.__next__ = __next__
+
+
+def _set_epoch_called(loader):
+    """Whether set_epoch() was called on the loader's DistributedSampler (or its batch sampler's)."""
+    for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        if getattr(sampler, "_ddpify_set_epoch", False):
+            return True
+    return False
 
 
 def _is_distributed_sampler(sampler):

@@ -1,4 +1,7 @@
-"""A correct DDP script: sharded data, set_epoch, output and checkpoint on rank 0, unwrapped state dict."""
+"""A correct DDP script: sharded data, set_epoch, output and checkpoint on rank 0, unwrapped state dict.
+
+It previews a batch before training (the tutorials' `next(iter(loader))`): that pass shares
+epoch 0's order with the first epoch, which is no missing set_epoch()."""
 
 import torch
 import torch.distributed as dist
@@ -12,8 +15,11 @@ def main() -> None:
     is_main_process = dist.get_rank() == 0
     torch.manual_seed(0)
     loader = sharded_loader(dataset())
+    preview, _ = next(iter(loader))
     model = wrap(nn.Linear(4, 1), device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if is_main_process:
+        print(f"batch shape {tuple(preview.shape)}")
     for epoch in range(2):
         loader.sampler.set_epoch(epoch)
         loss = train_epoch(model, loader, optimizer, device)

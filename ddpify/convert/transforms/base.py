@@ -36,9 +36,9 @@ class Transform:
     # spellings that depend on where the code runs; entry names used are recorded so the
     # process-group setup defines exactly those
 
-    def device(self, function: cst.FunctionDef | None) -> str | None:
-        """The script's device variable as `function` spells it, if it has one."""
-        return self.facts.device_expr(function)
+    def device(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> str | None:
+        """The script's device variable as `function` spells it, if it has one (defined by `at`)."""
+        return self.facts.device_expr(function, at)
 
     def rank(self, function: cst.FunctionDef | None) -> str:
         expr = self.facts.rank_expr(function)

@@ -64,7 +64,7 @@ class Checkpoints(Transform):
 
     def _load(self, call: cst.Call, function: cst.FunctionDef | None, saves: list[cst.Call]) -> None:
         if s.arg(call, 1, "map_location") is None:
-            location = self.device(function) or FALLBACK
+            location = self.device(function, call) or FALLBACK
             self.plan.replace(call, add_keyword("map_location", location))
             self.change(call, f"torch.load maps tensors to {location}, not to the GPU they were saved from")
         path = s.arg(call, 0, "f")

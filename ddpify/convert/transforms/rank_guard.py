@@ -24,6 +24,7 @@ STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
 PRINTING_HELPERS = ("progress_bar", "print_")
 LOG_OBJECTS = {"log", "logger", "printer", "reporter", "visualizer", "vis", "viz", "tracker", "plotter"}
 
+MAKEDIRS = {"os.makedirs"}
 
 class RankZeroGuards(Transform):
     name = "rank-0"
@@ -44,6 +45,9 @@ class RankZeroGuards(Transform):
         for call in self.tree.calls():
             if self.tree.is_call_to(call, s.TQDM):
                 self._tqdm(call)
+            elif self.tree.is_call_to(call, MAKEDIRS) and s.arg(call, 2, "exist_ok") is None:
+                self.plan.replace(call, add_keyword("exist_ok", "True"))
+                self.change(call, "folders are made on every rank (their files may be written by code ddpify cannot guard): exist_ok=True lets the ranks race")
 
     # --- statements ------------------------------------------------------------------
 
@@ -191,6 +195,8 @@ class RankZeroGuards(Transform):
             return "wandb"
         if name and not name.startswith(("torch.", "builtins.")) and name.rsplit(".", 1)[-1].startswith(PRINTING_HELPERS):
             return "print"  # `progress_bar(...)` from another module
+        if name in MAKEDIRS:
+            return None  # every rank makes it (exist_ok): a write ddpify cannot see may need it
         if name in s.FILE_WRITES:
             return "file write"
         if name == "logging.basicConfig" and s.arg(node, None, "filename") is not None:
@@ -236,8 +242,18 @@ class RankZeroGuards(Transform):
         if not self.rank_zero_objects:
             return False
         return any(
-            (type(n) is cst.Name or type(n) is cst.Attribute) and dotted(n) in self.rank_zero_objects for n in self.tree.walk(node)
+            (type(n) is cst.Name or type(n) is cst.Attribute) and dotted(n) in self.rank_zero_objects and not self._handed_on(n)
+            for n in self.tree.walk(node)
         )
+
+    def _handed_on(self, name: cst.CSTNode) -> bool:
+        """`train_one_epoch(epoch, writer)`: a same-file function gets the object (None off rank 0)
+        and its own uses of it are guarded there; the call is no use of it here."""
+        arg = self.tree.parent(name)
+        call = self.tree.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not isinstance(call, cst.Call) or arg.value is not name:  # type: ignore[union-attr]
+            return False
+        return self.program.callee(call, self.tree.function(call)) is not None
 
     def _creates_logger_object(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
         """`writer = SummaryWriter(...)` -> `writer = SummaryWriter(...) if rank == 0 else None`."""

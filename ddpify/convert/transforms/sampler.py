@@ -117,8 +117,24 @@ class Sampler(Transform):
     def _keep_full_batches(self, call: cst.Call) -> None:
         """`x.reshape(batch_size, -1)`, `x.view(batch_size, ...)`: the script assumes full batches,
         which a shard of the data need not give: the last, short batch of each rank is dropped."""
+        if s.arg(call, 9, "drop_last") is not None:
+            return
+        for loop in self.facts.train_loops:
+            for node in self.tree.walk(loop.loop.body):
+                if (
+                    isinstance(node, cst.BinaryOperation)
+                    and isinstance(node.operator, cst.FloorDivide)
+                    and _dataset_length(node.left)
+                    and self._stops_loop(node)
+                ):
+                    self.plan.replace(call, add_keyword("drop_last", "True"))
+                    self.change(call, (
+                        f"drop_last=True: the loop skips the short last batch by counting `{code(node)}` batches (line {self.tree.line(node)}), "
+                        "which is the whole dataset's count, not this rank's: the shard's short batch is dropped instead"
+                    ))
+                    return
         batch = s.arg(call, 1, "batch_size")
-        if batch is None or s.arg(call, 9, "drop_last") is not None or isinstance(batch.value, cst.Integer):
+        if batch is None or isinstance(batch.value, cst.Integer):
             return
         size = code(batch.value)
         for node in self._training_calls():
@@ -129,6 +145,15 @@ class Sampler(Transform):
                 self.plan.replace(call, add_keyword("drop_last", "True"))
                 self.change(call, f"drop_last=True: the script shapes tensors by `{size}` (line {self.tree.line(node)}), so every batch must be full")
                 return
+
+    def _stops_loop(self, node: cst.CSTNode) -> bool:
+        """`node` is in the test of an `if` that breaks out of the loop."""
+        for parent in self.tree.ancestors(node):
+            if isinstance(parent, cst.If):
+                return self.tree.inside(node, parent.test) and any(isinstance(n, cst.Break) for n in self.tree.walk(parent.body))
+            if isinstance(parent, (cst.BaseStatement, cst.BaseSmallStatement)):
+                return False
+        return False
 
     def _training_calls(self) -> list[cst.Call]:
         """Calls the training loops make, in their bodies and in the same-file functions those
@@ -191,6 +216,15 @@ class Sampler(Transform):
         self.plan.insert_before(statement, statements(f"{name} = {code(dataset.value)}\n"))
         self.plan.replace(dataset.value, cst.Name(name))
         return name
+
+
+def _dataset_length(expr: cst.BaseExpression) -> bool:
+    """`len(loader.dataset)`, `loader.dataset.__len__()`, `len(train_set)`-like counts of samples."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "len" and expr.args:
+        inner = expr.args[0].value
+        return isinstance(inner, cst.Attribute) and inner.attr.value == "dataset"
+    found = s.method_call(expr)
+    return found is not None and found[1] == "__len__" and isinstance(found[0], cst.Attribute) and found[0].attr.value == "dataset"
 
 
 def _pure(expr: cst.BaseExpression) -> bool:
