@@ -1446,3 +1446,44 @@ for lr in [0.1, 0.01]:
 """
     output = convert(script(f"{LOADER}\n{body}")).output
     assert "        model = nn.Linear(4, 1)\n        model = DDP(model)\n" in output
+
+
+CHECK_ACCURACY = """\
+def check_accuracy(loader, model):
+    correct = 0
+    seen = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum()
+            seen += y.size(0)
+    return RESULT
+"""
+
+
+def test_a_helper_given_the_sharded_loader_reduces_its_totals() -> None:
+    """`check_accuracy(train_loader, model)` and `check_accuracy(test_loader, model)`: the training
+    loader is sharded, so the helper's totals are per rank; `correct / seen` is the same whether
+    both are summed over ranks or not, so the whole test loader's call is left right too."""
+    loader = LOADER.replace("torch.randn(64, 1)", "torch.randint(0, 2, (64,))") + "\ntest_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)"
+    loop = LOOP.replace("nn.functional.mse_loss(model(x), y)", "nn.functional.cross_entropy(model(x), y)")
+    after = "print(check_accuracy(loader, model))\nprint(check_accuracy(test_loader, model))\n"
+    source = standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=loop, after=after).replace(
+        "def main():", CHECK_ACCURACY.replace("RESULT", "correct / seen") + "\n\ndef main():"
+    )
+    output = convert(source).output
+    assert "            seen += y.size(0)\n        # Each rank went over its own shard of the data: sum the totals over ranks.\n" in output
+    assert "        dist.all_reduce(totals)\n" in output
+
+
+def test_a_helper_whose_sum_would_grow_on_a_whole_loader_is_warned_about() -> None:
+    """`return correct` (a count): summing it is right for the training loader's shards and N
+    times too much for the whole test loader; the helper is left alone, with a warning."""
+    loader = LOADER.replace("torch.randn(64, 1)", "torch.randint(0, 2, (64,))") + "\ntest_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)"
+    loop = LOOP.replace("nn.functional.mse_loss(model(x), y)", "nn.functional.cross_entropy(model(x), y)")
+    after = "print(check_accuracy(loader, model))\nprint(check_accuracy(test_loader, model))\n"
+    source = standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=loop, after=after).replace(
+        "def main():", CHECK_ACCURACY.replace("RESULT", "correct") + "\n\ndef main():"
+    )
+    result = convert(source)
+    assert "went over its own shard" not in result.output
+    assert any(w.startswith("`check_accuracy` totals `correct`") for w in warnings(result))

@@ -1165,7 +1165,7 @@ class Analyzer:
         """`torch.device(args.device)`: a "cuda:N" passed in would put every rank on GPU N."""
         if isinstance(value, cst.Call) and value.args and self.tree.qname(value.func) in s.TORCH_DEVICE:
             first = value.args[0].value
-            if dotted(first) is not None and not isinstance(value.args[0].value, cst.SimpleString):
+            if "." in (dotted(first) or ""):  # `args.device`, `config.device`: a value from outside
                 self.warnings.append(
                     (value, f'`{name} = {code(value)}` is kept: pass "cuda" (not "cuda:N") so that each rank uses the GPU set_device(local_rank) picked')
                 )

@@ -17,7 +17,7 @@ from ddpify import syntax as s
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, method_call
+from ddpify.syntax import code, is_backward, method_call
 
 # An increment built from these is a Python number (`loss.item()`, `y.size(0)`, `len(y)`).
 NUMBER_METHODS = {"item", "size", "numel", "tolist"}
@@ -39,6 +39,64 @@ class ReduceMetrics(Transform):
             totals = self._accumulators(loop)
             if totals:
                 self._reduce(loop, totals)
+        for loop, every_caller_sharded in self._helper_loops():
+            totals = self._accumulators(loop)
+            if not totals:
+                continue
+            if every_caller_sharded or self._same_on_whole_data(loop, totals):
+                self._reduce(loop, totals, helper=True)
+            else:
+                name = loop.function.name.value if loop.function is not None else "?"
+                self.warn(loop.loop, f"`{name}` totals `{'`, `'.join(totals)}` over the loader it is given, which is this rank's shard when it is the training loader: reduce them over ranks for that call")
+
+    def _helper_loops(self) -> list[tuple[TrainLoop, bool]]:
+        """Loops of same-file functions without backward() over a loader parameter that some
+        caller fills with the sharded training loader (`check_accuracy(train_loader, model)`),
+        and whether every caller does. Only functions that take part in collectives anyway (a
+        forward through DDP): their calls already run on every rank, never under a rank guard."""
+        sharded = {id(plan.call) for plan in self.facts.loader_plans if plan.call is not None and plan.how == "shard"}
+        training = {id(loop.loop) for loop in self.facts.train_loops}
+        found = []
+        for function in self.program.all_functions:
+            if function not in self.facts.syncing or self.facts.in_dataset(function):
+                continue
+            params = set(self.program.param_names(function))
+            for node in self.program.scope_nodes(function):
+                if type(node) is not cst.For or id(node) in training or any(is_backward(c) for c in self.tree.calls(node)):
+                    continue
+                iterable = self.program.unwrap_iterable(node.iter)
+                if not (isinstance(iterable, cst.Name) and iterable.value in params):
+                    continue
+                kinds = []
+                for call, caller in self.program.call_sites(function):
+                    argument = self.program.argument_for(call, function, iterable.value)
+                    loaders = self.program.dataloaders(argument, caller) if argument is not None else []
+                    kinds.append(bool(loaders) and all(id(o.node) in sharded for o in loaders))
+                if any(kinds):
+                    found.append((TrainLoop(node, iterable, function), all(kinds)))
+        return found
+
+    def _same_on_whole_data(self, loop: TrainLoop, totals: dict[str, Kind]) -> bool:
+        """Whether reducing leaves a call over a whole (unsharded) loader as it was: every total is
+        averaged, or divided by another total (`correct / total`, both summed: N times each)."""
+        if any(kind == "list" for kind in totals.values()):
+            return False
+        end = self.tree.positions[loop.loop].end.line
+        for name in totals:
+            divided = False
+            for node in self.program.scope_nodes(loop.function):
+                if self.tree.line(node) <= end or not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide)):
+                    continue
+                left = {n.value for n in self.tree.walk(node.left) if isinstance(n, cst.Name)}
+                right = {n.value for n in self.tree.walk(node.right) if isinstance(n, cst.Name)}
+                if name in left:
+                    by_total = bool(right & set(totals))
+                    divided = by_total or not self._summed(loop, name, totals, {f"len({code(loop.loader)}.dataset)"})
+                elif name in right and left & set(totals):
+                    divided = True  # the denominator of a ratio of totals
+            if not divided:
+                return False
+        return True
 
     # --- what is accumulated ---------------------------------------------------------
 
@@ -134,7 +192,7 @@ class ReduceMetrics(Transform):
 
     # --- the reduction -----------------------------------------------------------------
 
-    def _reduce(self, loop: TrainLoop, totals: dict[str, Kind]) -> None:
+    def _reduce(self, loop: TrainLoop, totals: dict[str, Kind], helper: bool = False) -> None:
         function = loop.function
         per_dataset = {f"len({code(loop.loader)}.dataset)"}
         for origin in self.facts.train_loaders:  # the dataset the training loader samples, by name
@@ -147,7 +205,7 @@ class ReduceMetrics(Transform):
         reduced = numbers + of_kind["tensor"]
         how = "sum" if set(reduced) <= summed else "average" if not summed & set(reduced) else "sum or average"
         what = f"{how} the totals" if reduced else "gather the values"
-        lines = [f"# Each rank trained on its own shard of the data: {what} over ranks."]
+        lines = [f"# Each rank {'went over' if helper else 'trained on'} its own shard of the data: {what} over ranks."]
         if numbers:
             tensor = self._free(function, "totals", "reduced_totals", "rank_totals")
             values = ", ".join(f"float({n})" if totals[n] == "number?" else n for n in numbers)
