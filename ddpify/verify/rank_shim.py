@@ -466,7 +466,9 @@ def patch_dataloader(facts):
             "passes": 0,
             "batches": 0,
             "backward": 0,
-            "indices": [],  # the first pass, up to MAX_INDICES
+            "indices": [],  # the first pass (the second after a one-batch preview), up to MAX_INDICES
+            "indices_pass": 1,
+            "indices_batches": 0,
             "indices_seen": 0,
             "pass_heads": [],  # the first batch of indices of the first two passes
             "set_epoch": False,  # set_epoch() was called on its DistributedSampler before a pass began
@@ -515,7 +517,13 @@ def patch_dataloader(facts):
                     self._ddpify_head = batch
                     if len(entry["pass_heads"]) < 2:
                         entry["pass_heads"].append(batch[:64])
-                if self._ddpify_pass == 1:
+                if self._ddpify_pass == entry["indices_pass"] + 1 and entry["indices_batches"] <= 1:
+                    # the recorded pass drew one batch and stopped: a preview (`next(iter(loader))`),
+                    # not an epoch; the indices of the next pass stand for the shard instead
+                    entry["indices_pass"] = self._ddpify_pass
+                    entry["indices"], entry["indices_seen"], entry["indices_batches"] = [], 0, 0
+                if self._ddpify_pass == entry["indices_pass"]:
+                    entry["indices_batches"] += 1
                     entry["indices_seen"] += len(batch)
                     room = MAX_INDICES - len(entry["indices"])
                     if room > 0:
