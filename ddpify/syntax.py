@@ -214,7 +214,15 @@ MODULE_METHODS = {
     "join",
 }
 # Attributes of the DDP wrapper itself (not to be rerouted through `.module`).
-WRAPPER_ATTRIBUTES = MODULE_METHODS | {"module", "training", "state_dict", "load_state_dict", "device_ids"}
+# What the DDP wrapper answers as the model would. Not `children()` (the wrapper's one child is
+# the model) nor the `named_*` walks (their names gain a `module.` prefix): those go to `.module`.
+WRAPPER_ATTRIBUTES = (MODULE_METHODS - {"children", "named_children", "named_parameters", "named_buffers", "named_modules"}) | {
+    "module",
+    "training",
+    "state_dict",
+    "load_state_dict",
+    "device_ids",
+}
 
 
 # --- tree access ------------------------------------------------------------------------

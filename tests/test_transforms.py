@@ -1487,3 +1487,39 @@ def test_a_helper_whose_sum_would_grow_on_a_whole_loader_is_warned_about() -> No
     result = convert(source)
     assert "went over its own shard" not in result.output
     assert any(w.startswith("`check_accuracy` totals `correct`") for w in warnings(result))
+
+
+def test_walks_over_the_wrapped_model_go_through_module() -> None:
+    """After the wrap, `model.children()` would yield the one wrapped model and
+    `model.named_parameters()` names with a `module.` prefix: both go to `.module`;
+    `model.parameters()` is the same either way and stays."""
+    after = "last = list(model.children())[-1]\nfor name, p in model.named_parameters():\n    print(name, p.norm())\nprint(sum(p.numel() for p in model.parameters()))\n"
+    output = convert(standard(model="model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)).to(device)", after=after)).output
+    assert "list(model.module.children())[-1]" in output
+    assert "for name, p in model.module.named_parameters():" in output
+    assert "for p in model.parameters()" in output
+
+
+def test_the_wrap_goes_after_a_block_of_prints_not_inside_it() -> None:
+    body = f"""\
+{DEVICE}
+{LOADER}
+generator = nn.Linear(4, 1).to(device)
+critic = nn.Linear(4, 1).to(device)
+print("---- networks ----")
+print(generator)
+print(critic)
+print("------------------")
+opt_g = torch.optim.SGD(generator.parameters(), lr=0.1)
+opt_c = torch.optim.SGD(critic.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        opt_g.zero_grad()
+        nn.functional.mse_loss(generator(x), y).backward()
+        opt_g.step()
+        opt_c.zero_grad()
+        nn.functional.mse_loss(critic(x), y).backward()
+        opt_c.step()
+"""
+    output = convert(script(body)).output
+    assert '        print("------------------")\n    generator = DDP(generator)\n    critic = DDP(critic)\n' in output

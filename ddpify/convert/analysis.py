@@ -758,6 +758,7 @@ class Analyzer:
     def _anchor_in(self, statements: list[cst.BaseStatement], ref: str, function: cst.FunctionDef | None) -> tuple[cst.BaseStatement, bool] | None:
         anchor: cst.BaseStatement | None = None
         assigned = moved = False
+        printing = False  # the anchor is followed by statements that only print so far
         for statement in statements:
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                 continue
@@ -768,6 +769,11 @@ class Analyzer:
                 anchor = statement
                 assigned = assigned or assigns
                 moved = moved or moves
+                printing = True
+            elif printing and anchor is not None and _only_prints(statement):
+                anchor = statement  # after a block of prints, not inside it (one rank-0 guard, not two)
+            else:
+                printing = False
         return (anchor, moved) if anchor is not None else None
 
     def _mentions(self, statement: cst.CSTNode, ref: str) -> bool:
@@ -1406,3 +1412,16 @@ def _phase_loop(loop: cst.For | cst.While) -> bool:
         and bool(loop.iter.elements)
         and all(isinstance(e.value, cst.SimpleString) for e in loop.iter.elements)
     )
+
+
+def _only_prints(statement: cst.CSTNode) -> bool:
+    """`print(...)`, `logger.info(...)`, `print_network(net)`: a line that only reports."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+            return False
+        name = (dotted(small.value.func) or "").rsplit(".", 1)[-1].lower()
+        if not (name == "print" or "print" in name or name in {"info", "debug", "log", "summary"}):
+            return False
+    return True
