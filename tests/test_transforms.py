@@ -1523,3 +1523,14 @@ for epoch in range(2):
 """
     output = convert(script(body)).output
     assert '        print("------------------")\n    generator = DDP(generator)\n    critic = DDP(critic)\n' in output
+
+
+def test_a_loop_left_on_this_ranks_numbers_is_left_by_every_rank() -> None:
+    """`if loss.item() < 0.01: break` decides on this rank's batch: every rank takes the decision
+    together (any_rank), or the ranks that stay wait in backward() for the one that left. A test
+    on the step counter is the same on every rank and stays as it is."""
+    loop = LOOP.replace("    for x, y in loader:\n", "    for i, (x, y) in enumerate(loader):\n") + "        if i == 5:\n            break\n    if loss.item() < 0.01:\n        break\n"
+    output = convert(standard(loop=loop)).output
+    assert "        if any_rank(loss.item() < 0.01):\n            break\n" in output
+    assert "            if i == 5:\n" in output
+    assert output.count("def any_rank(flag):") == 1

@@ -22,6 +22,7 @@ from ddpify.convert.transforms.rank_guard import RankZeroGuards
 from ddpify.convert.transforms.sampler import Sampler
 from ddpify.convert.transforms.seeds import SeedPerRank
 from ddpify.convert.transforms.set_epoch import SetEpoch
+from ddpify.convert.transforms.stop_together import StopTogether
 from ddpify.convert.transforms.sync_bn import SyncBatchNorm
 from ddpify.convert.transforms.wrap_model import WrapModel
 
@@ -41,6 +42,7 @@ PIPELINE = (
     LoaderLength,
     GradientSync,
     ReduceMetrics,
+    StopTogether,
     Checkpoints,
     RankZeroGuards,
     ProcessGroup,

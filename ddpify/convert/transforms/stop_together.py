@@ -1,0 +1,111 @@
+"""A loop that one rank leaves, every rank leaves.
+
+`if loss.item() < 0.01: break` decides on this rank's batch: under DDP another rank sees another
+batch, keeps training, and its next backward() waits forever for the rank that left. Such a test
+is taken by all ranks together: `if any_rank(loss.item() < 0.01):`, where `any_rank` (emitted
+once) all-reduces the flag, so every rank leaves when one would have.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.convert.analysis import TrainLoop
+from ddpify.convert.transforms.base import Transform
+from ddpify.edit import statements
+from ddpify.syntax import code
+
+HELPER = '''
+
+def any_rank(flag):
+    """True on every rank when `flag` is true on any rank: a loop that one rank leaves on its own
+    batch's numbers, all ranks leave together (the others would wait for it in backward())."""
+    flag = torch.tensor(float(bool(flag)))  # a CPU tensor: the process group's gloo part carries it
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+'''
+
+
+class StopTogether(Transform):
+    name = "stop"
+    DESCRIPTION = "a loop left on one rank's own numbers (`if loss < t: break`) is left by every rank together"
+
+    def run(self) -> None:
+        rewritten: set[int] = set()
+        for loop in self.facts.train_loops:
+            local = self._per_batch_names(loop)
+            if not local:
+                continue
+            for node in self._exits(loop):
+                test = node.test
+                if id(node) in rewritten or not self._reads(test, local):
+                    continue
+                rewritten.add(id(node))
+                self.plan.replace(test, cst.parse_expression(f"any_rank({code(test)})"))
+                self.change(node, f"`{code(test)}` is this rank's own: every rank leaves the loop when any rank would (any_rank)")
+        if rewritten:
+            assert self.facts.imports_end is not None
+            self.plan.insert_after(self.facts.imports_end, statements(HELPER))
+
+    def _per_batch_names(self, loop: TrainLoop) -> set[str]:
+        """Names the training step binds from its own batch (`loss`, `outputs`, `acc`): the
+        batch the loop draws, and plain assignments in its body computed from one of those.
+        Counters (`enumerate`'s index, `step = epoch * n + i`) are the same on every rank, and
+        totals are reduced after the loop."""
+        if isinstance(loop.loop, cst.For):
+            target = loop.loop.target
+            if self.tree.is_builtin_call(loop.loop.iter, "enumerate") and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                target = target.elements[1].value  # `i, (x, y)`: the index is no batch
+            names = _names(target)
+        else:
+            names = set()
+        for call in self.tree.calls(loop.loop.body):  # `x, y = next(batches)`
+            if self.tree.is_builtin_call(call, "next"):
+                parent = self.tree.parent(call)
+                if isinstance(parent, cst.Assign):
+                    for t in parent.targets:
+                        names |= _names(t.target)
+        assignments = [n for n in self.tree.walk(loop.loop.body) if isinstance(n, (cst.Assign, cst.AnnAssign, cst.NamedExpr))]
+        changed = True
+        while changed:
+            changed = False
+            for node in assignments:
+                if node.value is None or not self._reads(node.value, names):
+                    continue
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                new = set().union(*(_names(t) for t in targets)) - names
+                if new:
+                    names |= new
+                    changed = True
+        return names
+
+    def _exits(self, loop: TrainLoop) -> list[cst.If]:
+        """`if` statements that leave the batch loop or an enclosing loop of the same function
+        (`break`, `return`), in the batch loop's body or after it in the enclosing loops."""
+        found: list[cst.If] = []
+        scopes: list[cst.CSTNode] = [loop.loop.body]
+        scopes += [outer.body for outer in self.tree.loops(loop.loop) if outer is not loop.loop]
+        for scope in scopes:
+            for node in self.tree.walk(scope):
+                if isinstance(node, cst.If) and self.tree.function(node) is loop.function and self._leaves(node):
+                    found.append(node)
+        return found
+
+    def _leaves(self, node: cst.If) -> bool:
+        for inner in self.tree.walk(node.body):
+            if isinstance(inner, cst.Return) and self.tree.function(inner) is self.tree.function(node):
+                return True
+            if isinstance(inner, cst.Break) and not any(self.tree.inside(lp, node.body) for lp in self.tree.loops(inner)):
+                return True  # a break of a loop around the `if`, not of one inside it
+        return False
+
+    def _reads(self, test: cst.BaseExpression, names: set[str]) -> bool:
+        return any(isinstance(n, cst.Name) and n.value in names for n in self.tree.walk(test))
+
+
+def _names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for el in target.elements for n in _names(el.value)}
+    return set()
