@@ -616,7 +616,7 @@ def test_calls_of_a_log_object_from_another_module_run_on_rank_0() -> None:
         "import torch\n", "import torch\nfrom utility.log import Log\n", 1
     )
     output = convert(source).output
-    assert "            if rank == 0:\n                log(model, loss.item())\n" in output
+    assert "            if rank == 0:\n                log(model.module, loss.item())\n" in output
     assert "    if rank == 0:\n        log.flush()\n" in output
 
 
@@ -1534,3 +1534,46 @@ def test_a_loop_left_on_this_ranks_numbers_is_left_by_every_rank() -> None:
     assert "        if any_rank(loss.item() < 0.01):\n            break\n" in output
     assert "            if i == 5:\n" in output
     assert output.count("def any_rank(flag):") == 1
+
+
+def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
+    """Each process's global generator starts from its own random seed: without a seed before
+    it, `random_split` would give every rank its own train/validation split."""
+    loader = "full = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\ntrain_set, val_set = random_split(full, [48, 16])\nloader = DataLoader(train_set, batch_size=8, shuffle=True)"
+    output = convert(standard(loader=loader).replace("import DataLoader, TensorDataset", "import DataLoader, TensorDataset, random_split")).output
+    assert "random_split(full, [48, 16], generator=torch.Generator().manual_seed(0))" in output
+    seeded = convert(standard(loader="torch.manual_seed(0)\n" + loader).replace("import DataLoader, TensorDataset", "import DataLoader, TensorDataset, random_split")).output
+    assert "random_split(full, [48, 16])\n" in seeded
+
+
+def test_a_checkpoint_dict_built_before_the_save_holds_the_plain_model() -> None:
+    after = 'state = {"net": model, "epoch": 2}\ntorch.save(state, "ckpt.pt")\n'
+    output = convert(standard(after=after)).output
+    assert '    state = {"net": model.module, "epoch": 2}\n' in output
+
+
+def test_a_function_from_another_module_gets_the_plain_model_to_evaluate() -> None:
+    """`evaluate(model, loader)` from another module may read the model's own attributes
+    (`net.n_classes`), which the DDP wrapper has not: it gets `model.module`. A function whose
+    name says nothing is handed the wrapper, with a warning."""
+    after = "score = evaluate(model, loader)\nprint(score)\ntune(model)\n"
+    source = standard(after=after).replace("import torch\n", "import torch\nfrom helpers import evaluate, tune\n", 1)
+    result = convert(source)
+    assert "    score = evaluate(model.module, loader)\n" in result.output
+    assert "    tune(model)\n" in result.output
+    assert any(w.startswith("`helpers.tune(...)` from another module is handed the DDP wrapper") for w in warnings(result))
+
+
+def test_a_helper_whose_value_the_script_keeps_is_no_rank_0_preparation() -> None:
+    """`opt = parse_option()` makes folders on its way: it is kept by every rank (guarding it on
+    rank 0 would leave `opt` undefined elsewhere)."""
+    helpers = """\
+def parse_option():
+    opt = {"folder": "runs"}
+    with open("options.txt", "w") as f:
+        f.write(str(opt))
+    return opt
+"""
+    body = f"opt = parse_option()\n{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}print(opt)\n"
+    output = convert(script(body, helpers=helpers)).output
+    assert "    opt = parse_option()\n" in output and "if rank == 0:\n        opt = parse_option()" not in output

@@ -791,6 +791,8 @@ class Analyzer:
             kind = type(node)
             if kind is cst.Assign or kind is cst.AnnAssign:
                 targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]
+                # `model = Net()`, and `model, criterion = set_model(opt)`
+                targets += [el.value for t in targets if isinstance(t, (cst.Tuple, cst.List)) for el in t.elements]
                 if any(dotted(t) == ref for t in targets):
                     assigns = True
             found = s.method_call(node)
@@ -1222,8 +1224,8 @@ class Analyzer:
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or facts.syncs(statement, entry.function):
                 continue
             called = {t[0] for c in self.tree.calls(statement) if (t := self.program.callee(c, entry.function)) is not None}
-            if called & writers and not any(isinstance(n, (cst.For, cst.While)) for n in self.tree.walk(statement)):
-                statements.append(statement)
+            if called & writers and not any(isinstance(n, (cst.For, cst.While)) for n in self.tree.walk(statement)) and not self._keeps_a_value(statement, entry.function):
+                statements.append(statement)  # `opt = parse_option()` is kept by every rank: not one of them
         inside = [c for st in statements for c in self.tree.calls(st)]
         only_there = set()
         for function in writers:
@@ -1231,6 +1233,25 @@ class Analyzer:
             if sites and all(any(site is c for c in inside) or self._called_only_from(function, writers) for site in sites):
                 only_there.add(function)
         return statements, only_there
+
+    def _keeps_a_value(self, statement: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
+        """Whether a statement binds a name the code after it reads (`opt = parse_option()`):
+        every rank needs that value, so the statement is no rank-0-only preparation."""
+        bound: set[str] = set()
+        for node in self.tree.walk(statement):
+            if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                for target in targets:
+                    bound |= {n.value for n in self.tree.walk(target) if isinstance(n, cst.Name)}
+            elif isinstance(node, cst.NamedExpr) and isinstance(node.target, cst.Name):
+                bound.add(node.target.value)
+        if not bound:
+            return False
+        end = self.tree.order(statement) + sum(1 for _ in self.tree.walk(statement))
+        return any(
+            isinstance(n, cst.Name) and n.value in bound and self.tree.order(n) >= end
+            for n in self.program.scope_nodes(function)
+        )
 
     def _called_only_from(self, function: cst.FunctionDef, writers: set[cst.FunctionDef]) -> bool:
         return all(caller in writers for _, caller in self.program.call_sites(function))
@@ -1240,7 +1261,7 @@ class Analyzer:
         found = s.method_call(call)
         return (
             self.tree.opens_for_writing(call)
-            or name in s.FILE_WRITES
+            or (name in s.FILE_WRITES and name != "os.makedirs")  # folders: every rank makes them (exist_ok)
             or name in s.DOWNLOADS
             or (found is not None and found[1] in {"extractall", "to_csv", "write_text", "write_bytes"})
         )
@@ -1425,3 +1446,5 @@ def _only_prints(statement: cst.CSTNode) -> bool:
         if not (name == "print" or "print" in name or name in {"info", "debug", "log", "summary"}):
             return False
     return True
+
+

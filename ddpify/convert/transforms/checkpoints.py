@@ -48,7 +48,10 @@ class Checkpoints(Transform):
         saved = s.arg(call, 0, "obj")
         if saved is None:
             return
-        for node in self.tree.walk(saved.value):
+        roots: list[cst.CSTNode] = [saved.value]
+        if isinstance(saved.value, cst.Name):  # `state = {"net": net, "acc": acc}; torch.save(state, path)`
+            roots += [o.node for o in self.program.origins(saved.value, function) if isinstance(o.node, cst.Dict) and o.function is function]
+        for node in (n for root in roots for n in self.tree.walk(root)):
             if isinstance(node, (cst.Name, cst.Attribute)) and self.facts.is_model(node, function):
                 parent = self.tree.parent(node)
                 if isinstance(parent, cst.Attribute) and parent.value is node:

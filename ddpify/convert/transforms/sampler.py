@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.splits import unseeded_splits
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
@@ -59,6 +60,10 @@ class Sampler(Transform):
                 self._recreate(plan)
             else:
                 self._shard(plan)
+        for split in unseeded_splits(self.tree, self.program):
+            self.plan.replace(split, add_keyword("generator", "torch.Generator().manual_seed(0)"))
+            self.plan.add_import("torch")
+            self.change(split, "random_split gets a generator of its own: nothing seeds the global one before it, which starts from a random seed in each process, so every rank would draw its own split")
         if any(plan.how == "recreate" for plan in self.facts.loader_plans):
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(RECREATE_HELPER))

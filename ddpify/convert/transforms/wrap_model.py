@@ -13,8 +13,10 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import dotted
+from ddpify.syntax import code, dotted
 
+# Names of functions from other modules that use a model without training it: they get `model.module`.
+PLAIN_MODEL_USES = ("eval", "valid", "test", "predict", "infer", "score", "metric", "sample", "generate", "visual", "plot", "show", "save", "checkpoint", "export", "log", "print", "summary", "copy", "count", "flops")
 
 class WrapModel(Transform):
     name = "wrap"
@@ -45,6 +47,37 @@ class WrapModel(Transform):
             self.change(model.anchor, f"`{model.ref}` wrapped in DistributedDataParallel once it is on its device and its weights are final")
         self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
         self._uses_after_wrap()
+        self._handed_to_other_modules()
+
+    def _handed_to_other_modules(self) -> None:
+        """`evaluate(net, val_loader)` from another module gets the DDP wrapper, whose attributes
+        (`net.n_classes`) and methods it does not have: evaluation, saving, printing and copying
+        get the plain model; anything else is warned about (its training would need the wrapper)."""
+        for function in self.facts.model_refs:
+            for call in self.program.calls_in(function):
+                if self.program.callee(call, function) is not None or self.facts.is_model(call.func, function):
+                    continue
+                name = self.tree.qname(call.func) or dotted(call.func) or ""
+                if name.startswith(("torch.", "builtins.")) or name in {"print", "len", "isinstance", "id", "type", "DDP"}:
+                    continue
+                if isinstance(call.func, cst.Attribute) and self.facts.is_model(call.func.value, function):
+                    continue  # the model's own method: `_uses_after_wrap`
+                for a in call.args:
+                    if a.star or not isinstance(a.value, (cst.Name, cst.Attribute)) or not self.facts.is_model(a.value, function):
+                        continue
+                    ref = code(a.value)
+                    last = name.rsplit(".", 1)[-1].lower()
+                    if any(word in last for word in PLAIN_MODEL_USES) or self._under_no_grad(call):
+                        self.plan.replace(a.value, cst.parse_expression(f"{ref}.module"))
+                        self.change(call, f"`{name}(...)` from another module gets the plain model (`{ref}.module`): it may read attributes the DDP wrapper does not have")
+                    else:
+                        self.warn(call, f"`{name}(...)` from another module is handed the DDP wrapper: if it reads the model's own attributes or methods, pass `{ref}.module` (its forward then skips DDP's gradient averaging, so only outside training)")
+
+    def _under_no_grad(self, call: cst.Call) -> bool:
+        for parent in self.tree.ancestors(call):
+            if isinstance(parent, cst.With) and any(self.tree.qname(item.item.func if isinstance(item.item, cst.Call) else item.item) in s.NO_GRAD for item in parent.items):
+                return True
+        return False
 
     def _uses_after_wrap(self) -> None:
         for function, refs in self.facts.model_refs.items():

@@ -28,6 +28,7 @@ from ddpify.analysis.ranks import (
     LOCAL_RANK_ENV,
     LOCAL_RANK_NAMES,
 )
+from ddpify.analysis.splits import is_seed_call
 from ddpify.edit import Plan
 from ddpify.lint.script import Script
 from ddpify.program import Origin
@@ -384,11 +385,7 @@ class Facts:
 
     def is_seed_call(self, call: cst.Call) -> bool:
         """`torch.manual_seed(...)`, `np.random.seed(...)`, `set_seed(...)`: not a method of a local object."""
-        name = self.tree.qname(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
-        last = name.rsplit(".", 1)[-1]
-        if name.startswith("torch.Generator."):  # a generator of its own, not the global one
-            return False
-        return "seed" in last.lower() and last != "initial_seed" and bool(call.args)
+        return is_seed_call(self.tree, call)
 
     def seeds_per_rank(self, call: cst.Call) -> bool:
         """`torch.manual_seed(seed + rank)`, `set_seed(args.seed + dist.get_rank())`..."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.splits import unseeded_splits
 from ddpify.edit import Plan, add_keyword
 from ddpify.lint.rule import Rule
 from ddpify.lint.rules._setup_and_data import (
@@ -72,12 +73,16 @@ class SplitWithoutGenerator(Rule):
             if f.reads_rank(given.value, function):
                 self.report(node, f"`{keyword}=` is derived from the rank: each rank draws its own train/validation split; seed it the same on every rank")
             return
-        if not f.per_rank_seeds or self._seeded_alike_before(node):
-            return
         fixed = "generator=torch.Generator().manual_seed(0)" if keyword == "generator" else "random_state=0"
+        if f.per_rank_seeds and not self._seeded_alike_before(node):
+            why = "in a script seeded per rank"
+        elif keyword == "generator" and any(node is c for c in unseeded_splits(self.tree, self.program)):
+            why = "and nothing seeded before it (each process's generator starts from its own random seed)"
+        else:
+            return
         self.report(
             node,
-            f"split without a fixed `{keyword}=` in a script seeded per rank: each rank draws its own train/validation split; pass `{fixed}`",
+            f"split without a fixed `{keyword}=` {why}: each rank draws its own train/validation split; pass `{fixed}`",
             fix=lambda plan: self._fix_seed(plan, node, keyword),
         )
 
