@@ -1577,3 +1577,32 @@ def parse_option():
     body = f"opt = parse_option()\n{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}print(opt)\n"
     output = convert(script(body, helpers=helpers)).output
     assert "    opt = parse_option()\n" in output and "if rank == 0:\n        opt = parse_option()" not in output
+
+
+def test_a_library_guards_output_by_the_environment_before_its_first_use() -> None:
+    """A Trainer module sets the group up where it first needs it (`run`); a print in
+    `__init__`, which runs before, cannot ask the process group for the rank."""
+    source = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, model, dataset):
+        self.model = model
+        self.dataset = dataset
+        print("device", "cpu")
+
+    def run(self):
+        model = self.model
+        optimizer = model.configure_optimizers(0.1)
+        loader = DataLoader(self.dataset, batch_size=8, shuffle=True)
+        for x, y in loader:
+            loss = model(x, y)
+            model.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+    output = convert(source).output
+    assert '        if int(os.environ.get("RANK", 0)) == 0:\n            print("device", "cpu")\n' in output
+    assert "        model = DDP(model)\n" in output

@@ -197,9 +197,27 @@ class Facts:
         """Whether code in `function` runs once the process group exists. Module code of a script
         whose group is set up in a function may run before; so may a function the entry function
         does not call (`inference(args)` in another branch of the `__main__` block)."""
+        if self.entry.kind == "library":  # set up on first use: in these functions, and what they call
+            return function is not None and function in self._runs_after_lazy_setup
         if function is None:
             return self.entry.kind != "function"
         return self.entry.kind != "function" or function in self._called_from_entry
+
+    @cached_property
+    def _runs_after_lazy_setup(self) -> set[cst.FunctionDef]:
+        """A library sets the group up at the top of the functions that wrap a model or build a
+        training loader (ProcessGroup's first uses): those, and the same-file functions they call."""
+        seen = {m.function for m in self.models if m.function is not None}
+        seen |= {p.function for p in self.loader_plans if p.function is not None}
+        work = list(seen)
+        while work:
+            caller = work.pop()
+            for call in self.program.calls_in(caller):
+                target = self.program.callee(call, caller)
+                if target is not None and target[0] not in seen:
+                    seen.add(target[0])
+                    work.append(target[0])
+        return seen
 
     @cached_property
     def _called_from_entry(self) -> set[cst.FunctionDef]:
@@ -455,6 +473,12 @@ class Analyzer:
                 continue
             function = self.tree.function(call)
             owners = self._parameter_owners(call.args[0].value, function)
+            if not owners and isinstance(call.func, cst.Attribute) and "optim" in call.func.attr.value and self.tree.qname(call.func) is None:
+                # `model.configure_optimizers(config)`: the model builds the optimizer over its own parameters
+                ref = dotted(call.func.value)
+                if ref is not None and ref != "self":
+                    parts = ref.split(".")
+                    owners = [".".join(parts[:2] if parts[0] == "self" else parts[:1])]
             if "self" in owners:
                 owners = [o for o in owners if o != "self"] + self._self_optimizer_owners(call, function)
             for listed in self._model_lists(call, owners):
