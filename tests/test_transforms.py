@@ -1606,3 +1606,56 @@ class Trainer:
     output = convert(source).output
     assert '        if int(os.environ.get("RANK", 0)) == 0:\n            print("device", "cpu")\n' in output
     assert "        model = DDP(model)\n" in output
+
+
+def test_a_history_kept_across_epochs_is_not_gathered_every_epoch() -> None:
+    """`losses = []` before the epoch loop, appended to in the batch loop: gathering it after
+    each epoch would gather the earlier epochs again; it is warned about instead."""
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        history.append(loss.item())\n") + "print(len(history))\n"
+    result = convert(standard(loop="history = []\n" + loop))
+    assert "all_gather_object" not in result.output
+    assert any(w.startswith("`history` keeps adding up this rank's shard across epochs") for w in warnings(result))
+
+
+def test_a_total_over_the_dataset_length_in_parentheses_is_summed() -> None:
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    total = 0.0\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        total += loss.item() * x.size(0)\n"
+    ) + "    print(total / (len(train_dataset)))\n"
+    output = convert(standard(loop=loop, loader="train_dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(train_dataset, batch_size=8, shuffle=True)")).output
+    assert "sum the totals over ranks" in output
+
+
+def test_a_helper_called_before_the_wrap_keeps_the_plain_model() -> None:
+    helpers = 'def resume(model):\n    model.load_state_dict(torch.load("init.pt"))\n'
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nresume(model)\n{LOOP}"
+    output = convert(script(body, helpers=helpers)).output
+    assert "    model.load_state_dict(torch.load(" in output and "model.module.load_state_dict" not in output
+
+
+def test_a_save_helper_from_another_module_runs_on_rank_0_with_the_plain_model() -> None:
+    loop = LOOP + "    save_checkpoint(model, optimizer, filename='ckpt.pt')\n"
+    source = standard(loop=loop).replace("import torch\n", "import torch\nfrom utils import save_checkpoint\n", 1)
+    output = convert(source).output
+    assert "        if rank == 0:\n            save_checkpoint(model.module, optimizer, filename='ckpt.pt')\n" in output
+
+
+def test_a_forward_over_a_slice_of_its_layers_needs_find_unused_parameters() -> None:
+    helpers = """\
+class Grow(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+
+    def forward(self, x, steps=3):
+        for block in self.blocks[:steps]:
+            x = block(x)
+        return x.sum(1, keepdim=True)
+"""
+    result = convert(standard(model="model = Grow().to(device)").replace("def main():", helpers + "\n\ndef main():"))
+    assert "model = DDP(model, find_unused_parameters=True)" in result.output
+
+
+def test_a_device_from_another_module_is_warned_about() -> None:
+    source = standard().replace("import torch\n", "import torch\nimport config\n", 1).replace("model = nn.Linear(4, 1).to(device)", "model = nn.Linear(4, 1).to(config.device)")
+    result = convert(source)
+    assert any(w.startswith("`config.device` comes from another module") for w in warnings(result))

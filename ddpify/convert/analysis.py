@@ -670,7 +670,10 @@ class Analyzer:
             return f"`{cls.name.value}.forward` does not use `{unused[0]}`"
         for node in self.program.scope_nodes(forward):
             if isinstance(node, (cst.If, cst.While, cst.For, cst.IfExp)):
-                if isinstance(node, cst.For) and (dotted(self.program.unwrap_iterable(node.iter)) or "").startswith("self."):
+                iterated = self.program.unwrap_iterable(node.iter) if isinstance(node, cst.For) else None
+                if isinstance(iterated, cst.Subscript) and (dotted(iterated.value) or "").startswith("self.") and not _whole_slice(iterated):
+                    return f"`{cls.name.value}.forward` runs only some of `{code(iterated.value)}` (line {self.tree.line(node)})"
+                if isinstance(node, cst.For) and (dotted(iterated) or "").startswith("self."):
                     continue  # `for layer in self.layers`: every layer runs
                 if self._same_layers_either_way(node, set(layers)):
                     continue  # `data_parallel(self.main, x) if ... else self.main(x)`
@@ -876,7 +879,26 @@ class Analyzer:
 
     def _model_refs(self, models: list[TrainedModel]) -> dict[cst.FunctionDef | None, set[str]]:
         # A list of models is no model: its elements are reached through the list.
-        return self.program.propagate([(m.ref, m.function) for m in models if m.element is None])
+        refs = self.program.propagate([(m.ref, m.function) for m in models if m.element is None])
+        # A helper the model's function calls only before the wrap (`resume_checkpoint(model)`)
+        # gets the plain model: its parameter is no wrapped model.
+        for function, names in refs.items():
+            if function is None:
+                continue
+            params = set(self.program.param_names(function))
+            for name in list(names & params):
+                sites = [(call, caller) for call, caller in self.program.call_sites(function)
+                         if (arg := self.program.argument_for(call, function, name)) is not None and dotted(arg) in refs.get(caller, set())]
+                if sites and all(self._before_wrap(call, caller, models) for call, caller in sites):
+                    names.discard(name)
+        return refs
+
+    def _before_wrap(self, call: cst.Call, caller: cst.FunctionDef | None, models: list[TrainedModel]) -> bool:
+        return any(
+            m.function is caller and m.anchor is not None
+            and (self.tree.order(call) < self.tree.order(m.anchor) or self.tree.inside(call, m.anchor))  # the wrap follows its anchor
+            for m in models
+        )
 
     # --- training loops and loaders --------------------------------------------------
 
@@ -1472,3 +1494,8 @@ def _only_prints(statement: cst.CSTNode) -> bool:
     return True
 
 
+def _whole_slice(item: cst.Subscript) -> bool:
+    """`layers[:]`: every element."""
+    return len(item.slice) == 1 and isinstance(item.slice[0].slice, cst.Slice) and all(
+        getattr(item.slice[0].slice, part) is None for part in ("lower", "upper", "step")
+    )

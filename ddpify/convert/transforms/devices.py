@@ -17,7 +17,7 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import dotted, string_value
+from ddpify.syntax import code, dotted, string_value
 
 DEVICE_KEYWORDS = {"device", "map_location"}
 # For a script with no CPU path: "cuda" is resolved when used, so after set_device(local_rank).
@@ -30,6 +30,7 @@ class Devices(Transform):
     DESCRIPTION = "GPU indices become the rank's GPU (set_device(local_rank)); the script's own device choice is kept"
 
     def run(self) -> None:
+        self.warned_devices: set[str] = set()
         self._walk()
         self.finish()
 
@@ -65,6 +66,10 @@ class Devices(Transform):
             self._cuda_method(call, function)
         elif found is not None and found[1] == "to":
             first = s.arg(call, 0, None)
+            imported = self.tree.qname(first.value) if first is not None and isinstance(first.value, cst.Attribute) else None
+            if imported is not None and not imported.startswith("torch.") and imported not in self.warned_devices:
+                self.warned_devices.add(imported)
+                self.warn(call, f'`{code(first.value)}` comes from another module: it must be "cuda" (this rank\'s GPU once set_device(local_rank) ran), not "cuda:N", or every rank uses GPU N')
             if first is not None and self._is_gpu_id(first.value):
                 self.plan.replace(first.value, cst.SimpleString('"cuda"'))
                 self.change(call, '`.to(<GPU id>)` becomes `.to("cuda")`: this rank\'s GPU')

@@ -116,6 +116,9 @@ class ReduceMetrics(Transform):
             if found and found[1] == "append" and isinstance(found[0], cst.Name) and node.args:  # type: ignore[union-attr]
                 appended.setdefault(found[0].value, []).append(node.args[0].value)  # type: ignore[union-attr]
         totals: dict[str, Kind] = {}
+        for name in [*added, *appended]:
+            if self._across_epochs(loop, name) and self._read_after(loop, name):
+                self.warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
         for name, values in added.items():
             initial = self._initial_values(loop, name)
             if initial and self._read_after(loop, name):
@@ -142,12 +145,28 @@ class ReduceMetrics(Transform):
         return totals
 
     def _initial_values(self, loop: TrainLoop, name: str) -> list[cst.CSTNode]:
+        """The values a total starts from before the loop, when it starts again with every pass of
+        the loop around it (an epoch's total): one that keeps growing across epochs would be
+        reduced again each epoch, its earlier epochs counted world-size times over."""
         start = self.tree.positions[loop.loop].start.line
-        return [
-            value.elements[index].value if index is not None and isinstance(value, (cst.Tuple, cst.List)) else value
-            for value, index in self.program.assignments(loop.function, name)
-            if self.tree.line(value) < start
-        ]
+        outer = [lp for lp in self.tree.loops(loop.loop) if lp is not loop.loop and self.tree.function(lp) is loop.function]
+        values = []
+        for value, index in self.program.assignments(loop.function, name):
+            if self.tree.line(value) >= start:
+                continue
+            if outer and not self.tree.inside(value, outer[0]):
+                return []  # set once, before the loop around the training loop: a running history
+            values.append(value.elements[index].value if index is not None and isinstance(value, (cst.Tuple, cst.List)) else value)
+        return values
+
+    def _across_epochs(self, loop: TrainLoop, name: str) -> bool:
+        """Set before the loop around the training loop, and never again in it: a running history."""
+        outer = [lp for lp in self.tree.loops(loop.loop) if lp is not loop.loop and self.tree.function(lp) is loop.function]
+        if not outer:
+            return False
+        start = self.tree.positions[loop.loop].start.line
+        values = [v for v, _ in self.program.assignments(loop.function, name) if self.tree.line(v) < start]
+        return bool(values) and not any(self.tree.inside(v, outer[0]) for v in values)
 
     def _read_after(self, loop: TrainLoop, name: str) -> bool:
         end = self.tree.positions[loop.loop].end.line
@@ -243,7 +262,8 @@ class ReduceMetrics(Transform):
                 continue
             if any(isinstance(n, cst.Name) and n.value == name for n in self.tree.walk(divided)):
                 by_total = any(isinstance(n, cst.Name) and n.value in totals for n in self.tree.walk(denominator))
-                by_dataset = code(denominator) in per_dataset or self._dataset_size(denominator, loop.function)
+                bare = denominator.with_changes(lpar=[], rpar=[]) if hasattr(denominator, "lpar") else denominator
+                by_dataset = code(bare) in per_dataset or self._dataset_size(bare, loop.function)  # `(len(ds))` too
                 modes.add("sum" if by_dataset or by_total else "average")
         if not modes:
             return totals[name] == "count"

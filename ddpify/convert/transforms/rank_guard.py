@@ -22,6 +22,7 @@ FILE_METHODS = {"write", "writelines"}
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
 # Names of objects made by another module whose calls only report (`log = Log(...)`; `log(model, loss)`).
 PRINTING_HELPERS = ("progress_bar", "print_")
+SAVING_HELPERS = ("save_", "write_", "dump_", "export_")  # functions of another module that write files
 LOG_OBJECTS = {"log", "logger", "printer", "reporter", "visualizer", "vis", "viz", "tracker", "plotter"}
 
 MAKEDIRS = {"os.makedirs"}
@@ -195,6 +196,8 @@ class RankZeroGuards(Transform):
             return "wandb"
         if name and not name.startswith(("torch.", "builtins.")) and name.rsplit(".", 1)[-1].startswith(PRINTING_HELPERS):
             return "print"  # `progress_bar(...)` from another module
+        if name and not name.startswith(("torch.", "builtins.")) and self.program.callee(node, function) is None and name.rsplit(".", 1)[-1].startswith(SAVING_HELPERS):
+            return "file write"  # `save_checkpoint(model, optimizer)`, `save_images(...)` from another module
         if name in MAKEDIRS:
             return None  # every rank makes it (exist_ok): a write ddpify cannot see may need it
         if name in s.FILE_WRITES:
