@@ -1659,3 +1659,24 @@ def test_a_device_from_another_module_is_warned_about() -> None:
     source = standard().replace("import torch\n", "import torch\nimport config\n", 1).replace("model = nn.Linear(4, 1).to(device)", "model = nn.Linear(4, 1).to(config.device)")
     result = convert(source)
     assert any(w.startswith("`config.device` comes from another module") for w in warnings(result))
+
+
+def test_imports_go_after_the_modules_own_header_and_imports() -> None:
+    source = "__author__ = 'someone'\n\n" + standard()
+    output = convert(source).output
+    assert output.startswith("__author__ = 'someone'\n\nimport torch\n")
+    assert output.count("import torch\n") == 1
+
+
+def test_a_wall_clock_total_is_no_metric() -> None:
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    busy = 0.0\n").replace(
+        "        x, y = x.to(device), y.to(device)\n", "        start = time.time()\n        x, y = x.to(device), y.to(device)\n"
+    ).replace("        optimizer.step()\n", "        optimizer.step()\n        busy += time.time() - start\n") + "    print(busy)\n"
+    output = convert(standard(loop=loop).replace("import torch\n", "import time\nimport torch\n", 1)).output
+    assert "all_reduce" not in output
+
+
+def test_blank_line_separated_outputs_get_guards_of_their_own() -> None:
+    after = 'print("loaded")\n\nprint("building")\n'
+    output = convert(standard(after=after)).output
+    assert '    if rank == 0:\n        print("loaded")\n\n    if rank == 0:\n        print("building")\n' in output

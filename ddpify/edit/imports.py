@@ -111,7 +111,7 @@ class _Wanted:
 def add_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.Module:
     """`module` with the requested imports that its top import block lacks."""
     wanted = _Wanted(requests)
-    first = 1 if _starts_with_docstring_or_strict(module) else 0
+    first = _header_length(module)
     end = first
     while end < len(module.body) and _single_import(module.body[end]) is not None:
         end += 1
@@ -137,15 +137,24 @@ def _single_import(statement: cst.CSTNode) -> ImportNode | None:
     return None
 
 
-def _starts_with_docstring_or_strict(module: cst.Module) -> bool:
-    """A docstring or a `__strict__ = ...` flag, which imports never go above."""
-    import libcst.matchers as m  # here: importing the matchers costs every `ddpify` command 0.3 s
-
-    return m.matches(
-        module,
-        m.Module(body=[m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name("__strict__"))])]), m.ZeroOrMore()])
-        | m.Module(body=[m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())]), m.ZeroOrMore()]),
-    )
+def _header_length(module: cst.Module) -> int:
+    """How many statements open the module before its imports and stay above them: a docstring
+    and dunder assignments (`__author__ = ...`, `__strict__ = ...`)."""
+    count = 0
+    for index, statement in enumerate(module.body):
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+        docstring = index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+        dunder = (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and small.targets[0].target.value.startswith("__")
+            and small.targets[0].target.value.endswith("__")
+        )
+        if not (docstring or dunder):
+            break
+        count += 1
+    return count
 
 
 def _blank_line_before(statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:

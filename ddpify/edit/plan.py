@@ -227,8 +227,8 @@ class _Applier(PathRebuilder):
                 carried_blank = _blank_lines(upd.leading_lines)
             elif orig in plan.groups:
                 group = plan.groups[orig]
-                if pending and pending_group is not None and (pending_group.key != group.key or (_is_guard(group) and _has_comment(upd))):
-                    flush()  # a comment above a statement heads a new guard: it stays the user's, outside
+                if pending and pending_group is not None and (pending_group.key != group.key or (_is_guard(group) and _heads_a_section(upd))):
+                    flush()  # a blank line or comment above a statement starts the user's next section: a new guard
                 pending.append(upd)
                 pending_group = group
             else:
@@ -248,8 +248,8 @@ def _is_guard(group: Group) -> bool:
     return isinstance(group.key, tuple) and group.key[0] == "if"
 
 
-def _has_comment(statement: cst.BaseStatement) -> bool:
-    return any(line.comment is not None for line in getattr(statement, "leading_lines", ()))
+def _heads_a_section(statement: cst.BaseStatement) -> bool:
+    return bool(getattr(statement, "leading_lines", ()))
 
 
 def _unindented_blanks(statement: cst.BaseStatement) -> cst.BaseStatement:

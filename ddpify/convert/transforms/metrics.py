@@ -119,6 +119,8 @@ class ReduceMetrics(Transform):
         for name in [*added, *appended]:
             if self._across_epochs(loop, name) and self._read_after(loop, name):
                 self.warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
+        for name in [n for n, values in added.items() if any(self._clock(v) for v in values)]:
+            del added[name]  # `total_time += time.time() - start`: this rank's own wall time, no metric
         for name, values in added.items():
             initial = self._initial_values(loop, name)
             if initial and self._read_after(loop, name):
@@ -158,6 +160,9 @@ class ReduceMetrics(Transform):
                 return []  # set once, before the loop around the training loop: a running history
             values.append(value.elements[index].value if index is not None and isinstance(value, (cst.Tuple, cst.List)) else value)
         return values
+
+    def _clock(self, value: cst.BaseExpression) -> bool:
+        return any(isinstance(n, cst.Call) and (self.tree.qname(n.func) or "").startswith(("time.", "timeit.", "datetime.")) for n in self.tree.walk(value))
 
     def _across_epochs(self, loop: TrainLoop, name: str) -> bool:
         """Set before the loop around the training loop, and never again in it: a running history."""
