@@ -1680,3 +1680,12 @@ def test_blank_line_separated_outputs_get_guards_of_their_own() -> None:
     after = 'print("loaded")\n\nprint("building")\n'
     output = convert(standard(after=after)).output
     assert '    if rank == 0:\n        print("loaded")\n\n    if rank == 0:\n        print("building")\n' in output
+
+
+def test_a_quantity_paced_by_the_dataset_length_is_warned_about() -> None:
+    """`alpha += x.size(0) / len(dataset)` reaches 1 after one pass over the whole dataset; a
+    rank passes over 1/world_size of it per epoch."""
+    loader = "dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(dataset, batch_size=8, shuffle=True)"
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        alpha += x.size(0) / len(dataset)\n")
+    result = convert(standard(loader=loader, loop="alpha = 0.0\n" + loop))
+    assert any(w.startswith("`len(dataset)` is the whole dataset, but a rank steps through 1/world_size") for w in warnings(result))

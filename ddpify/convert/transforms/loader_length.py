@@ -14,6 +14,7 @@ import re
 
 import libcst as cst
 
+from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform
 from ddpify.syntax import code, dotted
 
@@ -39,6 +40,34 @@ class LoaderLength(Transform):
                 subject = self._derives_steps(call, function)
                 if subject is not None:
                     self.change(call, self._message(code(call), subject))
+        self._dataset_paced()
+
+    def _dataset_paced(self) -> None:
+        """`alpha += batch_size / len(dataset)` in the training step: a quantity paced by the
+        whole dataset's size grows by a rank's batches only, world_size times slower."""
+        datasets = set()
+        for origin in self.facts.train_loaders:
+            found = s.arg(origin.node, 0, "dataset") if isinstance(origin.node, cst.Call) else None
+            if found is not None and (name := dotted(found.value)) is not None:
+                datasets.add(name)
+        for loop in self.facts.train_loops:
+            datasets.add(f"{code(loop.loader)}.dataset")
+            for node in self.tree.walk(loop.loop.body):
+                if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide)):
+                    continue
+                lengths = [c for c in self.tree.calls(node.right) if self.tree.is_builtin_call(c, "len") and c.args and dotted(c.args[0].value) in datasets]
+                statement = self.tree.statement(node)
+                grows = isinstance(statement, cst.SimpleStatementLine) and any(
+                    isinstance(small, cst.AugAssign) or (isinstance(small, cst.Assign) and any(
+                        dotted(t.target) is not None and any(isinstance(n, cst.Name) and n.value == dotted(t.target) for n in self.tree.walk(small.value))
+                        for t in small.targets))
+                    for small in statement.body
+                )
+                if lengths and grows:
+                    self.warn(node, (
+                        f"`{code(lengths[0])}` is the whole dataset, but a rank steps through 1/world_size of it per epoch: "
+                        f"what grows by `{code(node)}` each step grows world_size times slower than in one process (multiply by the world size, or use `len(loader.sampler)`)"
+                    ))
 
     def _derives_steps(self, call: cst.Call, function: cst.FunctionDef | None) -> str | None:
         """What a step count or schedule derived from `len(loader)` is, as the report names it;
