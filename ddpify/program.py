@@ -363,6 +363,19 @@ class Program:
 
     # --- what functions do, transitively --------------------------------------------------
 
+    def called_from(self, roots: set[cst.FunctionDef]) -> set[cst.FunctionDef]:
+        """`roots` and the same-file functions they run, directly or through others."""
+        seen = set(roots)
+        work = list(roots)
+        while work:
+            caller = work.pop()
+            for call in self.calls_in(caller):
+                target = self.callee(call, caller)
+                if target is not None and target[0] not in seen:
+                    seen.add(target[0])
+                    work.append(target[0])
+        return seen
+
     def reaching(self, predicate: Callable[[cst.Call, cst.FunctionDef | None], bool]) -> set[cst.FunctionDef]:
         """Same-file functions that make a call `predicate` accepts, directly or through
         other same-file functions they call."""

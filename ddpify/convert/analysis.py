@@ -207,32 +207,15 @@ class Facts:
     def _runs_after_lazy_setup(self) -> set[cst.FunctionDef]:
         """A library sets the group up at the top of the functions that wrap a model or build a
         training loader (ProcessGroup's first uses): those, and the same-file functions they call."""
-        seen = {m.function for m in self.models if m.function is not None}
-        seen |= {p.function for p in self.loader_plans if p.function is not None}
-        work = list(seen)
-        while work:
-            caller = work.pop()
-            for call in self.program.calls_in(caller):
-                target = self.program.callee(call, caller)
-                if target is not None and target[0] not in seen:
-                    seen.add(target[0])
-                    work.append(target[0])
-        return seen
+        first_uses = {m.function for m in self.models if m.function is not None}
+        first_uses |= {p.function for p in self.loader_plans if p.function is not None}
+        return self.program.called_from(first_uses)
 
     @cached_property
     def _called_from_entry(self) -> set[cst.FunctionDef]:
         """Same-file functions the entry function runs, directly or through others."""
         assert self.entry.function is not None
-        seen = {self.entry.function}
-        work = [self.entry.function]
-        while work:
-            caller = work.pop()
-            for call in self.program.calls_in(caller):
-                target = self.program.callee(call, caller)
-                if target is not None and target[0] not in seen:
-                    seen.add(target[0])
-                    work.append(target[0])
-        return seen
+        return self.program.called_from({self.entry.function})
 
     # --- the wrapped model -----------------------------------------------------------
 
