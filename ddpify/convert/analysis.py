@@ -846,19 +846,10 @@ class Analyzer:
             return True
         if root == "self" or isinstance(call.func, cst.Attribute):
             return True  # a method: it may reach the model through its object
-        seen: set[cst.FunctionDef] = set()
-        work = [target]
-        while work:
-            function = work.pop()
-            if function in seen:
-                continue
-            seen.add(function)
-            if not self.program.binds(function, root) and any(
-                isinstance(n, cst.Name) and n.value == root for n in self.program.scope_nodes(function)
-            ):
-                return True
-            work += [t[0] for c in self.program.calls_in(function) if (t := self.program.callee(c, function)) is not None]
-        return False
+        return any(  # a global the function, or one it calls, reads
+            not self.program.binds(function, root) and any(isinstance(n, cst.Name) and n.value == root for n in self.program.scope_nodes(function))
+            for function in self.program.called_from({target})
+        )
 
     def _model_refs(self, models: list[TrainedModel]) -> dict[cst.FunctionDef | None, set[str]]:
         # A list of models is no model: its elements are reached through the list.
