@@ -74,11 +74,27 @@ class DataloaderWithoutDistributedSampler(Rule):
             return
         if not all(is_literal(o.node, "None") or self.tree.is_call_to(o.node, PLAIN_SAMPLERS) for o in origins):
             return
+        if any(self._draws_per_rank(o.node, o.function) for o in origins):
+            return  # `RandomSampler(ds, replacement=True, generator=<seeded by rank>)`: each rank draws its own
         if self._dataset_shards_itself(node):
             return
         dataset = s.arg(node, 0, "dataset")
         spelled = code(dataset.value) if dataset is not None and dotted(dataset.value) else "dataset"
         self.report(node, f"the training DataLoader has no DistributedSampler: every rank trains on the whole dataset; pass `sampler=DistributedSampler({spelled})`")
+
+    def _draws_per_rank(self, sampler: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
+        """A sampler drawing with replacement from a generator seeded by the rank (what convert
+        makes of one): no partition, but every rank draws its own samples."""
+        if not isinstance(sampler, cst.Call):
+            return False
+        replacement = s.arg(sampler, 1, "replacement")
+        generator = s.arg(sampler, 3, "generator")
+        return (
+            replacement is not None
+            and is_literal(replacement.value, "True")
+            and generator is not None
+            and facts(self.script).reads_rank(generator.value, function)
+        )
 
     def _dataset_shards_itself(self, loader: cst.Call) -> bool:
         dataset = s.arg(loader, 0, "dataset")
