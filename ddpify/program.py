@@ -171,17 +171,18 @@ class Program:
             names = self._loop_target_cache[function] = set()
             for node in self.scope_nodes(function):
                 if type(node) is cst.For:
-                    names |= self._names_in(node.target)
+                    names |= self.names_in(node.target)
         return names
 
     @staticmethod
-    def _names_in(target: cst.BaseExpression) -> set[str]:
+    def names_in(target: cst.BaseExpression) -> set[str]:
+        """The plain names an assignment or loop target binds (`x`, `a, (b, c)`)."""
         if isinstance(target, cst.Name):
             return {target.value}
         if isinstance(target, (cst.Tuple, cst.List)):
             out: set[str] = set()
             for el in target.elements:
-                out |= Program._names_in(el.value)
+                out |= Program.names_in(el.value)
             return out
         return set()
 

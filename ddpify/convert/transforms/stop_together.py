@@ -56,7 +56,7 @@ class StopTogether(Transform):
             target = loop.loop.target
             if self.tree.is_builtin_call(loop.loop.iter, "enumerate") and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
                 target = target.elements[1].value  # `i, (x, y)`: the index is no batch
-            names = _names(target)
+            names = self.program.names_in(target)
         else:
             names = set()
         for call in self.tree.calls(loop.loop.body):  # `x, y = next(batches)`
@@ -64,7 +64,7 @@ class StopTogether(Transform):
                 parent = self.tree.parent(call)
                 if isinstance(parent, cst.Assign):
                     for t in parent.targets:
-                        names |= _names(t.target)
+                        names |= self.program.names_in(t.target)
         assignments = [n for n in self.tree.walk(loop.loop.body) if isinstance(n, (cst.Assign, cst.AnnAssign, cst.NamedExpr))]
         changed = True
         while changed:
@@ -73,7 +73,7 @@ class StopTogether(Transform):
                 if node.value is None or not self._reads(node.value, names):
                     continue
                 targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                new = set().union(*(_names(t) for t in targets)) - names
+                new = set().union(*(self.program.names_in(t) for t in targets)) - names
                 if new:
                     names |= new
                     changed = True
@@ -102,10 +102,3 @@ class StopTogether(Transform):
     def _reads(self, test: cst.BaseExpression, names: set[str]) -> bool:
         return any(isinstance(n, cst.Name) and n.value in names for n in self.tree.walk(test))
 
-
-def _names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {n for el in target.elements for n in _names(el.value)}
-    return set()
