@@ -505,6 +505,24 @@ class Tree:
             last = self._children_of[id(last)][-1]
         return self._position_of[id(last)] + 1
 
+    def disables_grad(self, expr: cst.BaseExpression) -> bool:
+        """`torch.no_grad()`, `torch.inference_mode()` or `torch.set_grad_enabled(False)`, as
+        a context or a decorator (called or not)."""
+        name = self.qname(expr.func if type(expr) is cst.Call else expr)
+        if name in NO_GRAD:
+            return True
+        return name in SET_GRAD_ENABLED and type(expr) is cst.Call and bool(expr.args) and code(expr.args[0].value) == "False"
+
+    def grad_disabled(self, node: cst.CSTNode) -> bool:
+        """`node` runs with gradients off: in a `with` that disables them, in its function, or
+        in a function decorated so (a function defined inside one runs when it is called)."""
+        for parent in self.ancestors(node):
+            if type(parent) is cst.With and any(self.disables_grad(item.item) for item in parent.items):
+                return True
+            if type(parent) is cst.FunctionDef:
+                return any(self.disables_grad(d.decorator) for d in parent.decorators)
+        return False
+
     def opens_for_writing(self, node: cst.CSTNode) -> bool:
         """`open(path, "w")` (or "a", "x", binary or not)."""
         if not self.is_builtin_call(node, "open"):

@@ -77,3 +77,52 @@ def test_exclusive(calls, a, b, expected) -> None:
 def test_may_follow(calls, first, then, expected) -> None:
     tree, by_name = calls
     assert tree.may_follow(by_name[first], by_name[then]) is expected
+
+
+GRAD_SOURCE = """
+import torch
+
+with torch.no_grad():
+    under_with()
+with torch.set_grad_enabled(False):
+    disabled_by_flag()
+with torch.set_grad_enabled(True):
+    enabled_by_flag()
+
+@torch.inference_mode()
+def evaluate():
+    in_decorated()
+
+    def later():
+        defined_inside_but_called_later()
+
+with torch.no_grad():
+    def helper():
+        in_function_defined_under_with()
+
+@torch.no_grad
+def bare_decorator():
+    under_bare_decorator()
+
+trained()
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("under_with", True),
+        ("disabled_by_flag", True),
+        ("enabled_by_flag", False),
+        ("in_decorated", True),
+        ("defined_inside_but_called_later", False),  # runs when called, not where it is defined
+        ("in_function_defined_under_with", False),
+        ("under_bare_decorator", True),
+        ("trained", False),
+    ],
+)
+def test_grad_disabled(name: str, expected: bool) -> None:
+    """One test of "gradients are off here", read by convert and lint alike."""
+    tree = Tree.parse(cst.parse_module(GRAD_SOURCE))
+    (call,) = [c for c in tree.calls() if isinstance(c.func, cst.Name) and c.func.value == name]
+    assert tree.grad_disabled(call) is expected

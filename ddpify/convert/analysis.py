@@ -925,7 +925,7 @@ class Analyzer:
                             found.append((external, origin.function, True))
             elif depth > 0:
                 target = self.program.callee(call, function)
-                if target is not None and not self._under_no_grad(target[0].body, target[0]):
+                if target is not None and not self.tree.grad_disabled(target[0].body):
                     found += self._next_loaders(target[0].body, target[0], depth - 1)
         return found
 
@@ -1303,7 +1303,7 @@ class Analyzer:
 
     def _feeds_backward(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """Whether a value `backward()` is called on comes from `call` (`loss = model.loss(x)`)."""
-        if self._under_no_grad(call, function):
+        if self.tree.grad_disabled(call):
             return False
         sources = self._backward_sources(function)
         return any(id(node) in sources for node in (call, *self.tree.ancestors(call)))
@@ -1335,16 +1335,6 @@ class Analyzer:
 
     def _values_of(self, function: cst.FunctionDef | None, name: str) -> list[cst.CSTNode]:
         return [v for v, _ in self.program.assignments(function, name)] + self.program.augmented(function, name)
-
-    def _under_no_grad(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
-        for parent in self.tree.ancestors(node):
-            if isinstance(parent, cst.With) and any(
-                isinstance(item.item, cst.Call) and self.tree.qname(item.item.func) in s.NO_GRAD for item in parent.items
-            ):
-                return True
-            if isinstance(parent, cst.FunctionDef):
-                return any(self.tree.qname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) in s.NO_GRAD for d in parent.decorators)
-        return False
 
     def _may_run_forward(self, obj: cst.BaseExpression, method: str, function: cst.FunctionDef | None) -> bool:
         """Whether `obj.method(...)` runs the model's layers; unknown classes are assumed to,

@@ -227,7 +227,7 @@ class Script:
                 for name, method in methods.items():
                     if name in found or name == "forward":
                         continue
-                    if any(_runs_forward(c, found) and not under_no_grad(self.tree, c) for c in self.program.calls_in(method)):
+                    if any(_runs_forward(c, found) and not self.tree.grad_disabled(c) for c in self.program.calls_in(method)):
                         found.add(name)
                         changed = True
             self._forward_methods[cls] = found
@@ -312,31 +312,6 @@ def _runs_forward(call: cst.Call, forward_methods: set[str]) -> bool:
         return func.value == "self"
     if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
         return func.attr.value == "forward" or func.attr.value in forward_methods
-    return False
-
-
-def under_no_grad(tree: Tree, node: cst.CSTNode) -> bool:
-    """Inside `with torch.no_grad():` (or inference_mode, set_grad_enabled(False)) or a decorated function."""
-    for parent in tree.ancestors(node):
-        if isinstance(parent, cst.With):
-            for item in parent.items:
-                if _disables_grad(tree, item.item):
-                    return True
-        if isinstance(parent, cst.FunctionDef):
-            for decorator in parent.decorators:
-                if _disables_grad(tree, decorator.decorator):
-                    return True
-    return False
-
-
-def _disables_grad(tree: Tree, expr: cst.BaseExpression) -> bool:
-    func = expr.func if isinstance(expr, cst.Call) else expr
-    name = tree.qname(func)
-    if name in s.NO_GRAD:
-        return True
-    if name in s.SET_GRAD_ENABLED and isinstance(expr, cst.Call) and expr.args:
-        value = expr.args[0].value
-        return isinstance(value, cst.Name) and value.value == "False"
     return False
 
 

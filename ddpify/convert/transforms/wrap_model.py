@@ -67,17 +67,11 @@ class WrapModel(Transform):
                         continue
                     ref = code(a.value)
                     last = name.rsplit(".", 1)[-1].lower()
-                    if any(word in last for word in PLAIN_MODEL_USES) or self._under_no_grad(call):
+                    if any(word in last for word in PLAIN_MODEL_USES) or self.tree.grad_disabled(call):
                         self.plan.replace(a.value, cst.parse_expression(f"{ref}.module"))
                         self.change(call, f"`{name}(...)` from another module gets the plain model (`{ref}.module`): it may read attributes the DDP wrapper does not have")
                     else:
                         self.warn(call, f"`{name}(...)` from another module is handed the DDP wrapper: if it reads the model's own attributes or methods, pass `{ref}.module` (its forward then skips DDP's gradient averaging, so only outside training)")
-
-    def _under_no_grad(self, call: cst.Call) -> bool:
-        for parent in self.tree.ancestors(call):
-            if isinstance(parent, cst.With) and any(self.tree.qname(item.item.func if isinstance(item.item, cst.Call) else item.item) in s.NO_GRAD for item in parent.items):
-                return True
-        return False
 
     def _uses_after_wrap(self) -> None:
         for function, refs in self.facts.model_refs.items():

@@ -449,12 +449,7 @@ class Facts:
 
     def _evaluating(self, node: cst.CSTNode, function: cst.FunctionDef | None, seen: set) -> bool:
         tree = self.tree
-        for parent in tree.ancestors(node):
-            if isinstance(parent, cst.With) and any(self._no_grad(item.item) for item in parent.items):
-                return True
-            if parent is function:
-                break
-        if function is not None and any(self._no_grad(d.decorator) for d in function.decorators):
+        if tree.grad_disabled(node):
             return True
         if isinstance(node, cst.For) and self._evaluates_inside(node.body):
             return True  # `for batch in loader: model.eval(); with torch.no_grad(): ...`
@@ -479,24 +474,12 @@ class Facts:
 
     def _evaluates_inside(self, body: cst.CSTNode) -> bool:
         for n in self.tree.walk(body):
-            if isinstance(n, cst.With) and any(self._no_grad(item.item) for item in n.items):
+            if isinstance(n, cst.With) and any(self.tree.disables_grad(item.item) for item in n.items):
                 return True
             found = method_call(n)
             if found is not None and found[1] == "eval" and not n.args:  # type: ignore[union-attr]
                 return True
         return False
-
-    def _no_grad(self, node: cst.BaseExpression) -> bool:
-        func = node.func if isinstance(node, cst.Call) else node
-        name = self.tree.qname(func)
-        if name in s.NO_GRAD:
-            return True
-        return (
-            name in s.SET_GRAD_ENABLED
-            and isinstance(node, cst.Call)
-            and bool(node.args)
-            and is_literal(node.args[0].value, "False")
-        )
 
     def kwargs(self, spread: cst.BaseExpression, function: cst.FunctionDef | None, before: cst.CSTNode) -> Kwargs:
         """The keys a `**spread` passes at `before`: dict literals and `dict(...)`, with the

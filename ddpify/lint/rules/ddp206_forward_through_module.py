@@ -6,7 +6,6 @@ import libcst as cst
 
 from ddpify.lint.rule import Rule
 from ddpify.lint.rules._devices_and_output import assigned_names, names_in
-from ddpify.lint.script import under_no_grad
 from ddpify.syntax import code, dotted, is_backward
 
 
@@ -70,7 +69,7 @@ class ForwardThroughModule(Rule):
             if wrapper is None:
                 return
         function = self.tree.function(node)
-        if not self.script.is_ddp_model(wrapper, function) or under_no_grad(self.tree, node):
+        if not self.script.is_ddp_model(wrapper, function) or self.tree.grad_disabled(node):
             return
         if method is not None and not any(method in self.script.forward_methods(c) for c in self.script.module_classes(wrapper, function)):
             return  # not a forward: `model.module.init_hidden(batch_size)`
