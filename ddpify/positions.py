@@ -138,6 +138,14 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
             return self.span(node)[0]
         return self._first_line(node) + len(node.leading_lines)  # type: ignore[attr-defined]
 
+    def lines(self, statement: cst.CSTNode) -> tuple[int, int]:
+        """The lines a statement of a block renders on, its leading lines included: the first,
+        and one past the last. Counted, not rendered."""
+        last = statement
+        while id(last) in self.index.children_of:
+            last = self.index.children_of[id(last)][-1]
+        return self._first_line(statement), self._line_at(self.index.position_of[id(last)] + 1)
+
     def _render_around(self, node: cst.CSTNode) -> None:
         statement, indents = self._statement_of(node)
         if statement is None:
@@ -166,9 +174,13 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
 
     def _first_line(self, statement: cst.CSTNode) -> int:
         """One plus the line breaks of everything rendered before `statement`."""
+        return self._line_at(self.index.position_of[id(statement)])
+
+    def _line_at(self, position: int) -> int:
+        """The line the node at a preorder position starts rendering on."""
         if self._break_positions is None:
             self._count_line_breaks()
-        count = bisect_left(self._break_positions, self.index.position_of[id(statement)])  # type: ignore[arg-type]
+        count = bisect_left(self._break_positions, position)  # type: ignore[arg-type]
         return 1 + (self._breaks_before[count - 1] if count else 0)
 
     def _count_line_breaks(self) -> None:

@@ -49,7 +49,7 @@ def convert_source(source: str, options: ConvertOptions | None = None, path: str
     for prepass in PREPASSES:
         prepass(tree, early).run()
     if early.has_edits or early.imports:  # the DDP pipeline reads the script the prepasses made
-        source = early.apply().code
+        source = early.output(source)
         tree = Tree.parse(cst.parse_module(source))
     analyzer = Analyzer(tree, source)
     plan = Plan(tree)
@@ -72,7 +72,7 @@ def convert_source(source: str, options: ConvertOptions | None = None, path: str
     for transform in PIPELINE:
         transform(facts, plan, options).run()
     notes = early.notes + _moved(plan.notes, source, original)
-    return ConvertResult(original, plan.apply().code, "converted", None, _sorted(notes))
+    return ConvertResult(original, plan.output(source), "converted", None, _sorted(notes))
 
 
 def _moved(notes: list[Note], source: str, original: str) -> list[Note]:

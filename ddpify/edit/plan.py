@@ -20,6 +20,7 @@ import libcst as cst
 
 from ddpify.edit.imports import add_imports, drop_unused_imports
 from ddpify.edit.rebuild import PathRebuilder, dirty_paths
+from ddpify.edit.render import render
 from ddpify.syntax import Tree
 
 BLANK = cst.EmptyLine(indent=False)
@@ -133,6 +134,10 @@ class Plan:
         if self.unused_imports:
             module = drop_unused_imports(module, self.unused_imports)
         return module
+
+    def output(self, source: str) -> str:
+        """The edited script's text (`source` is the text of the tree the plan edits)."""
+        return render(self.apply(), self.tree, source)
 
     def _edited(self) -> set[cst.CSTNode]:
         """The nodes whose subtrees `apply()` rebuilds: edited nodes, blocks gaining statements,

@@ -69,5 +69,5 @@ def fix_source(source: str, path: str = "<string>", selection: Selection | None 
             done = finding.fix(plan)
             if done:
                 fixed.append((finding, done))
-    output = plan.apply().code if plan.has_edits else source
+    output = plan.output(source) if plan.has_edits else source
     return FixResult(output, fixed, lint_source(output, path, selection))
