@@ -51,24 +51,32 @@ class _SyntacticSpan:
         self.start = (self.state.line, self.state.column)
 
     def __exit__(self, *exc_info: object) -> None:
+        if exc_info[0] is not None:  # rendering stopped inside: the range is not known
+            return
         spans = self.state.spans
         start = spans[id(self.start_node)][:2] if self.start_node is not None else self.start
         end = spans[id(self.end_node)][2:] if self.end_node is not None else (self.state.line, self.state.column)
         spans[id(self.node)] = start + end
 
 
+class _Done(Exception):
+    """The node asked about is rendered: the rest of its statement need not be."""
+
+
 class _PositionState(CodegenState):
     """Codegen that tracks the current line and column and records each node's span (keyed
-    by id: node hashing is a Python call, and this runs for every node rendered)."""
+    by id: node hashing is a Python call, and this runs for every node rendered). It stops
+    once `until` is rendered (the header of a loop needs none of its body)."""
 
-    __slots__ = ("line", "column", "starts", "spans")
+    __slots__ = ("line", "column", "starts", "spans", "until")
 
-    def __init__(self, module: cst.Module, spans: dict[int, Span], line: int, indents: list[str]) -> None:
+    def __init__(self, module: cst.Module, spans: dict[int, Span], line: int, indents: list[str], until: int | None = None) -> None:
         super().__init__(default_indent=module.default_indent, default_newline=module.default_newline, indent_tokens=indents)
         self.line = line
         self.column = 0
         self.starts: list[tuple[int, int]] = []
         self.spans = spans
+        self.until = until
 
     def add_indent_tokens(self) -> None:
         for token in self.indent_tokens:
@@ -90,6 +98,8 @@ class _PositionState(CodegenState):
         key = id(node)
         if key not in self.spans:  # a syntactic range recorded inside wins
             self.spans[key] = start + (self.line, self.column)
+        if key == self.until:
+            raise _Done
 
     def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None) -> _SyntacticSpan:  # type: ignore[override]
         return _SyntacticSpan(self, node, start_node, end_node)
@@ -151,7 +161,10 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         if statement is None:
             self._render_module()
         else:
-            statement._codegen(_PositionState(self.module, self._spans, self._first_line(statement), indents))
+            try:
+                statement._codegen(_PositionState(self.module, self._spans, self._first_line(statement), indents, id(node)))
+            except _Done:
+                pass
 
     def _render_module(self) -> None:
         if not self._complete:

@@ -126,3 +126,23 @@ def test_grad_disabled(name: str, expected: bool) -> None:
     tree = Tree.parse(cst.parse_module(GRAD_SOURCE))
     (call,) = [c for c in tree.calls() if isinstance(c.func, cst.Name) and c.func.value == name]
     assert tree.grad_disabled(call) is expected
+
+
+@pytest.mark.parametrize("name", ["gan", "trainer_class", "tqdm_logging", "phase_loaders"])
+def test_positions_match_libcsts_position_provider(name: str) -> None:
+    """`Tree.positions` renders only part of a statement (up to the node asked about); asked in
+    any order, every node's range is still the one LibCST's PositionProvider gives."""
+    import random
+    from pathlib import Path
+
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    source = (Path(__file__).parent.parent / "fixtures" / "convert" / name / "train.py").read_text()
+    module = cst.parse_module(source)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    tree = Tree.parse(module)
+    nodes = list(tree.walk())
+    random.Random(0).shuffle(nodes)
+    for node in nodes:
+        if node in expected:
+            assert tree.positions[node] == expected[node], (type(node).__name__, tree.line(node))
