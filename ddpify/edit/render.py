@@ -22,9 +22,11 @@ _HOLDERS = (cst.BaseCompoundStatement, cst.Else, cst.ExceptHandler, cst.ExceptSt
 
 def render(module: cst.Module, tree: Tree, source: str) -> str:
     """`module.code`, where `module` is `tree`'s module after edits and `source` its text."""
-    if not source.endswith("\n") or "\r" in source or _MARK in source or module is tree.module:
-        return source if module is tree.module else module.code
-    lines = source.split("\n")  # a statement's text: its lines, each with the "\n" it ends with
+    if module is tree.module:
+        return source
+    if source.count("\r") != source.count("\r\n") or _MARK in source:  # lines split on "\n" only
+        return module.code
+    lines = source.split("\n")  # a statement's text: its lines, joined by the "\n" that ends each
     stubs = _Stubs(tree)
     kept = stubs.kept
     text = module.visit(stubs).code
