@@ -3,7 +3,8 @@
 `Accumulations.find(backward)` says whether a backward is a micro-step of such a loop (an
 `if (i + 1) % k == 0: optimizer.step()` after it in the loop, or an inner `for micro in
 range(k)` loop followed by the step), and `span(found)` which statements, from the model's
-forward to that backward, one `with model.no_sync()` can hold. Convert's GradientSync writes
+forward to that backward, one `with model.no_sync()` can hold, and the test under which the
+micro-step syncs instead (the step's condition, or `micro == k - 1`). Convert's GradientSync writes
 that `with`; lint's DDP404 reports the backward and offers the same edit as its fix. Which
 calls forward the distributed model is the caller's parameter.
 """
@@ -69,8 +70,6 @@ class Accumulations:
     def span(self, found: Accumulation) -> Span | str:
         """The statements one `with` can hold, or why there are none."""
         step = found.step
-        if step is None:
-            return "the micro-steps are an inner loop; run all but its last iteration under `model.no_sync()` by hand"
         function = self.tree.function(found.backward)
         last = self.tree.statement(found.backward)
         block = self.tree.parent(last)
@@ -81,6 +80,8 @@ class Accumulations:
         forwards = [
             (i, c) for i, st in enumerate(body[: end + 1]) for c in self.tree.calls(st) if self.forwards_model(c, function)
         ]
+        if step is None:
+            return self._inner_loop_span(found, body[forwards[0][0] : end + 1] if forwards else [], forwards)
         if not forwards or any(self.tree.inside(step, st) for st in body[forwards[0][0] : end + 1]):
             return "forward and backward are in different blocks; wrap them in `model.no_sync()` on micro-steps by hand"
         start, forward = forwards[0]
@@ -92,6 +93,23 @@ class Accumulations:
         if tested & self._assigned(span + rest[:holder]):
             return "the step condition changes after the forward; wrap the micro-steps in `model.no_sync()` by hand"
         return Span(span, code(step.test), code(forward.func))
+
+    def _inner_loop_span(self, found: Accumulation, span: list[cst.BaseStatement], forwards: list) -> Span | str:
+        """`for micro in range(k):` holding forward..backward: every micro-step but the last
+        (`micro == k - 1`) runs under no_sync."""
+        by_hand = "the micro-steps are an inner loop; run all but its last iteration under `model.no_sync()` by hand"
+        loop = found.loop
+        if not (isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and span and self.tree.parent(span[0]) is loop.body):
+            return by_hand
+        count = _range_count(loop.iter)
+        if count is None or not isinstance(count, (cst.Name, cst.Attribute, cst.Integer)):
+            return by_hand
+        counter = loop.target.value
+        read = {n.value for n in self.tree.walk(count) if isinstance(n, cst.Name)}
+        if (read | {counter}) & self._assigned(list(loop.body.body)):  # type: ignore[attr-defined]
+            return by_hand
+        last = str(int(count.value) - 1) if isinstance(count, cst.Integer) else f"{code(count)} - 1"
+        return Span(span, f"{counter} == {last}", code(forwards[0][1].func))
 
     def model(self, found: Accumulation) -> str:
         """How the micro-step's forward spells the model (for messages)."""
@@ -179,3 +197,15 @@ class Accumulations:
                     for t in targets:
                         names |= {x.value for x in self.tree.walk(t) if isinstance(x, cst.Name)}
         return names
+
+
+def _range_count(iterable: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`k` of `range(k)` or `range(0, k)`."""
+    if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range"):
+        return None
+    args = iterable.args
+    if len(args) == 1 and args[0].keyword is None and not args[0].star:
+        return args[0].value
+    if len(args) == 2 and isinstance(args[0].value, cst.Integer) and args[0].value.value == "0":
+        return args[1].value
+    return None
