@@ -138,10 +138,16 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         return len(self.index.order)
 
     def start_line(self, node: cst.CSTNode) -> int:
-        """The line `node` starts on. A compound statement of a block (a loop, an `if`, a `with`)
-        starts after its leading lines, so nothing needs rendering; anything else is rendered."""
+        """The line `node` starts on. A node with no line break inside starts on the line of its
+        place in preorder, and a compound statement of a block (a loop, an `if`, a `with`) after
+        its leading lines, so neither needs rendering; anything else is rendered."""
         key = id(node)
-        if key in self._spans or not isinstance(node, HEADED) or getattr(node, "decorators", None):
+        if key in self._spans:
+            return self._spans[key][0]
+        position = self.index.position_of.get(key)
+        if position is not None and not isinstance(node, HEADED) and self._on_one_line(node, position):
+            return self._line_at(position)
+        if not isinstance(node, HEADED) or getattr(node, "decorators", None):
             return self.span(node)[0]
         parent = self.index.parent(node)
         if not (isinstance(parent, BLOCKS) and node in self):
@@ -155,6 +161,20 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         while id(last) in self.index.children_of:
             last = self.index.children_of[id(last)][-1]
         return self._first_line(statement), self._line_at(self.index.position_of[id(last)] + 1)
+
+    def _on_one_line(self, node: cst.CSTNode, position: int) -> bool:
+        """No leaf under `node` ends a line: it renders within the line it starts on (children
+        render in preorder, so everything before it in preorder is rendered before it)."""
+        if self._break_positions is None:
+            self._count_line_breaks()
+        breaks = self._break_positions
+        first = bisect_left(breaks, position)  # type: ignore[arg-type]
+        if first == len(breaks):  # type: ignore[arg-type]
+            return True
+        last = node
+        while id(last) in self.index.children_of:
+            last = self.index.children_of[id(last)][-1]
+        return breaks[first] > self.index.position_of[id(last)]  # type: ignore[index]
 
     def _render_around(self, node: cst.CSTNode) -> None:
         statement, indents = self._statement_of(node)

@@ -1,9 +1,14 @@
-"""`Tree.exclusive` and `Tree.may_follow`: which statements can run after which."""
+"""`Tree.exclusive` and `Tree.may_follow` (which statements can run after which), `Tree.grad_disabled`, and
+`Tree.positions` against LibCST's PositionProvider."""
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import libcst as cst
 import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpify.syntax import Tree
 
@@ -128,21 +133,22 @@ def test_grad_disabled(name: str, expected: bool) -> None:
     assert tree.grad_disabled(call) is expected
 
 
-@pytest.mark.parametrize("name", ["gan", "trainer_class", "tqdm_logging", "phase_loaders"])
-def test_positions_match_libcsts_position_provider(name: str) -> None:
-    """`Tree.positions` renders only part of a statement (up to the node asked about); asked in
-    any order, every node's range is still the one LibCST's PositionProvider gives."""
-    import random
-    from pathlib import Path
+# Every eighth script of the fixtures (convert inputs and goldens, lint cases): some 25 files.
+FIXTURE_SCRIPTS = sorted((Path(__file__).parent.parent / "fixtures").glob("**/*.py"))[::8]
 
-    from libcst.metadata import MetadataWrapper, PositionProvider
 
-    source = (Path(__file__).parent.parent / "fixtures" / "convert" / name / "train.py").read_text()
-    module = cst.parse_module(source)
+@pytest.mark.parametrize("path", FIXTURE_SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_positions_match_libcsts_position_provider(path: Path) -> None:
+    """`Tree.positions` counts lines without rendering where it can and renders only part of a
+    statement (up to the node asked about) where it cannot; asked in any order, every node's
+    line, and then its whole range, are the ones LibCST's PositionProvider gives."""
+    module = cst.parse_module(path.read_text())
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    tree = Tree.parse(module)
-    nodes = list(tree.walk())
+    nodes = [n for n in Tree.parse(module).walk() if n in expected]
     random.Random(0).shuffle(nodes)
+    lines = Tree.parse(module)
     for node in nodes:
-        if node in expected:
-            assert tree.positions[node] == expected[node], (type(node).__name__, tree.line(node))
+        assert lines.line(node) == expected[node].start.line, (type(node).__name__, expected[node])
+    ranges = Tree.parse(module)
+    for node in nodes:
+        assert ranges.positions[node] == expected[node], (type(node).__name__, expected[node])

@@ -35,17 +35,21 @@ class Devices(Transform):
         self.finish()
 
     def _walk(self) -> None:
-        for function in [None, *self.program.all_functions]:
-            for node in self.program.scope_nodes(function):
-                kind = type(node)  # concrete node types: exact tests are isinstance tests
-                if kind is cst.Call:
-                    self._call(node, function)
-                elif kind is cst.SimpleString or kind is cst.FormattedString:
-                    self._gpu_string(node)
-                elif kind is cst.Assign or kind is cst.AnnAssign:
-                    self._visible_devices(node)
-                elif kind is cst.Attribute and self.facts.device.cuda_only:
-                    self._tensor_type(node)
+        """Every call, string, assignment (and attribute, for CUDA-only scripts) of the file, in
+        source order: class bodies, default arguments and lambdas included."""
+        kinds = [cst.Call, cst.SimpleString, cst.FormattedString, cst.Assign, cst.AnnAssign]
+        if self.facts.device.cuda_only:
+            kinds.append(cst.Attribute)
+        for node in self.tree.of_type(*kinds):
+            kind = type(node)
+            if kind is cst.Call:
+                self._call(node, self.tree.function(node))
+            elif kind is cst.SimpleString or kind is cst.FormattedString:
+                self._gpu_string(node)
+            elif kind is cst.Assign or kind is cst.AnnAssign:
+                self._visible_devices(node)
+            else:
+                self._tensor_type(node)
 
     # --- calls ---------------------------------------------------------------------
 
