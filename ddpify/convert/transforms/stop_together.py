@@ -33,10 +33,11 @@ class StopTogether(Transform):
     def run(self) -> None:
         rewritten: set[int] = set()
         for loop in self.facts.train_loops:
-            local = self._per_batch_names(loop)
+            exits = self._exits(loop)
+            local = self._per_batch_names(loop) if exits else set()
             if not local:
                 continue
-            for node in self._exits(loop):
+            for node in exits:
                 test = node.test
                 if id(node) in rewritten or not self._reads(test, local):
                     continue
@@ -85,10 +86,9 @@ class StopTogether(Transform):
         found: list[cst.If] = []
         scopes: list[cst.CSTNode] = [loop.loop.body]
         scopes += [outer.body for outer in self.tree.loops(loop.loop) if outer is not loop.loop]
-        for scope in scopes:
-            for node in self.tree.walk(scope):
-                if isinstance(node, cst.If) and self.tree.function(node) is loop.function and self._leaves(node):
-                    found.append(node)
+        for node in self.tree.of_type(cst.If):
+            if any(self.tree.inside(node, scope) for scope in scopes) and self.tree.function(node) is loop.function and self._leaves(node):
+                found.append(node)
         return found
 
     def _leaves(self, node: cst.If) -> bool:
