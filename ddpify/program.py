@@ -70,18 +70,11 @@ class Program:
 
     def scope_nodes(self, function: cst.FunctionDef | None) -> list[cst.CSTNode]:
         """Nodes that run in `function` (the module when None), in source order, nested defs excluded."""
-        if function not in self._scope_cache:
+        nodes = self._scope_cache.get(function)
+        if nodes is None:
             root: cst.CSTNode = function.body if function is not None else self.tree.module
-            nodes = []
-            stack = [root]
-            while stack:
-                node = stack.pop()
-                nodes.append(node)
-                for child in reversed(self.tree.children(node)):
-                    if type(child) not in _NEW_SCOPES:
-                        stack.append(child)
-            self._scope_cache[function] = nodes
-        return self._scope_cache[function]
+            nodes = self._scope_cache[function] = self.tree.walk_skipping(root, _NEW_SCOPES)
+        return nodes
 
     def owner_class(self, function: cst.FunctionDef | None) -> cst.ClassDef | None:
         return self.tree.enclosing_class(function) if function is not None else None

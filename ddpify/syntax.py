@@ -469,6 +469,24 @@ class Tree:
             return iter((root,))
         return iter(self._order[start : self._end(root)])
 
+    def walk_skipping(self, root: cst.CSTNode, kinds: tuple[type[cst.CSTNode], ...]) -> list[cst.CSTNode]:
+        """`walk(root)` without the subtrees of nodes of `kinds` below `root` (nested scopes,
+        say): slices of the preorder between them, not a walk."""
+        start, end = self._position_of[id(root)], self._end(root)
+        order = self._order
+        found: list[cst.CSTNode] = []
+        position = start
+        for skipped in self.of_type(*kinds):  # in preorder
+            first = self._position_of[id(skipped)]
+            if first < position or skipped is root:
+                continue  # inside a subtree already skipped
+            if first >= end:
+                break
+            found.extend(order[position:first])
+            position = self._end(skipped)
+        found.extend(order[position:end])
+        return found
+
     def of_type(self, *kinds: type[cst.CSTNode]) -> list[cst.CSTNode]:
         """The nodes of the whole tree whose type is one of `kinds` (exactly: pass concrete
         node types), in preorder. Bucketed once per tree, so a rule that looks for one kind of

@@ -152,3 +152,15 @@ def test_positions_match_libcsts_position_provider(path: Path) -> None:
     ranges = Tree.parse(module)
     for node in nodes:
         assert ranges.positions[node] == expected[node], (type(node).__name__, expected[node])
+
+
+def test_walk_skipping_leaves_out_nested_scopes() -> None:
+    """Adjacent and nested functions, a class and a lambda are left out, with all they hold;
+    what is left is `walk()`'s preorder."""
+    source = "a = 1\ndef f():\n    b = 2\ndef g():\n    def h():\n        c = 3\n    d = lambda: e\nclass K:\n    k = 4\nz = 5\n"
+    tree = Tree.parse(cst.parse_module(source))
+    names = [n.value for n in tree.walk_skipping(tree.module, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) if isinstance(n, cst.Name)]
+    assert names == ["a", "z"]
+    (g,) = [n for n in tree.of_type(cst.FunctionDef) if n.name.value == "g"]
+    inside_g = [n.value for n in tree.walk_skipping(g.body, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) if isinstance(n, cst.Name)]
+    assert inside_g == ["d"]
