@@ -114,6 +114,7 @@ class Index:
     children_of: dict[int, list[cst.CSTNode]] = field(default_factory=dict)
     calls: list[cst.Call] = field(default_factory=list)  # the calls, in preorder
     call_positions: list[int] = field(default_factory=list)  # and their preorder positions
+    by_type: dict[type, list[cst.CSTNode]] = field(default_factory=dict)  # the nodes of each type, in preorder
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parent_of.get(id(node))
@@ -123,13 +124,20 @@ def index(root: cst.CSTNode) -> Index:
     """One walk over the tree under `root`."""
     found = Index()
     order, position_of, parent_of, children_of = found.order, found.position_of, found.parent_of, found.children_of
+    by_type = found.by_type
     stack = [root]
     while stack:
         node = stack.pop()
         key = id(node)
-        if type(node) is cst.Call:
+        kind = type(node)
+        if kind is cst.Call:
             found.calls.append(node)
             found.call_positions.append(len(order))
+        bucket = by_type.get(kind)
+        if bucket is None:
+            by_type[kind] = [node]
+        else:
+            bucket.append(node)
         position_of[key] = len(order)
         order.append(node)
         kids = children(node)

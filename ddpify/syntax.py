@@ -489,21 +489,14 @@ class Tree:
 
     def of_type(self, *kinds: type[cst.CSTNode]) -> list[cst.CSTNode]:
         """The nodes of the whole tree whose type is one of `kinds` (exactly: pass concrete
-        node types), in preorder. Bucketed once per tree, so a rule that looks for one kind of
+        node types), in preorder. Bucketed by the index walk, so a rule that looks for one kind of
         node does not test every node."""
-        by_type = self._by_type
+        by_type = self._index.by_type
         if len(kinds) == 1:
             return by_type.get(kinds[0], [])
         found = [n for kind in kinds for n in by_type.get(kind, [])]
         found.sort(key=lambda n: self._position_of[id(n)])
         return found
-
-    @cached_property
-    def _by_type(self) -> dict[type, list[cst.CSTNode]]:
-        by_type: dict[type, list[cst.CSTNode]] = {}
-        for node in self._order:
-            by_type.setdefault(type(node), []).append(node)
-        return by_type
 
     def calls(self, root: cst.CSTNode | None = None) -> Iterator[cst.Call]:
         """The calls `walk(root)` meets, in the same order."""
