@@ -65,6 +65,8 @@ COLLECTIVES = {
 INIT_PROCESS_GROUP = {"torch.distributed.init_process_group"}
 DESTROY_PROCESS_GROUP = {"torch.distributed.destroy_process_group"}
 TORCH_SAVE = {"torch.save"}
+# Folders: convert makes them on every rank, race-free (another module may write there on any rank).
+MAKE_FOLDER = {"os.makedirs", "os.mkdir"}
 TORCH_LOAD = {"torch.load"}
 TORCH_DEVICE = {"torch.device"}
 SET_DEVICE = {"torch.cuda.set_device"}

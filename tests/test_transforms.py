@@ -370,6 +370,18 @@ def test_output_that_runs_the_model_is_hoisted_before_the_guard() -> None:
     assert "    evaluate_result = evaluate(model, torch.randn(4, 4))\n    if rank == 0:\n        print(f\"val {evaluate_result:.3f}\")" in output
 
 
+def test_folders_are_made_on_every_rank_without_a_race() -> None:
+    """Another module may write into a folder on any rank, so folders are made on every rank;
+    two ranks making one must not fail: exist_ok=True (os.mkdir has none: os.makedirs)."""
+    imports = "import os\nfrom pathlib import Path\n"
+    before = 'os.mkdir("out")\nos.makedirs("logs")\nPath("runs").mkdir(parents=True)\nPath("ok").mkdir(exist_ok=True)\n'
+    source = standard(loop=before + LOOP).replace("import torch\n", imports + "import torch\n", 1)
+    output = convert(source).output
+    assert '    os.makedirs("out", exist_ok=True)\n    os.makedirs("logs", exist_ok=True)\n' in output
+    assert '    Path("runs").mkdir(parents=True, exist_ok=True)\n    Path("ok").mkdir(exist_ok=True)\n' in output
+    assert "if rank == 0:\n        os." not in output and "if rank == 0:\n        Path" not in output
+
+
 def test_logging_tqdm_tensorboard_wandb() -> None:
     imports = "import logging\nimport wandb\nfrom tqdm import tqdm\nfrom torch.utils.tensorboard import SummaryWriter\n\nlogger = logging.getLogger(__name__)\n"
     loop = LOOP.replace("for x, y in loader:", "for x, y in tqdm(loader, disable=False):")

@@ -1281,7 +1281,7 @@ class Analyzer:
         found = s.method_call(call)
         return (
             self.tree.opens_for_writing(call)
-            or (name in s.FILE_WRITES and name != "os.makedirs")  # folders: every rank makes them (exist_ok)
+            or (name in s.FILE_WRITES and name not in s.MAKE_FOLDER)  # folders: every rank makes them (exist_ok)
             or name in s.DOWNLOADS
             or (found is not None and found[1] in {"extractall", "to_csv", "write_text", "write_bytes"})
         )

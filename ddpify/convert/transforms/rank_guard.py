@@ -17,15 +17,13 @@ from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted
 
-WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained", "mkdir"}
+WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained"}
 FILE_METHODS = {"write", "writelines"}
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
 # Names of objects made by another module whose calls only report (`log = Log(...)`; `log(model, loss)`).
 PRINTING_HELPERS = ("progress_bar", "print_")
 SAVING_HELPERS = ("save_", "write_", "dump_", "export_")  # functions of another module that write files
 LOG_OBJECTS = {"log", "logger", "printer", "reporter", "visualizer", "vis", "viz", "tracker", "plotter"}
-
-MAKEDIRS = {"os.makedirs"}
 
 class RankZeroGuards(Transform):
     name = "rank-0"
@@ -46,9 +44,8 @@ class RankZeroGuards(Transform):
         for call in self.tree.calls():
             if self.tree.is_call_to(call, s.TQDM):
                 self._tqdm(call)
-            elif self.tree.is_call_to(call, MAKEDIRS) and s.arg(call, 2, "exist_ok") is None:
-                self.plan.replace(call, add_keyword("exist_ok", "True"))
-                self.change(call, "folders are made on every rank (their files may be written by code ddpify cannot guard): exist_ok=True lets the ranks race")
+            else:
+                self._make_folder(call)
 
     # --- statements ------------------------------------------------------------------
 
@@ -198,7 +195,7 @@ class RankZeroGuards(Transform):
             return "print"  # `progress_bar(...)` from another module
         if name and not name.startswith(("torch.", "builtins.")) and self.program.callee(node, function) is None and name.rsplit(".", 1)[-1].startswith(SAVING_HELPERS):
             return "file write"  # `save_checkpoint(model, optimizer)`, `save_images(...)` from another module
-        if name in MAKEDIRS:
+        if name in s.MAKE_FOLDER or self._path_mkdir(node):
             return None  # every rank makes it (exist_ok): a write ddpify cannot see may need it
         if name in s.FILE_WRITES:
             return "file write"
@@ -272,6 +269,26 @@ class RankZeroGuards(Transform):
 
     def _is_logger_assignment(self, small: cst.BaseSmallStatement) -> bool:
         return isinstance(small, cst.Assign) and self._is_logger_object(small.value)
+
+    # --- folders -----------------------------------------------------------------------
+
+    def _make_folder(self, call: cst.Call) -> None:
+        """Folders are made on every rank (a file that code ddpify cannot guard writes into one
+        may be written on any rank), so two ranks may race to make one: `exist_ok=True`."""
+        why = "folders are made on every rank (their files may be written by code ddpify cannot guard): exist_ok=True lets the ranks race"
+        name = self.tree.qname(call.func)
+        if name == "os.mkdir":  # os.mkdir has no exist_ok: os.makedirs does the same with one
+            self.plan.replace(call, lambda updated: add_keyword("exist_ok", "True")(updated.with_changes(func=cst.parse_expression("os.makedirs"))))
+            self.plan.add_import("os")
+            self.change(call, f"os.mkdir becomes os.makedirs: {why}")
+        elif (name == "os.makedirs" and s.arg(call, 2, "exist_ok") is None) or (self._path_mkdir(call) and s.arg(call, 2, "exist_ok") is None):
+            self.plan.replace(call, add_keyword("exist_ok", "True"))
+            self.change(call, why)
+
+    def _path_mkdir(self, call: cst.Call) -> bool:
+        """`Path(...).mkdir(...)`, `out_dir.mkdir(parents=True)`: pathlib's, or a method of no imported name."""
+        found = s.method_call(call)
+        return found is not None and found[1] == "mkdir" and self.tree.qname(call.func) in (None, "pathlib.Path.mkdir")
 
     # --- progress bars ---------------------------------------------------------------
 
