@@ -595,7 +595,7 @@ def test_model_built_in_another_module_is_named() -> None:
 def test_find_unused_parameters_from_the_models_source(forward: str, reason: str) -> None:
     net = (
         "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n"
-        f"        self.head = nn.Linear(4, 1)\n" + ("        self.aux = nn.Linear(4, 1)\n" if "aux" in forward else "")
+        "        self.head = nn.Linear(4, 1)\n" + ("        self.aux = nn.Linear(4, 1)\n" if "aux" in forward else "")
         + f"\n    def forward(self, x):\n        {forward}\n"
     )
     loop = LOOP.replace("model(x)", "model(x)[0]") if "return h, " in forward or "aux(h)" in forward else LOOP

@@ -13,7 +13,9 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -324,20 +326,41 @@ def test_help_documents_exit_codes() -> None:
         assert option in out.stdout
 
 
+def imported_modules(node: ast.AST, *, in_functions: bool) -> set[str]:
+    """Top-level names of the modules `node` imports (statements, `importlib.import_module("x")`,
+    `__import__("x")`); `in_functions=False` leaves out what function bodies import (at call time)."""
+    names = set()
+    for child in ast.iter_child_nodes(node):
+        if not in_functions and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(child, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in child.names}
+        elif isinstance(child, ast.ImportFrom) and child.level == 0:
+            names.add(child.module.split(".")[0])
+        elif (
+            isinstance(child, ast.Call)
+            and ast.unparse(child.func) in ("importlib.import_module", "import_module", "__import__")
+            and child.args
+            and isinstance(child.args[0], ast.Constant)
+        ):
+            names.add(str(child.args[0].value).split(".")[0])
+        names |= imported_modules(child, in_functions=in_functions)
+    return names
+
+
 def test_verify_package_imports_only_the_standard_library() -> None:
     """scripts/gpu_verify.py loads ddpify/verify/ by path where only torch is installed.
 
-    The rank shim is the one file that imports torch: it runs inside the ranks, never in ddpify.
+    The rank shim is the one file that imports torch at its top: it runs inside the ranks, never
+    in ddpify. The direct launcher may import it in a function, when it is about to fork ranks.
     """
+    at_call_time = {"launch.py": {"torch"}}
     for path in VERIFY_PACKAGE.glob("*.py"):
-        imported = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                imported |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                imported.add(node.module.split(".")[0])
-        allowed = sys.stdlib_module_names | ({"torch"} if path.name == "rank_shim.py" else set())
-        assert imported - {"__future__"} <= allowed, path
+        tree = ast.parse(path.read_text())
+        allowed = sys.stdlib_module_names | {"__future__"} | ({"torch"} if path.name == "rank_shim.py" else set())
+        assert imported_modules(tree, in_functions=False) <= allowed, path
+        assert imported_modules(tree, in_functions=True) <= allowed | at_call_time.get(path.name, set()), path
+    assert "torch" in imported_modules(ast.parse((VERIFY_PACKAGE / "launch.py").read_text()), in_functions=True)
 
 
 @pytest.mark.parametrize(
@@ -400,3 +423,146 @@ def test_direct_launcher_judges_as_torchrun_does(tmp_path: Path) -> None:
     assert failing_result.run.launcher_exit == 1
     with pytest.raises(verify_api.VerifyInputError, match="unknown launcher"):
         verify_api.verify_script(CASES / "correct.py", verify_api.VerifyOptions(launcher="mpirun"))
+
+
+LAUNCH = VERIFY_PACKAGE / "launch.py"
+# Run by each rank under launch.py: what the rank sees, in rank<N>.json next to the program.
+PROBE = """
+import atexit, json, os, signal, sys, threading, time
+preloaded = "torch" in sys.modules  # the launcher's import, when it forked this rank
+import helper  # from the program's own folder
+facts = {
+    "name": __name__, "argv": sys.argv, "path0": sys.path[0], "preloaded": preloaded, "helper": helper.VALUE,
+    "env": {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "OMP_NUM_THREADS")},
+    "own_session": os.getsid(0) == os.getpid(),
+    "sigint_default": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+    "stdin_is_devnull": os.path.samestat(os.fstat(0), os.stat(os.devnull)),
+}
+listed = [int(fd) for fd in os.listdir("/proc/self/fd")]  # the listing's own descriptor is closed by now
+facts["open_fds"] = [fd for fd in listed if fd > 2 and os.path.exists(f"/proc/self/fd/{fd}")]
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "rank%s.json" % os.environ["RANK"]), "w") as out:
+    json.dump(facts, out)
+marker = os.path.join(here, "rank%s" % os.environ["RANK"])
+atexit.register(lambda: open(marker + ".atexit", "w").close())
+def late():
+    time.sleep(0.5)
+    open(marker + ".thread", "w").close()
+threading.Thread(target=late).start()  # not a daemon: the rank's exit waits for it
+os.write(1, b"rank %s done\\n" % os.environ["RANK"].encode())  # one write: the ranks share stdout
+sys.exit(None)
+"""
+
+
+def run_launcher(tmp_path: Path, program: str, args: list[str], nproc: int = 2, flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """launch.py in `tmp_path` with a program written to prog/probe.py (and prog/helper.py)."""
+    folder = tmp_path / "prog"
+    folder.mkdir(exist_ok=True)
+    (folder / "probe.py").write_text(program)
+    (folder / "helper.py").write_text("VALUE = 42\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "RANK", "WORLD_SIZE")}
+    return subprocess.run(
+        [sys.executable, *flags, str(LAUNCH), str(nproc), "prog/probe.py", *args],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "preloaded"),
+    [pytest.param((), True, id="forked"), pytest.param(("-S",), False, id="popen-without-torch-in-launcher")],
+)
+def test_direct_launcher_runs_each_rank_as_python_would(tmp_path: Path, flags: tuple[str, ...], preloaded: bool) -> None:
+    """Forked from the launcher's torch import, or a fresh interpreter when the launcher has no torch
+    (-S): each rank sees what `python prog/probe.py a "b c"` under torchrun would see."""
+    proc = run_launcher(tmp_path, PROBE, ["a", "b c"], flags=flags)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
+    for rank in (0, 1):
+        facts = json.loads((tmp_path / "prog" / f"rank{rank}.json").read_text())
+        assert facts == {
+            "name": "__main__", "argv": ["prog/probe.py", "a", "b c"], "path0": str((tmp_path / "prog").resolve()),
+            "preloaded": preloaded, "helper": 42,
+            "env": {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"},
+            "own_session": True, "sigint_default": True, "stdin_is_devnull": True, "open_fds": [],
+        }  # fmt: skip
+        assert (tmp_path / "prog" / f"rank{rank}.atexit").exists()
+        assert (tmp_path / "prog" / f"rank{rank}.thread").exists()
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.parametrize(
+    ("failure", "message"),
+    [
+        pytest.param("raise ValueError('boom')", "ValueError: boom", id="exception"),
+        pytest.param("sys.exit('bad config')", "bad config", id="exit-message"),
+        pytest.param("os.kill(os.getpid(), signal.SIGKILL)", "", id="signal"),
+    ],
+)
+def test_direct_launcher_kills_the_other_ranks_when_one_fails(tmp_path: Path, failure: str, message: str) -> None:
+    """Rank 0 and a child of its own wait; rank 1 fails: the launcher kills rank 0's process group
+    and exits 1 at once, with rank 1's error on stderr."""
+    program = f"""
+import os, signal, subprocess, sys, time
+pids = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank0.pids")
+if os.environ["RANK"] == "0":
+    sleeper = subprocess.Popen(["sleep", "60"])
+    with open(pids + ".tmp", "w") as out:
+        out.write(f"{{os.getpid()}} {{sleeper.pid}}")
+    os.replace(pids + ".tmp", pids)
+    time.sleep(60)
+while not os.path.exists(pids):
+    time.sleep(0.05)
+{failure}
+"""
+    start = time.monotonic()
+    proc = run_launcher(tmp_path, program, [])
+    assert proc.returncode == 1
+    assert time.monotonic() - start < 45
+    assert message in proc.stderr
+    rank0, sleeper = map(int, (tmp_path / "prog" / "rank0.pids").read_text().split())
+    deadline = time.monotonic() + 10  # the sleeper, orphaned by the kill, is reaped by init
+    while process_alive(sleeper) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not process_alive(rank0) and not process_alive(sleeper)
+
+
+def test_direct_launcher_dataloader_workers_in_forked_ranks(tmp_path: Path) -> None:
+    """A DataLoader with two worker processes inside each forked rank, under the shim: it trains,
+    passes every check, and the shim records each rank's batches through the workers."""
+    script = tmp_path / "workers.py"
+    script.write_text(
+        """
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+data = TensorDataset(torch.arange(64.0).reshape(16, 4), torch.ones(16, 1))
+loader = DataLoader(data, batch_size=2, sampler=DistributedSampler(data), num_workers=2)
+model = DDP(nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+for epoch in range(2):
+    loader.sampler.set_epoch(epoch)
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+dist.destroy_process_group()
+"""
+    )
+    result = verify_api.verify_script(script, verify_api.VerifyOptions(timeout=float(TIMEOUT), launcher="direct"))
+    assert result.ok, verify_api.format_table(result)
+    for rank in result.run.ranks:
+        (loader,) = rank.facts["loaders"]
+        assert (loader["batches"], loader["passes"], loader["distributed"]) == (8, 2, True)
