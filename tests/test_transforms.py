@@ -382,6 +382,26 @@ def test_folders_are_made_on_every_rank_without_a_race() -> None:
     assert "if rank == 0:\n        os." not in output and "if rank == 0:\n        Path" not in output
 
 
+def test_output_above_the_setup_asks_the_environment_for_the_rank() -> None:
+    """A print among the imports (`try: import x / except ImportError: print(...)`) runs before
+    the process group exists: its guard reads RANK from the environment, and the imports it needs
+    come first; an import the script already has after the `try` is not added twice."""
+    source = (
+        'try:\n    import optional_package\n    print("found")\nexcept ImportError:\n    print("missing")\n\n'
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "data = TensorDataset(torch.randn(32, 8), torch.randn(32, 1))\nloader = DataLoader(data, batch_size=4, shuffle=True)\n"
+        "model = nn.Linear(8, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "for epoch in range(2):\n    for x, y in loader:\n        opt.zero_grad()\n"
+        "        nn.functional.mse_loss(model(x), y).backward()\n        opt.step()\n    print('epoch', epoch)\n"
+    )
+    output = convert(source).output
+    assert '    if int(os.environ.get("RANK", 0)) == 0:\n        print("found")\n' in output
+    assert '    if int(os.environ.get("RANK", 0)) == 0:\n        print("missing")\n' in output
+    assert output.index("import os\n") < output.index("os.environ.get")
+    assert output.count("import torch\n") == 1
+    assert "    if rank == 0:\n        print('epoch', epoch)\n" in output  # after the setup: its rank
+
+
 def test_logging_tqdm_tensorboard_wandb() -> None:
     imports = "import logging\nimport wandb\nfrom tqdm import tqdm\nfrom torch.utils.tensorboard import SummaryWriter\n\nlogger = logging.getLogger(__name__)\n"
     loop = LOOP.replace("for x, y in loader:", "for x, y in tqdm(loader, disable=False):")

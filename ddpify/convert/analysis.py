@@ -179,10 +179,11 @@ class Facts:
                         return "self.device"
         return None
 
-    def rank_expr(self, function: cst.FunctionDef | None) -> str:
-        if self.sees_entry_names(function):
+    def rank_expr(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> str:
+        """How code in `function` (at `at`, where given) asks for this process's rank."""
+        if self.sees_entry_names(function) and not self.before_setup(function, at):
             return "rank"
-        if not self.runs_after_setup(function):  # the group may not exist yet (or ever, on that path)
+        if not self.runs_after_setup(function) or self.before_setup(function, at):  # the group may not exist yet (or ever, on that path)
             return 'int(os.environ.get("RANK", 0))'
         return "dist.get_rank()"
 
@@ -192,6 +193,14 @@ class Facts:
         if not self.runs_after_setup(function):
             return 'int(os.environ.get("WORLD_SIZE", 1))'
         return "dist.get_world_size()"
+
+    def before_setup(self, function: cst.FunctionDef | None, at: cst.CSTNode | None) -> bool:
+        """Module code above the statement the setup follows (`try: import x / except: print(...)`
+        among the imports) runs before the process group exists."""
+        after = self.entry.after
+        if at is None or function is not None or self.entry.kind != "module" or after is None:
+            return False
+        return self.tree.order(at) < self.tree.order(after)
 
     def runs_after_setup(self, function: cst.FunctionDef | None) -> bool:
         """Whether code in `function` runs once the process group exists. Module code of a script

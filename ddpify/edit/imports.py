@@ -112,10 +112,11 @@ def add_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.Mo
     """`module` with the requested imports that its top import block lacks."""
     wanted = _Wanted(requests)
     first = _header_length(module)
+    # what the script imports before its code starts is there already, even after a `try: import x`
+    wanted.drop_present([found for statement in _opening(module, first) if (found := _single_import(statement)) is not None])
     end = first
     while end < len(module.body) and _single_import(module.body[end]) is not None:
         end += 1
-    wanted.drop_present([_single_import(statement) for statement in module.body[first:end]])  # type: ignore[misc]
     body = list(module.body)
     for position in range(first, end):
         statement = _single_import(body[position])
@@ -126,6 +127,30 @@ def add_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.Mo
         return module.with_changes(body=body)
     rest = _blank_line_before(body[end:])
     return module.with_changes(body=[*body[:end], *wanted.new_lines(module), *rest])
+
+
+def _opening(module: cst.Module, start: int) -> list[cst.BaseStatement]:
+    """The statements from `start` that open the script: import lines, `try: import x` blocks
+    and `sys.path` / `warnings` calls between them."""
+    found = []
+    for statement in module.body[start:]:
+        if not (_single_import(statement) is not None or _imports_optionally(statement) or _setup_call(statement)):
+            break
+        found.append(statement)
+    return found
+
+
+def _imports_optionally(statement: cst.CSTNode) -> bool:
+    """`try: import x ... except ImportError: ...`."""
+    return isinstance(statement, cst.Try) and any(_single_import(inner) is not None for inner in statement.body.body)  # type: ignore[attr-defined]
+
+
+def _setup_call(statement: cst.CSTNode) -> bool:
+    """`sys.path.append(...)`, `warnings.filterwarnings(...)`."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr)):
+        return False
+    call = statement.body[0].value
+    return isinstance(call, cst.Call) and (get_full_name_for_node(call.func) or "").startswith(("sys.path.", "warnings."))
 
 
 def _single_import(statement: cst.CSTNode) -> ImportNode | None:

@@ -40,8 +40,8 @@ class Transform:
         """The script's device variable as `function` spells it, if it has one (defined by `at`)."""
         return self.facts.device_expr(function, at)
 
-    def rank(self, function: cst.FunctionDef | None) -> str:
-        expr = self.facts.rank_expr(function)
+    def rank(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> str:
+        expr = self.facts.rank_expr(function, at)
         if expr == "rank":
             self.plan.uses.add("rank")
         return expr
@@ -52,8 +52,8 @@ class Transform:
             self.plan.uses.add("world_size")
         return expr
 
-    def is_main_process(self, function: cst.FunctionDef | None) -> str:
-        return f"{self.rank(function)} == 0"
+    def is_main_process(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> str:
+        return f"{self.rank(function, at)} == 0"
 
     def change(self, node: cst.CSTNode, message: str) -> None:
         self.plan.change(node, self.name, message)

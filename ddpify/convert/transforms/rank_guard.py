@@ -17,7 +17,7 @@ from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted
 
-WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained"}
+WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained", "mkdir"}  # a mkdir not pathlib's: rank 0
 FILE_METHODS = {"write", "writelines"}
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
 # Names of objects made by another module whose calls only report (`log = Log(...)`; `log(model, loss)`).
@@ -77,7 +77,7 @@ class RankZeroGuards(Transform):
             if isinstance(small, cst.Expr) and (kind := self._output_call(small.value, function)) is not None:
                 if self.facts.syncs(small.value, function):
                     continue
-                condition = self.is_main_process(function)
+                condition = self.is_main_process(function, small)
                 self.plan.replace(small.value, lambda updated, c=condition: cst.parse_expression(f"{code(updated)} if {c} else None"))
                 self.change(small, f"{kind} only on rank 0")
 
@@ -110,7 +110,7 @@ class RankZeroGuards(Transform):
         return found
 
     def _guard(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, kinds: list[str]) -> None:
-        condition = self.is_main_process(function)
+        condition = self.is_main_process(function, statement)
         what = " and ".join(dict.fromkeys(kinds))
         if isinstance(statement, cst.If) and statement.orelse is None:
             def rewrite(updated: cst.CSTNode, condition=condition) -> cst.CSTNode:
@@ -262,7 +262,7 @@ class RankZeroGuards(Transform):
         small = statement.body[0]
         if not isinstance(small, cst.Assign) or not self._is_logger_object(small.value):
             return False
-        condition = self.is_main_process(function)
+        condition = self.is_main_process(function, statement)
         self.plan.replace(small.value, cst.parse_expression(f"{code(small.value)} if {condition} else None"))
         self.change(statement, f"`{code(small.targets[0].target)}` is created on rank 0 only (None elsewhere)")
         return True
@@ -294,7 +294,7 @@ class RankZeroGuards(Transform):
 
     def _tqdm(self, call: cst.Call) -> None:
         function = self.tree.function(call)
-        hidden = f"{self.rank(function)} != 0"
+        hidden = f"{self.rank(function, call)} != 0"
         existing = s.arg(call, None, "disable")
         if existing is not None:
             self.plan.replace(existing.value, cst.parse_expression(f"{code(existing.value)} or {hidden}"))
