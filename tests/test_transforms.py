@@ -127,6 +127,27 @@ def test_cuda_calls_noop_where_the_script_chooses_its_device() -> None:
     assert "torch.device(" not in output.split("dist.init_process_group")[-1]
 
 
+def test_code_at_import_does_not_read_names_the_main_block_binds() -> None:
+    """The setup of a script trained in its `__main__` block binds `device` and `rank` there; a
+    config built at import (`SimpleNamespace(device="cuda")`) and a print above the block run
+    before it: they get a module-level device and the environment's rank."""
+    source = (
+        "from types import SimpleNamespace\nimport torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        'config = SimpleNamespace(epochs=2, device="cuda")\nprint("config", config)\n\n'
+        'if __name__ == "__main__":\n'
+        "    loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 1)), batch_size=4, shuffle=True)\n"
+        "    model = nn.Linear(8, 1).cuda()\n    opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "    for epoch in range(config.epochs):\n        for x, y in loader:\n            opt.zero_grad()\n"
+        "            nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()\n            opt.step()\n"
+        "        print('epoch', epoch)\n"
+    )
+    output = convert(source).output
+    module_device = 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+    assert output.index(module_device) < output.index("config = SimpleNamespace(epochs=2, device=device)")
+    assert 'if int(os.environ.get("RANK", 0)) == 0:\n    print("config", config)\n' in output
+    assert "        if rank == 0:\n            print('epoch', epoch)\n" in output
+
+
 # --- DataParallel and the wrap ----------------------------------------------------------------
 
 

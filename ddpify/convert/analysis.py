@@ -143,9 +143,10 @@ class Facts:
 
     # --- scopes ------------------------------------------------------------------------
 
-    def sees_entry_names(self, function: cst.FunctionDef | None) -> bool:
-        """Whether the setup's names (`rank`, `device`, ...) are visible in `function`."""
-        if self.entry.kind == "library":
+    def sees_entry_names(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> bool:
+        """Whether the setup's names (`rank`, `device`, ...) are visible in `function` (and
+        bound by then, at `at`, where given)."""
+        if self.entry.kind == "library" or self.before_setup(function, at):
             return False
         if self.entry.kind == "function":
             return function is self.entry.function
@@ -181,7 +182,7 @@ class Facts:
 
     def rank_expr(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> str:
         """How code in `function` (at `at`, where given) asks for this process's rank."""
-        if self.sees_entry_names(function) and not self.before_setup(function, at):
+        if self.sees_entry_names(function, at):
             return "rank"
         if not self.runs_after_setup(function) or self.before_setup(function, at):  # the group may not exist yet (or ever, on that path)
             return 'int(os.environ.get("RANK", 0))'
@@ -195,12 +196,15 @@ class Facts:
         return "dist.get_world_size()"
 
     def before_setup(self, function: cst.FunctionDef | None, at: cst.CSTNode | None) -> bool:
-        """Module code above the statement the setup follows (`try: import x / except: print(...)`
-        among the imports) runs before the process group exists."""
-        after = self.entry.after
-        if at is None or function is not None or self.entry.kind != "module" or after is None:
+        """Module code that runs before the process group exists: above the statement the setup
+        follows (`try: import x / except: print(...)` among the imports), or, when the setup is
+        in the `__main__` block, outside it (a config built at import)."""
+        if at is None or function is not None:
             return False
-        return self.tree.order(at) < self.tree.order(after)
+        if self.entry.kind == "main-block":
+            return not self.tree.inside(at, self.entry.block)
+        after = self.entry.after
+        return self.entry.kind == "module" and after is not None and self.tree.order(at) < self.tree.order(after)
 
     def runs_after_setup(self, function: cst.FunctionDef | None) -> bool:
         """Whether code in `function` runs once the process group exists. Module code of a script

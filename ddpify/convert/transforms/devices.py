@@ -80,7 +80,7 @@ class Devices(Transform):
         if self.facts.device.cuda_only:
             for a in call.args:
                 if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and string_value(a.value) == "cuda":
-                    self.plan.replace(a.value, cst.parse_expression(self._fallback(function)))
+                    self.plan.replace(a.value, cst.parse_expression(self._fallback(function, call)))
                     self.change(a, f'`{a.keyword.value}="cuda"` falls back to the CPU without a GPU')
 
     def _is_cuda_method(self, call: cst.Call) -> bool:
@@ -93,7 +93,7 @@ class Devices(Transform):
         pinned = len(keywords) != len(call.args)
         if self.facts.device.cuda_only:
             # A script with no CPU path: `.to(device)` runs on this rank's GPU, or on the CPU.
-            device = cst.Arg(cst.parse_expression(self._fallback(function)))
+            device = cst.Arg(cst.parse_expression(self._fallback(function, call)))
             args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in (device, *keywords)]
 
             def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
@@ -107,13 +107,13 @@ class Devices(Transform):
             self.plan.replace(call, lambda updated: updated.with_changes(args=args))
             self.change(call, "`.cuda(N)` becomes `.cuda()`: this rank's GPU")
 
-    def _fallback(self, function: cst.FunctionDef | None) -> str:
+    def _fallback(self, function: cst.FunctionDef | None, at: cst.CSTNode) -> str:
         """The device a CUDA-only call moves to: the script's device variable, else `device`,
-        which the setup defines (or the module, for functions outside the entry point)."""
+        which the setup defines (or the module, for code outside the entry point or before it)."""
         name = self.device(function)
         if name is not None:
             return name
-        if self.facts.sees_entry_names(function):
+        if self.facts.sees_entry_names(function, at):
             self.plan.uses.add("device")  # the setup defines one
         else:
             self.plan.uses.add("module device")
