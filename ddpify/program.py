@@ -87,7 +87,7 @@ class Program:
         seen = set()
         while cls is not None and cls not in seen:
             seen.add(cls)
-            if any(self.tree.qname(b.value) in s.DATASET for b in cls.bases):
+            if any(s.is_dataset_class(self.tree.qname(b.value)) for b in cls.bases):
                 return True
             local = [dotted(b.value) for b in cls.bases]
             cls = next((self.classes[n] for n in local if n in self.classes), None)

@@ -26,6 +26,13 @@ WEIGHTED_SAMPLER = {"torch.utils.data.WeightedRandomSampler", "torch.utils.data.
 SUBSET_SAMPLER = {"torch.utils.data.SubsetRandomSampler", "torch.utils.data.sampler.SubsetRandomSampler"}
 ITERABLE_DATASET = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 DATASET = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset", *ITERABLE_DATASET}
+
+
+def is_dataset_class(name: str | None) -> bool:
+    """torch's Dataset classes, and the datasets torchvision (or torchaudio, torchtext) ships."""
+    return name in DATASET or (name or "").startswith(("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets."))
+
+
 DISTRIBUTED_SAMPLER = {
     "torch.utils.data.DistributedSampler",
     "torch.utils.data.distributed.DistributedSampler",

@@ -1382,6 +1382,21 @@ class Pairs(torch.utils.data.Dataset):
     assert "        Pairs('data', download=True)\n    dist.barrier()\n" in output
 
 
+def test_no_barrier_inside_a_subclass_of_a_torchvision_dataset() -> None:
+    """`class Custom(CIFAR100)` whose `__init__` calls `super().__init__(..., download=download)`
+    is Dataset code too (the VGG tutorial): one guard, where the script builds it."""
+    helpers = """\
+class Custom(torchvision.datasets.MNIST):
+    def __init__(self, root, download=False):
+        super().__init__(root, download=download)
+"""
+    body = f"{DEVICE}\ntrain_set = Custom('data', download=True)\nloader = DataLoader(train_set, batch_size=8, shuffle=True)\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    output = convert(script(body, helpers=helpers, imports="import torchvision\n")).output
+    assert output.count("dist.barrier()") == 1
+    assert "        super().__init__(root, download=download)\n" in output  # not guarded in the class
+    assert "        Custom('data', download=True)\n    dist.barrier()\n" in output
+
+
 def test_functional_data_parallel_in_forward_becomes_a_plain_call() -> None:
     helpers = """\
 class Net(nn.Module):
