@@ -418,12 +418,17 @@ class Program:
 
     # --- following an object through the program ---------------------------------------
 
+    def nested_functions(self, function: cst.FunctionDef) -> list[cst.FunctionDef]:
+        """The functions defined directly inside `function`."""
+        return [f for f in self.all_functions if self.tree.function(f) is function]
+
     def propagate(self, seeds: list[tuple[str, cst.FunctionDef | None]]) -> dict[cst.FunctionDef | None, set[str]]:
         """Names that denote the same object as the seeds, per function.
 
         An object named `ref` in a function is also named by the parameter it is passed to
         (`train(model)`), by `self.<attr>` when a constructor stores it, in every method for a
-        `self.<attr>` seed, and in module-level functions for a global.
+        `self.<attr>` seed, in module-level functions for a global, and in the functions defined
+        inside a function (closures) that read it from there.
         """
         refs: dict[cst.FunctionDef | None, set[str]] = {}
         work = list(seeds)
@@ -438,6 +443,9 @@ class Program:
                 continue
             if function is None:  # a global: module-level functions that do not rebind it see it
                 work += [(ref, f) for f in self.functions.values() if not self.binds(f, ref)]
+            else:  # a closure reads it when it is called: the object the name holds by then
+                root = ref.split(".")[0]
+                work += [(ref, f) for f in self.nested_functions(function) if not self.binds(f, root)]
             for call in self.calls_in(function):
                 target = self.callee(call, function)
                 if target is None:

@@ -1361,6 +1361,15 @@ for epoch in range(2):
     assert any("micro-steps are an inner loop" in w for w in warnings(counted)), warnings(counted)
 
 
+def test_a_closure_reads_the_wrapped_model_through_module() -> None:
+    """`def save_ckpt(path): torch.save({"model_state": model.state_dict()}, path)` inside the
+    training function reads `model` when it is called, after the wrap (deeplab): the checkpoint
+    holds the plain model's keys."""
+    loop = LOOP + '    def save_ckpt(path):\n        torch.save({"model_state": model.state_dict()}, path)\n\n    save_ckpt("latest.pth")\n'
+    output = convert(standard(loop=loop)).output
+    assert '        torch.save({"model_state": model.module.state_dict()}, path)\n' in output
+
+
 def test_no_barrier_inside_a_dataset_that_downloads_when_asked() -> None:
     """A Dataset whose constructor passes `download=download` on: its builder's `download=True`
     call is guarded once; a second rank-0 guard inside the class would give rank 0 one barrier
