@@ -690,10 +690,15 @@ def test_calls_of_a_log_object_from_another_module_run_on_rank_0() -> None:
             "total += loss", "print(total / len(loader))",
             ["totals = torch.tensor([float(total)], dtype=torch.float64)"], id="maybe-a-tensor-goes-through-float",
         ),
+        pytest.param(
+            "seen += batch_size\n        total += loss.item() * batch_size", "print(total / seen)",
+            ["totals = torch.tensor([float(seen), total], dtype=torch.float64)", "seen, total = totals.tolist()"],
+            id="a-count-of-batch-sizes-in-a-ratio-is-summed-with-its-total",
+        ),
     ],
 )  # fmt: skip
 def test_metrics_are_summed_or_averaged_by_their_use(accumulate: str, report: str, expected: list[str]) -> None:
-    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    total, seen = 0.0, 0\n").replace(
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    total, seen, batch_size = 0.0, 0, 8\n").replace(
         "        optimizer.step()\n", f"        optimizer.step()\n        {accumulate}\n"
     ) + f"    {report}\n"
     output = convert(standard(loop=loop)).output

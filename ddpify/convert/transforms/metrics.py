@@ -253,7 +253,8 @@ class ReduceMetrics(Transform):
 
     def _summed(self, loop: TrainLoop, name: str, totals: dict[str, Kind], per_dataset: set[str]) -> bool:
         """Sums and counts are summed over ranks; a total divided by a per-rank count (batches,
-        `len(loader)`, a constant) is an average and is averaged. `correct / total` sums both."""
+        `len(loader)`, a constant) is an average and is averaged. `correct / total` sums both,
+        whatever `total` counts (samples, or `+= batch_size`)."""
         end = self.tree.positions[loop.loop].end.line
         modes = set()
         for node in self.program.scope_nodes(loop.function):
@@ -265,6 +266,10 @@ class ReduceMetrics(Transform):
                 divided, denominator = node.target, node.value  # `epoch_loss /= len(train_set)`
             else:
                 continue
+            if any(isinstance(n, cst.Name) and n.value == name for n in self.tree.walk(denominator)) and any(
+                isinstance(n, cst.Name) and n.value in totals and n.value != name for n in self.tree.walk(divided)
+            ):
+                modes.add("sum")  # `total_loss / total_num`: the count a ratio of totals divides by is summed too
             if any(isinstance(n, cst.Name) and n.value == name for n in self.tree.walk(divided)):
                 by_total = any(isinstance(n, cst.Name) and n.value in totals for n in self.tree.walk(denominator))
                 bare = denominator.with_changes(lpar=[], rpar=[]) if hasattr(denominator, "lpar") else denominator
