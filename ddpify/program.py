@@ -9,10 +9,13 @@ that names it.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import libcst as cst
+from libcst.helpers import get_full_name_for_node
 
 from ddpify import syntax as s
 from ddpify.syntax import Tree, dotted, string_value
@@ -417,6 +420,26 @@ class Program:
         return [o for o in self.origins(loader, function) if self.tree.is_call_to(o.node, s.DATALOADER)]
 
     # --- following an object through the program ---------------------------------------
+
+    @cached_property
+    def _star_modules(self) -> list[str]:
+        """The modules `from x import *` at the top level imports."""
+        return [
+            name
+            for node in self.tree.of_type(cst.ImportFrom)
+            if isinstance(node.names, cst.ImportStar) and node.module is not None and self.tree.function(node) is None
+            and (name := get_full_name_for_node(node.module)) is not None
+        ]
+
+    def star_imported(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
+        """`module.name` for a bare name that only a `from module import *` can have bound (the
+        first such module: which one is unknowable here); None for any other name."""
+        if not (isinstance(node, cst.Name) and self._star_modules) or hasattr(builtins, node.value):
+            return None
+        name = node.value
+        if name in self.functions or name in self.classes or self.binds(None, name) or (function is not None and self.binds(function, name)):
+            return None
+        return f"{self._star_modules[0]}.{name}"
 
     def nested_functions(self, function: cst.FunctionDef) -> list[cst.FunctionDef]:
         """The functions defined directly inside `function`."""

@@ -423,6 +423,16 @@ def test_output_above_the_setup_asks_the_environment_for_the_rank() -> None:
     assert "    if rank == 0:\n        print('epoch', epoch)\n" in output  # after the setup: its rank
 
 
+def test_a_save_helper_from_a_star_import_runs_on_rank_0() -> None:
+    """`from utils import *` then `save_checkpoint(...)` (sgrvinod's captioning, ddpm's
+    save_images): the name can only come from the star import, and it saves."""
+    after = "save_checkpoint(epoch, model)\nsummary(model)\n"
+    source = standard(after=after).replace("import torch\n", "import torch\nfrom utils import *\n", 1)
+    output = convert(source).output
+    assert "    if rank == 0:\n        save_checkpoint(epoch, model.module)\n" in output
+    assert "    summary(model.module)\n" in output  # a name that says nothing about writing: not guarded
+
+
 def test_logging_tqdm_tensorboard_wandb() -> None:
     imports = "import logging\nimport wandb\nfrom tqdm import tqdm\nfrom torch.utils.tensorboard import SummaryWriter\n\nlogger = logging.getLogger(__name__)\n"
     loop = LOOP.replace("for x, y in loader:", "for x, y in tqdm(loader, disable=False):")

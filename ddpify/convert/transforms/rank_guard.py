@@ -179,7 +179,7 @@ class RankZeroGuards(Transform):
     def _output_call(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
         if not isinstance(node, cst.Call):
             return None
-        name = self.tree.qname(node.func)
+        name = self.tree.qname(node.func) or self.program.star_imported(node.func, function)
         if self.tree.is_builtin_call(node, "print") or name in STREAM_WRITES:
             return "print"
         if name in s.LOGGING_EMIT:
