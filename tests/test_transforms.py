@@ -423,6 +423,18 @@ def test_output_above_the_setup_asks_the_environment_for_the_rank() -> None:
     assert "    if rank == 0:\n        print('epoch', epoch)\n" in output  # after the setup: its rank
 
 
+def test_an_ema_helper_from_another_module_gets_the_plain_model() -> None:
+    """`ema.step_ema(ema_model, model)` (dome272's diffusion): an EMA copies the weights by
+    state_dict, whose keys the wrapper prefixes with `module.`: it gets `model.module`."""
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        ema.step_ema(ema_model, model)\n")
+    source = standard(loop=loop).replace("    for epoch", "    ema = EMA(0.995)\n    ema_model = copy.deepcopy(model)\n    for epoch").replace(
+        "import torch\n", "import copy\nimport torch\nfrom modules import EMA\n", 1
+    )
+    output = convert(source).output
+    assert "            ema.step_ema(ema_model, model.module)\n" in output
+    assert output.index("ema_model = copy.deepcopy(model)") < output.index("model = DDP(model)")  # a copy of the plain model
+
+
 def test_a_save_helper_from_a_star_import_runs_on_rank_0() -> None:
     """`from utils import *` then `save_checkpoint(...)` (sgrvinod's captioning, ddpm's
     save_images): the name can only come from the star import, and it saves."""
