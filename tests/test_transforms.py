@@ -1397,6 +1397,49 @@ def test_a_closure_reads_the_wrapped_model_through_module() -> None:
     assert '        torch.save({"model_state": model.module.state_dict()}, path)\n' in output
 
 
+def test_a_loader_from_another_module_kept_in_an_attribute_is_made_again_where_it_is_bound() -> None:
+    """`self.train_dataloader = get_data(args)` in `fit()`, iterated in `one_epoch()` (dome272's
+    diffusion): made again in `fit()`, once, before the scheduler reads its length and before
+    `set_epoch`; not in `one_epoch()`, where each call would split it again."""
+    source = """\
+import torch
+import torch.nn as nn
+from data import get_data
+
+
+class Trainer:
+    def __init__(self):
+        self.model = nn.Linear(8, 1)
+
+    def one_epoch(self):
+        for x, y in self.train_dataloader:
+            loss = nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            self.scheduler.step()
+
+    def fit(self, epochs):
+        self.train_dataloader = get_data(4)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.scheduler = torch.optim.lr_scheduler.OneCycleLR(self.optimizer, max_lr=1e-3, steps_per_epoch=len(self.train_dataloader), epochs=epochs)
+        for epoch in range(epochs):
+            self.one_epoch()
+
+
+if __name__ == "__main__":
+    Trainer().fit(3)
+"""
+    output = convert(source).output
+    assert (
+        "        self.train_dataloader = get_data(4)\n"
+        "        self.train_dataloader = distributed_loader(self.train_dataloader)  # built elsewhere: now sharded by rank\n"
+        "        self.optimizer = "
+    ) in output
+    assert output.count("distributed_loader(self.train_dataloader)") == 1
+    assert "        for epoch in range(epochs):\n            self.train_dataloader.sampler.set_epoch(epoch)\n" in output
+
+
 def test_no_barrier_inside_a_dataset_that_downloads_when_asked() -> None:
     """A Dataset whose constructor passes `download=download` on: its builder's `download=True`
     call is guarded once; a second rank-0 guard inside the class would give rank 0 one barrier

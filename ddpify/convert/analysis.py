@@ -219,9 +219,13 @@ class Facts:
     @cached_property
     def _runs_after_lazy_setup(self) -> set[cst.FunctionDef]:
         """A library sets the group up at the top of the functions that wrap a model or build a
-        training loader (ProcessGroup's first uses): those, and the same-file functions they call."""
+        training loader (ProcessGroup's first uses): those, the methods of a class whose
+        constructor is one, and the same-file functions they call."""
         first_uses = {m.function for m in self.models if m.function is not None}
         first_uses |= {p.function for p in self.loader_plans if p.function is not None}
+        # set up in a constructor: every method of its class runs on an object made after it
+        constructed = {self.program.owner_class(f) for f in first_uses if f.name.value == "__init__"}
+        first_uses |= {m for cls in constructed if cls is not None for m in self.program.class_methods(cls).values()}
         return self.program.called_from(first_uses)
 
     @cached_property
@@ -1051,6 +1055,14 @@ class Analyzer:
         if function is not None and isinstance(loader, (cst.Name, cst.Attribute)) and root != "self" and not self.program.binds(function, root):
             function = None  # a global the function reads: made again where the module binds it
         assigned = [v for v, _ in self.program.assignments(function, spelled)]
+        cls = self.program.owner_class(function)
+        if not assigned and root == "self" and cls is not None:
+            # `self.train_dataloader = get_data(args)` in `fit()`, iterated in `one_epoch()`: made
+            # again where the one method that binds it does so (before its scheduler reads its length)
+            binders = {m: values for m in self.program.class_methods(cls).values()
+                       if (values := [v for v, _ in self.program.assignments(m, spelled) if not (isinstance(v, cst.Name) and v.value == "None")])}
+            if len(binders) == 1:
+                ((function, assigned),) = binders.items()
         if assigned:
             statement = self.tree.statement(max(assigned, key=self.tree.line))
             return LoaderPlan(None, function, "recreate", loader=loader, anchor=statement, after=True)
