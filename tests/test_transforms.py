@@ -1440,6 +1440,52 @@ if __name__ == "__main__":
     assert "        for epoch in range(epochs):\n            self.train_dataloader.sampler.set_epoch(epoch)\n" in output
 
 
+def test_one_builder_for_every_split_shards_only_the_training_one() -> None:
+    """`build_loader(mode)` with `shuffle=True if mode == "train" else False` (CLIP tutorials):
+    the validation loader it makes is whole, so its sampler is the training split's only, and an
+    evaluation helper over it sums nothing over ranks (each rank already saw all of it)."""
+    source = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def build_loader(mode):
+    dataset = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    return DataLoader(dataset, batch_size=8, shuffle=True if mode == "train" else False)
+
+
+def evaluate(model, loader):
+    loss_sum = 0.0
+    with torch.no_grad():
+        for x, y in loader:
+            loss_sum += nn.functional.cross_entropy(model(x), y, reduction="sum").item()
+    return loss_sum / len(loader.dataset)
+
+
+def main():
+    train_loader, valid_loader = build_loader("train"), build_loader("valid")
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in train_loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        print("valid loss", evaluate(model, valid_loader))
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert(source)
+    assert 'sampler=DistributedSampler(dataset, shuffle=True) if mode == "train" else None)' in result.output
+    assert "all_reduce" not in result.output  # the validation loader is whole on every rank
+    assert "        train_loader.sampler.set_epoch(epoch)\n" in result.output
+    flag = convert(source.replace('shuffle=True if mode == "train" else False', "shuffle=shuffle").replace("def build_loader(mode):", "def build_loader(mode, shuffle=True):"))
+    assert "sampler=DistributedSampler(dataset, shuffle=shuffle))" in flag.output  # a flag names no split: sharded
+
+
 def test_no_barrier_inside_a_dataset_that_downloads_when_asked() -> None:
     """A Dataset whose constructor passes `download=download` on: its builder's `download=True`
     call is guarded once; a second rank-0 guard inside the class would give rank 0 one barrier

@@ -48,3 +48,41 @@ def _seeded_before(tree: Tree, program: Program, point: cst.CSTNode, function: c
     if depth == 0:
         return False
     return any(_seeded_before(tree, program, site, caller, depth - 1) for site, caller in program.call_sites(function))
+
+
+# --- one loader builder for every split ----------------------------------------------------------
+
+
+def training_split_test(shuffle: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:
+    """For a builder that shuffles only the training split (`shuffle=True if mode == "train" else
+    False`, `shuffle=mode == "train"`, `shuffle=is_train`): the test, and whether it is true for
+    training. A flag that only asks to shuffle (`args.shuffle`) names no split: None."""
+    if isinstance(shuffle, cst.IfExp) and {s.code(shuffle.body), s.code(shuffle.orelse)} == {"True", "False"}:
+        test, training_when = shuffle.test, s.code(shuffle.body) == "True"
+    elif isinstance(shuffle, (cst.Comparison, cst.Name, cst.Attribute)):
+        test, training_when = shuffle, True
+    else:
+        return None
+    text = s.code(test).lower()
+    return (test, training_when) if any(word in text for word in ("train", "val", "test", "eval")) else None
+
+
+def builds_training_split(program: Program, builder: cst.FunctionDef, call: cst.Call, test: cst.BaseExpression) -> bool | None:
+    """Whether `call` of the builder function makes `test` (of `training_split_test`) true: it
+    passes a literal for the parameter the test reads (`build_loader("valid")`). None: unknown."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        sides = [test.left, target.comparator]
+        names = [x for x in sides if isinstance(x, cst.Name)]
+        literals = [s.string_value(x) for x in sides if isinstance(x, cst.SimpleString)]
+        if len(names) != 1 or len(literals) != 1 or not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+            return None
+        passed = program.argument_for(call, builder, names[0].value)
+        value = s.string_value(passed) if passed is not None else None
+        if value is None:
+            return None
+        return (value == literals[0]) == isinstance(target.operator, cst.Equal)
+    if isinstance(test, cst.Name):
+        passed = program.argument_for(call, builder, test.value)
+        return {"True": True, "False": False}.get(s.code(passed)) if passed is not None else None
+    return None

@@ -14,10 +14,11 @@ from typing import Literal
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.splits import builds_training_split, training_split_test
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, is_backward, method_call
+from ddpify.syntax import code, dotted, is_backward, method_call
 
 # An increment built from these is a Python number (`loss.item()`, `y.size(0)`, `len(y)`).
 NUMBER_METHODS = {"item", "size", "numel", "tolist"}
@@ -71,10 +72,27 @@ class ReduceMetrics(Transform):
                 for call, caller in self.program.call_sites(function):
                     argument = self.program.argument_for(call, function, iterable.value)
                     loaders = self.program.dataloaders(argument, caller) if argument is not None else []
-                    kinds.append(bool(loaders) and all(id(o.node) in sharded for o in loaders))
+                    kinds.append(bool(loaders) and all(id(o.node) in sharded for o in loaders) and not self._other_split(argument, caller))
                 if any(kinds):
                     found.append((TrainLoop(node, iterable, function), all(kinds)))
         return found
+
+    def _other_split(self, argument: cst.BaseExpression, caller: cst.FunctionDef | None) -> bool:
+        """`valid_loader = build_loader("valid")` from a builder whose sampler shards only the
+        training split (`shuffle=mode == "train"`): a whole loader, not a shard."""
+        name = dotted(argument)
+        for value, index in self.program.assignments(caller, name) if name is not None else []:
+            if index is not None and isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
+                value = value.elements[index].value
+            target = self.program.callee(value, caller) if isinstance(value, cst.Call) else None
+            if target is None:
+                continue
+            for node in self.tree.calls(target[0]):
+                shuffle = s.arg(node, 2, "shuffle") if self.tree.is_call_to(node, s.DATALOADER) else None
+                split = training_split_test(shuffle.value) if shuffle is not None else None
+                if split is not None and builds_training_split(self.program, target[0], value, split[0]) == (not split[1]):
+                    return True
+        return False
 
     def _same_on_whole_data(self, loop: TrainLoop, totals: dict[str, Kind]) -> bool:
         """Whether reducing leaves a call over a whole (unsharded) loader as it was: every total is

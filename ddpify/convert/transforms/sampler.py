@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.analysis.splits import unseeded_splits
+from ddpify.analysis.splits import training_split_test, unseeded_splits
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
@@ -114,6 +114,13 @@ class Sampler(Transform):
             shuffle_code = self._pop_shuffle(call, spread, plan.function)
             moved = f"shuffle taken out of **{code(spread.value)} into the sampler"
         sampler = keyword("sampler", f"DistributedSampler({dataset_code}, shuffle={shuffle_code})")
+        # `shuffle=mode == "train"` in a builder function: it makes the evaluation loaders too, which
+        # are not sharded (a dict of loaders per phase is: its phase loop reduces every phase's totals)
+        split = training_split_test(shuffle.value) if shuffle is not None and not self._in_comprehension(call) else None
+        if split is not None:
+            mode = code(split[0]) if split[1] else f"not ({code(split[0])})"
+            sampler = keyword("sampler", f"DistributedSampler({dataset_code}, shuffle=True) if {mode} else None")
+            moved = f"only when `{mode}`: the same call builds the loaders that evaluate, which see all the data"
         self.plan.replace(call, _with_sampler(shuffle, sampler))
         self.change(call, f"training DataLoader sharded across ranks with DistributedSampler ({moved})")
         self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
