@@ -435,6 +435,20 @@ def test_an_ema_helper_from_another_module_gets_the_plain_model() -> None:
     assert output.index("ema_model = copy.deepcopy(model)") < output.index("model = DDP(model)")  # a copy of the plain model
 
 
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ('with wandb.init(project="p") as run:', 'with wandb.init(project="p") if rank == 0 else contextlib.nullcontext() as run:'),
+        ('with wandb.init(project="p") if use_wandb else nullcontext():', 'with wandb.init(project="p") if use_wandb and rank == 0 else nullcontext():'),
+    ],
+)
+def test_a_wandb_run_opened_by_with_is_opened_on_rank_0_only(before: str, after: str) -> None:
+    loop = f"{before}\n" + textwrap.indent(LOOP, "    ")
+    source = standard(loop=loop).replace("import torch\n", "from contextlib import nullcontext\nimport wandb\nimport torch\n", 1)
+    output = convert(source).output
+    assert f"    {after}\n" in output
+
+
 def test_a_save_helper_from_a_star_import_runs_on_rank_0() -> None:
     """`from utils import *` then `save_checkpoint(...)` (sgrvinod's captioning, ddpm's
     save_images): the name can only come from the star import, and it saves."""

@@ -46,6 +46,8 @@ class RankZeroGuards(Transform):
                 self._tqdm(call)
             else:
                 self._make_folder(call)
+        for item in self.tree.of_type(cst.WithItem):
+            self._logger_context(item)
 
     # --- statements ------------------------------------------------------------------
 
@@ -269,6 +271,25 @@ class RankZeroGuards(Transform):
 
     def _is_logger_assignment(self, small: cst.BaseSmallStatement) -> bool:
         return isinstance(small, cst.Assign) and self._is_logger_object(small.value)
+
+    def _logger_context(self, item: cst.WithItem) -> None:
+        """`with wandb.init(...) as run:` (or `with wandb.init(...) if use_wandb else nullcontext():`)
+        opens one run per rank: on the others the context is a nullcontext."""
+        value = item.item
+        function = self.tree.function(item)
+        condition = self.is_main_process(function, item)
+        if isinstance(value, cst.IfExp) and self._is_logger_object(value.body):
+            test = value.test
+            needs_parens = isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not (
+                isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)
+            )
+            self.plan.replace(test, cst.parse_expression(f"({code(test)}) and {condition}" if needs_parens else f"{code(test)} and {condition}"))
+        elif self._is_logger_object(value):
+            self.plan.replace(value, cst.parse_expression(f"{code(value)} if {condition} else contextlib.nullcontext()"))
+            self.plan.add_import("contextlib")
+        else:
+            return
+        self.change(item, f"`{code(value.body if isinstance(value, cst.IfExp) else value)}` opens its run on rank 0 only (a nullcontext elsewhere)")
 
     # --- folders -----------------------------------------------------------------------
 
