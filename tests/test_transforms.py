@@ -143,6 +143,8 @@ def test_code_at_import_does_not_read_names_the_main_block_binds() -> None:
     )
     output = convert(source).output
     module_device = 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+    with_default = convert(source.replace("if __name__", 'def build(device="cuda"):\n    return nn.Linear(8, 1).to(device)\n\n\nif __name__')).output
+    assert 'def build(device=device):' in with_default  # a default is evaluated at import: the module's device
     assert output.index(module_device) < output.index("config = SimpleNamespace(epochs=2, device=device)")
     assert 'if int(os.environ.get("RANK", 0)) == 0:\n    print("config", config)\n' in output
     assert "        if rank == 0:\n            print('epoch', epoch)\n" in output

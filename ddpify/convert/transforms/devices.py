@@ -39,7 +39,7 @@ class Devices(Transform):
         source order: class bodies, default arguments and lambdas included."""
         kinds = [cst.Call, cst.SimpleString, cst.FormattedString, cst.Assign, cst.AnnAssign]
         if self.facts.device.cuda_only:
-            kinds.append(cst.Attribute)
+            kinds += [cst.Attribute, cst.Param]
         for node in self.tree.of_type(*kinds):
             kind = type(node)
             if kind is cst.Call:
@@ -48,6 +48,8 @@ class Devices(Transform):
                 self._gpu_string(node)
             elif kind is cst.Assign or kind is cst.AnnAssign:
                 self._visible_devices(node)
+            elif kind is cst.Param:
+                self._device_default(node)
             else:
                 self._tensor_type(node)
 
@@ -82,6 +84,14 @@ class Devices(Transform):
                 if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and string_value(a.value) == "cuda":
                     self.plan.replace(a.value, cst.parse_expression(self._fallback(function, call)))
                     self.change(a, f'`{a.keyword.value}="cuda"` falls back to the CPU without a GPU')
+
+    def _device_default(self, param: cst.Param) -> None:
+        """`def __init__(self, device="cuda")` in a CUDA-only script: the default falls back to
+        the CPU too (it is evaluated where the function is defined)."""
+        if param.name.value in DEVICE_KEYWORDS and param.default is not None and string_value(param.default) == "cuda":
+            function = self.tree.function(self.tree.function(param) or param)  # the scope the `def` runs in
+            self.plan.replace(param.default, cst.parse_expression(self._fallback(function, param)))
+            self.change(param, f'`{param.name.value}="cuda"` falls back to the CPU without a GPU')
 
     def _is_cuda_method(self, call: cst.Call) -> bool:
         # x.cuda(), x.cuda(0), x.cuda(non_blocking=True) - but not torch.cuda.something()
