@@ -461,6 +461,22 @@ def test_a_save_helper_from_a_star_import_runs_on_rank_0() -> None:
     assert "    summary(model.module)\n" in output  # a name that says nothing about writing: not guarded
 
 
+def test_a_loop_that_only_prints_what_training_returns_guards_each_print() -> None:
+    """`for epoch in range(n): print(train(model, loader))` at module level: the loop is all
+    output, but it trains; the call runs on every rank and only the print is guarded."""
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 1)), batch_size=4, shuffle=True)\n"
+        "model = nn.Linear(8, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\n\n\n"
+        "def train(net, data_loader, optimizer):\n    for x, y in data_loader:\n        optimizer.zero_grad()\n"
+        "        nn.functional.mse_loss(net(x), y).backward()\n        optimizer.step()\n    return 0.0\n\n\n"
+        'for epoch in range(2):\n    print(f"epoch {epoch} loss {train(model, loader, opt):.4f}")\n'
+    )
+    result = convert(source)
+    assert '    train_result = train(model, loader, opt)\n    if rank == 0:\n        print(f"epoch {epoch} loss {train_result:.4f}")\n' in result.output
+    assert not warnings(result)
+
+
 def test_logging_tqdm_tensorboard_wandb() -> None:
     imports = "import logging\nimport wandb\nfrom tqdm import tqdm\nfrom torch.utils.tensorboard import SummaryWriter\n\nlogger = logging.getLogger(__name__)\n"
     loop = LOOP.replace("for x, y in loader:", "for x, y in tqdm(loader, disable=False):")

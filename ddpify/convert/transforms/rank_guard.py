@@ -59,9 +59,11 @@ class RankZeroGuards(Transform):
             if kinds:
                 if not self.facts.syncs(statement, function) or self._hoist(statement, function):
                     self._guard(statement, function, kinds)
-                else:
+                    continue
+                if isinstance(statement, cst.SimpleStatementLine):
                     self.warn(statement, "output that also runs a collective or a DDP forward stays on every rank (a rank-0 guard would hang the others)")
-                continue
+                    continue
+                # `for epoch in ...: print(train(...))`: the loop runs on every rank, its statements are guarded one by one
             if self._creates_logger_object(statement, function):
                 continue
             if isinstance(statement, cst.SimpleStatementLine):
