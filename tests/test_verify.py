@@ -476,6 +476,12 @@ def test_direct_launcher_runs_each_rank_as_python_would(tmp_path: Path, flags: t
     (-S): each rank sees what `python prog/probe.py a "b c"` under torchrun would see."""
     proc = run_launcher(tmp_path, PROBE, ["a", "b c"], flags=flags)
     assert proc.returncode == 0, proc.stderr
+    # what a fresh interpreter started from here gets (SIGINT is ignored when pytest runs in the background)
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    sigint_default = fresh.stdout.strip() == "True"
     assert sorted(proc.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
     for rank in (0, 1):
         facts = json.loads((tmp_path / "prog" / f"rank{rank}.json").read_text())
@@ -483,7 +489,7 @@ def test_direct_launcher_runs_each_rank_as_python_would(tmp_path: Path, flags: t
             "name": "__main__", "argv": ["prog/probe.py", "a", "b c"], "path0": str((tmp_path / "prog").resolve()),
             "preloaded": preloaded, "helper": 42,
             "env": {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"},
-            "own_session": True, "sigint_default": True, "stdin_is_devnull": True, "open_fds": [],
+            "own_session": True, "sigint_default": sigint_default, "stdin_is_devnull": True, "open_fds": [],
         }  # fmt: skip
         assert (tmp_path / "prog" / f"rank{rank}.atexit").exists()
         assert (tmp_path / "prog" / f"rank{rank}.thread").exists()
