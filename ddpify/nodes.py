@@ -119,6 +119,13 @@ class Index:
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parent_of.get(id(node))
 
+    def end(self, node: cst.CSTNode) -> int:
+        """Where `node`'s subtree ends in preorder: just after its last descendant."""
+        last = node
+        while id(last) in self.children_of:
+            last = self.children_of[id(last)][-1]
+        return self.position_of[id(last)] + 1
+
 
 def index(root: cst.CSTNode) -> Index:
     """One walk over the tree under `root`."""

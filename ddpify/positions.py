@@ -157,10 +157,7 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
     def lines(self, statement: cst.CSTNode) -> tuple[int, int]:
         """The lines a statement of a block renders on, its leading lines included: the first,
         and one past the last. Counted, not rendered."""
-        last = statement
-        while id(last) in self.index.children_of:
-            last = self.index.children_of[id(last)][-1]
-        return self._first_line(statement), self._line_at(self.index.position_of[id(last)] + 1)
+        return self._first_line(statement), self._line_at(self.index.end(statement))
 
     def _on_one_line(self, node: cst.CSTNode, position: int) -> bool:
         """No leaf under `node` ends a line: it renders within the line it starts on (children
@@ -169,12 +166,7 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
             self._count_line_breaks()
         breaks = self._break_positions
         first = bisect_left(breaks, position)  # type: ignore[arg-type]
-        if first == len(breaks):  # type: ignore[arg-type]
-            return True
-        last = node
-        while id(last) in self.index.children_of:
-            last = self.index.children_of[id(last)][-1]
-        return breaks[first] > self.index.position_of[id(last)]  # type: ignore[index]
+        return first == len(breaks) or breaks[first] >= self.index.end(node)  # type: ignore[arg-type,index]
 
     def _render_around(self, node: cst.CSTNode) -> None:
         statement, indents = self._statement_of(node)

@@ -296,6 +296,24 @@ def arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.Arg | 
     return None
 
 
+def is_import_line(statement: cst.BaseStatement) -> bool:
+    """A line of imports and nothing else."""
+    return isinstance(statement, cst.SimpleStatementLine) and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in statement.body)
+
+
+def is_preamble(statement: cst.BaseStatement) -> bool:
+    """What may sit between imports at the top of a script: `sys.path.append(...)`, a docstring,
+    `warnings.filterwarnings(...)`, `try: import x / except ImportError: ...`."""
+    if isinstance(statement, cst.Try):  # (its prints may be under a rank guard by now)
+        return any(is_import_line(s) for s in statement.body.body)  # type: ignore[attr-defined]
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+        return True
+    return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and (dotted(small.value.func) or "").startswith(("sys.path.", "warnings."))
+
+
 def method_call(node: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:
     """For `obj.name(...)`, return (obj, name)."""
     if type(node) is cst.Call and type(node.func) is cst.Attribute:
@@ -519,11 +537,7 @@ class Tree:
         return iter(calls[first : bisect_left(positions, self._end(root), first)])
 
     def _end(self, node: cst.CSTNode) -> int:
-        """Where `node`'s subtree ends in preorder: just after its last descendant."""
-        last = node
-        while id(last) in self._children_of:
-            last = self._children_of[id(last)][-1]
-        return self._position_of[id(last)] + 1
+        return self._index.end(node)
 
     def disables_grad(self, expr: cst.BaseExpression) -> bool:
         """`torch.no_grad()`, `torch.inference_mode()` or `torch.set_grad_enabled(False)`, as

@@ -17,7 +17,7 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.analysis import sync
 from ddpify.program import Origin, Program
-from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, string_value
+from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value
 
 ENTRY_NAMES = ("local_rank", "rank", "world_size", "backend")
 # Optimizer classes outside torch.optim, by name: SAM(model.parameters(), ...), FusedAdam, Lion.
@@ -444,9 +444,9 @@ class Analyzer:
         """The last statement of the imports at the top of the module: setup code goes after it."""
         imports = []
         for statement in self.tree.module.body:
-            if _is_import(statement):
+            if is_import_line(statement):
                 imports.append(statement)
-            elif imports and not _is_preamble(statement):
+            elif imports and not is_preamble(statement):
                 break
         return imports[-1] if imports else None
 
@@ -1427,23 +1427,6 @@ def _names_a_loader(name: str) -> bool:
     last = parts[-1]
     named = "loader" in last or last.endswith("_dl") or last == "dl"
     return named or (len(parts) > 1 and last in {"train", "training"} and "data" in parts[-2])
-
-
-def _is_import(statement: cst.BaseStatement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in statement.body)
-
-
-def _is_preamble(statement: cst.BaseStatement) -> bool:
-    """What may sit between imports at the top of a script: `sys.path.append(...)`, a docstring,
-    `warnings.filterwarnings(...)`, `try: import x / except ImportError: ...`."""
-    if isinstance(statement, cst.Try):
-        return all(_is_import(s) or isinstance(s, cst.SimpleStatementLine) for s in statement.body.body)
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return False
-    small = statement.body[0]
-    if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
-        return True
-    return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and (dotted(small.value.func) or "").startswith(("sys.path.", "warnings."))
 
 
 def _flatten_main_block(tree: Tree, body: cst.IndentedBlock | cst.Module) -> list[cst.BaseStatement]:

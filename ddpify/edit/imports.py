@@ -21,6 +21,7 @@ from libcst.helpers import get_full_name_for_node
 from ddpify import nodes
 from ddpify.edit.rebuild import replace_nodes
 from ddpify.names import Names
+from ddpify.syntax import is_import_line, is_preamble
 
 ImportRequest = tuple[str, str | None, str | None]  # module, object, alias
 ImportNode = cst.Import | cst.ImportFrom
@@ -130,27 +131,14 @@ def add_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.Mo
 
 
 def _opening(module: cst.Module, start: int) -> list[cst.BaseStatement]:
-    """The statements from `start` that open the script: import lines, `try: import x` blocks
-    and `sys.path` / `warnings` calls between them."""
+    """The statements from `start` that open the script: import lines and what may sit between
+    them (`try: import x` blocks, `sys.path` / `warnings` calls)."""
     found = []
     for statement in module.body[start:]:
-        if not (_single_import(statement) is not None or _imports_optionally(statement) or _setup_call(statement)):
+        if not (is_import_line(statement) or is_preamble(statement)):
             break
         found.append(statement)
     return found
-
-
-def _imports_optionally(statement: cst.CSTNode) -> bool:
-    """`try: import x ... except ImportError: ...`."""
-    return isinstance(statement, cst.Try) and any(_single_import(inner) is not None for inner in statement.body.body)  # type: ignore[attr-defined]
-
-
-def _setup_call(statement: cst.CSTNode) -> bool:
-    """`sys.path.append(...)`, `warnings.filterwarnings(...)`."""
-    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr)):
-        return False
-    call = statement.body[0].value
-    return isinstance(call, cst.Call) and (get_full_name_for_node(call.func) or "").startswith(("sys.path.", "warnings."))
 
 
 def _single_import(statement: cst.CSTNode) -> ImportNode | None:

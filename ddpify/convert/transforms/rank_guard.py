@@ -119,13 +119,8 @@ class RankZeroGuards(Transform):
         if isinstance(statement, cst.If) and statement.orelse is None:
             def rewrite(updated: cst.CSTNode, condition=condition) -> cst.CSTNode:
                 assert isinstance(updated, cst.If)
-                test = updated.test
-                if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not (
-                    isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)
-                ):
-                    test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
                 return updated.with_changes(
-                    test=cst.BooleanOperation(left=cst.parse_expression(condition), operator=cst.And(), right=test)
+                    test=cst.BooleanOperation(left=cst.parse_expression(condition), operator=cst.And(), right=_and_operand(updated.test))
                 )
 
             self.plan.replace(statement, rewrite)
@@ -281,11 +276,7 @@ class RankZeroGuards(Transform):
         function = self.tree.function(item)
         condition = self.is_main_process(function, item)
         if isinstance(value, cst.IfExp) and self._is_logger_object(value.body):
-            test = value.test
-            needs_parens = isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not (
-                isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)
-            )
-            self.plan.replace(test, cst.parse_expression(f"({code(test)}) and {condition}" if needs_parens else f"{code(test)} and {condition}"))
+            self.plan.replace(value.test, cst.BooleanOperation(left=_and_operand(value.test), operator=cst.And(), right=cst.parse_expression(condition)))
         elif self._is_logger_object(value):
             self.plan.replace(value, cst.parse_expression(f"{code(value)} if {condition} else contextlib.nullcontext()"))
             self.plan.add_import("contextlib")
@@ -338,3 +329,12 @@ def _child_bodies(tree, statement: cst.CSTNode) -> Iterator[cst.IndentedBlock | 
             yield node
         elif not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             stack.extend(tree.children(node))
+
+
+def _and_operand(test: cst.BaseExpression) -> cst.BaseExpression:
+    """`test` as an operand of `and`: parenthesized where it binds more loosely (`a or b`, `x if c else y`)."""
+    if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not (
+        isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)
+    ):
+        return test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return test
