@@ -137,37 +137,6 @@ LOGGING_EMIT = {
 GET_LOGGER = {"logging.getLogger"}
 LOGGER_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 WANDB_CALLS = {f"wandb.{name}" for name in ("init", "log", "finish", "watch", "save", "alert", "define_metric")}
-FILE_WRITES = {
-    "json.dump",
-    "pickle.dump",
-    "yaml.dump",
-    "yaml.safe_dump",
-    "numpy.save",
-    "numpy.savez",
-    "numpy.savez_compressed",
-    "numpy.savetxt",
-    "matplotlib.pyplot.savefig",
-    "shutil.copy",
-    "shutil.copy2",
-    "shutil.copyfile",
-    "shutil.move",
-    "os.makedirs",
-    "os.mkdir",
-    "torchvision.utils.save_image",
-    "torch.onnx.export",
-    "torch.jit.save",
-    "matplotlib.pyplot.imsave",
-    "imageio.imwrite",
-    "imageio.imsave",
-    "imageio.mimsave",
-    "imageio.v2.imwrite",
-    "imageio.v3.imwrite",
-    "cv2.imwrite",
-    "scipy.io.savemat",
-    "skimage.io.imsave",
-    "sys.stdout.write",
-    "sys.stderr.write",
-}
 # Calls that fetch files from the network onto the disk.
 DOWNLOADS = {"urllib.request.urlretrieve", "wget.download", "gdown.download", "torch.hub.download_url_to_file"}
 # Calls that build an image object whose `.save(path)` writes a file.

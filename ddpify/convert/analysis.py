@@ -16,6 +16,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis import sync
+from ddpify.analysis.output import FILE_WRITE, Outputs
 from ddpify.program import Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value
 
@@ -217,6 +218,10 @@ class Facts:
         return self.entry.kind != "function" or function in self._called_from_entry
 
     @cached_property
+    def outputs(self) -> Outputs:
+        return Outputs(self.tree, self.program)
+
+    @cached_property
     def _runs_after_lazy_setup(self) -> set[cst.FunctionDef]:
         """A library sets the group up at the top of the functions that wrap a model or build a
         training loader (ProcessGroup's first uses): those, the methods of a class whose
@@ -311,6 +316,7 @@ class Analyzer:
         self.tree = tree
         self.source = source
         self.program = Program(tree)
+        self.outputs = Outputs(tree, self.program)
         self.warnings: list[tuple[cst.CSTNode | None, str]] = []
         self._sources_cache: dict[cst.FunctionDef | None, set[int]] = {}
 
@@ -1257,7 +1263,7 @@ class Analyzer:
     def _data_preparation(self, facts: Facts) -> tuple[list[cst.BaseStatement], set[cst.FunctionDef]]:
         """Entry statements that call same-file helpers writing data files (and nothing that syncs):
         `if not exists: download_and_unzip(...); create_csvs(...)`."""
-        writers = self.program.reaching(lambda call, function: self._writes_file(call))
+        writers = self.program.reaching(self._writes_file)
         writers -= facts.syncing
         writers = {f for f in writers if not facts.in_dataset(f)}
         if not writers:
@@ -1301,15 +1307,15 @@ class Analyzer:
     def _called_only_from(self, function: cst.FunctionDef, writers: set[cst.FunctionDef]) -> bool:
         return all(caller in writers for _, caller in self.program.call_sites(function))
 
-    def _writes_file(self, call: cst.Call) -> bool:
-        name = self.tree.qname(call.func) or ""
+    def _writes_file(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """A data file: written (not a checkpoint, log or folder: every rank makes folders), downloaded or extracted."""
+        if self.tree.qname(call.func) in s.DOWNLOADS:
+            return True
         found = s.method_call(call)
-        return (
-            self.tree.opens_for_writing(call)
-            or (name in s.FILE_WRITES and name not in s.MAKE_FOLDER)  # folders: every rank makes them (exist_ok)
-            or name in s.DOWNLOADS
-            or (found is not None and found[1] in {"extractall", "to_csv", "write_text", "write_bytes"})
-        )
+        if found is not None and found[1] == "extractall":
+            return True
+        out = self.outputs.of(call, function)
+        return out is not None and out.kind == FILE_WRITE and not out.by_name
 
     # --- custom methods of the wrapped model -------------------------------------------
 

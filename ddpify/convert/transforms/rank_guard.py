@@ -13,17 +13,11 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.destinations import private_to_process
+from ddpify.analysis.output import FOLDER, TENSORBOARD, TQDM, WRITES
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted
 
-WRITE_METHODS = {"savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes", "save_pretrained", "mkdir"}  # a mkdir not pathlib's: rank 0
-FILE_METHODS = {"write", "writelines"}
-STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
-# Names of objects made by another module whose calls only report (`log = Log(...)`; `log(model, loss)`).
-PRINTING_HELPERS = ("progress_bar", "print_")
-SAVING_HELPERS = ("save_", "write_", "dump_", "export_")  # functions of another module that write files
-LOG_OBJECTS = {"log", "logger", "printer", "reporter", "visualizer", "vis", "viz", "tracker", "plotter"}
 
 class RankZeroGuards(Transform):
     name = "rank-0"
@@ -176,63 +170,16 @@ class RankZeroGuards(Transform):
         return kinds
 
     def _output_call(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
-        if not isinstance(node, cst.Call):
+        """What a call outputs, where rank 0 alone should do it. Not a progress bar (it is
+        disabled elsewhere), a folder (every rank makes it: a write ddpify cannot see may need
+        it), a logger object (made on rank 0 only, below), or a temporary file of this process
+        (every rank writes and reads its own)."""
+        out = self.facts.outputs.of(node, function)
+        if out is None or out.kind in (TQDM, FOLDER) or (out.creates and out.kind == TENSORBOARD):
             return None
-        name = self.tree.qname(node.func) or self.program.star_imported(node.func, function)
-        if self.tree.is_builtin_call(node, "print") or name in STREAM_WRITES:
-            return "print"
-        if name in s.LOGGING_EMIT:
-            return "logging"
-        if name in s.TORCH_SAVE:
-            destination = s.arg(node, 1, "f")
-            if destination is not None and private_to_process(self.tree, self.program, destination.value, function):
-                return None  # a temporary file of this process: every rank writes and reads its own
-            return "checkpoint save"
-        if name in s.WANDB_CALLS or (name or "").startswith("wandb."):
-            return "wandb"
-        if name and not name.startswith(("torch.", "builtins.")) and name.rsplit(".", 1)[-1].startswith(PRINTING_HELPERS):
-            return "print"  # `progress_bar(...)` from another module
-        if name and not name.startswith(("torch.", "builtins.")) and self.program.callee(node, function) is None and name.rsplit(".", 1)[-1].startswith(SAVING_HELPERS):
-            return "file write"  # `save_checkpoint(model, optimizer)`, `save_images(...)` from another module
-        if name in s.MAKE_FOLDER or self._path_mkdir(node):
-            return None  # every rank makes it (exist_ok): a write ddpify cannot see may need it
-        if name in s.FILE_WRITES:
-            return "file write"
-        if name == "logging.basicConfig" and s.arg(node, None, "filename") is not None:
-            return "logging"
-        if isinstance(node.func, cst.Name) and self._is_log_object(node.func, function):
-            return "logging"
-        found = s.method_call(node)
-        if found is None:
+        if out.kind in WRITES and out.destination is not None and private_to_process(self.tree, self.program, out.destination, function):
             return None
-        obj, method = found
-        if self._is_log_object(obj, function):
-            return "logging"
-        origins = [o.node for o in self.program.origins(obj, function)]
-        if method in s.LOGGER_METHODS and any(self.tree.is_call_to(o, s.GET_LOGGER) for o in origins):
-            return "logging"
-        if any(self.tree.is_call_to(o, s.SUMMARY_WRITER) for o in origins):
-            return "TensorBoard"
-        if method in FILE_METHODS and any(self.tree.opens_for_writing(o) for o in origins):
-            return "file write"
-        if method in WRITE_METHODS:
-            return "file write"
-        if method == "save" and any(self.tree.is_call_to(o, s.IMAGE_MAKERS) for o in origins):
-            return "file write"
-        return None
-
-    def _is_log_object(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
-        """`log = Log(...)` from another module (`log.train(...)`, `log(model, loss)`): its calls print."""
-        name = dotted(obj)
-        if name is None or name.rsplit(".", 1)[-1].lower() not in LOG_OBJECTS:
-            return False
-        origins = self.program.origins(obj, function)
-        return bool(origins) and all(
-            isinstance(o.node, cst.Call)
-            and self.program.callee(o.node, o.function) is None
-            and not (self.tree.qname(o.node.func) or "").startswith(("logging.", "torch."))
-            for o in origins
-        )
+        return out.kind
 
     def _is_logger_object(self, value: cst.BaseExpression) -> bool:
         return self.tree.is_call_to(value, s.SUMMARY_WRITER) or self.tree.is_call_to(value, {"wandb.init"})
@@ -291,18 +238,19 @@ class RankZeroGuards(Transform):
         may be written on any rank), so two ranks may race to make one: `exist_ok=True`."""
         why = "folders are made on every rank (their files may be written by code ddpify cannot guard): exist_ok=True lets the ranks race"
         name = self.tree.qname(call.func)
+        found = s.method_call(call)
+        if name not in s.MAKE_FOLDER and (found is None or found[1] != "mkdir"):
+            return
+        out = self.facts.outputs.of(call, self.tree.function(call))
+        if out is None or out.kind != FOLDER:
+            return  # another module's `mkdir`: a write, on rank 0
         if name == "os.mkdir":  # os.mkdir has no exist_ok: os.makedirs does the same with one
             self.plan.replace(call, lambda updated: add_keyword("exist_ok", "True")(updated.with_changes(func=cst.parse_expression("os.makedirs"))))
             self.plan.add_import("os")
             self.change(call, f"os.mkdir becomes os.makedirs: {why}")
-        elif (name == "os.makedirs" and s.arg(call, 2, "exist_ok") is None) or (self._path_mkdir(call) and s.arg(call, 2, "exist_ok") is None):
+        elif s.arg(call, 2, "exist_ok") is None:
             self.plan.replace(call, add_keyword("exist_ok", "True"))
             self.change(call, why)
-
-    def _path_mkdir(self, call: cst.Call) -> bool:
-        """`Path(...).mkdir(...)`, `out_dir.mkdir(parents=True)`: pathlib's, or a method of no imported name."""
-        found = s.method_call(call)
-        return found is not None and found[1] == "mkdir" and self.tree.qname(call.func) in (None, "pathlib.Path.mkdir")
 
     # --- progress bars ---------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.destinations import private_to_process
+from ddpify.analysis.output import LOGGING, PRINT, TENSORBOARD, TQDM, WANDB, WRITES, Outputs
 from ddpify.analysis.ranks import GLOBAL_RANK_NAMES, MAIN_PROCESS_NAMES
 from ddpify.lint.script import Script
 from ddpify.syntax import code, dotted, method_call, string_value
@@ -41,43 +42,6 @@ CONVERT_SYNC_BATCHNORM = {
 # Names whose value is a device type or backend, not a placement (`device_type = "cuda"`).
 NOT_A_PLACEMENT = ("type", "backend", "kind", "accelerator", "platform", "name")
 # Global ranks a fix may compare with 0 (a local rank is 0 once per node).
-# Writes: qualified name -> (position, keyword) of the destination argument.
-WRITE_FUNCTIONS = {
-    "torch.save": (1, "f"),
-    "torch.jit.save": (1, "f"),
-    "torch.onnx.export": (2, "f"),
-    "safetensors.torch.save_file": (1, "filename"),
-    "safetensors.torch.save_model": (1, "filename"),
-    "numpy.save": (0, "file"),
-    "numpy.savez": (0, "file"),
-    "numpy.savez_compressed": (0, "file"),
-    "numpy.savetxt": (0, "fname"),
-    "matplotlib.pyplot.savefig": (0, "fname"),
-    "shutil.copy": (1, "dst"),
-    "shutil.copy2": (1, "dst"),
-    "shutil.copyfile": (1, "dst"),
-    "shutil.move": (1, "dst"),
-}
-# Writes into a file object: qualified name -> (position, keyword) of the file object.
-DUMPS = {
-    "json.dump": (1, "fp"),
-    "pickle.dump": (1, "file"),
-    "yaml.dump": (1, "stream"),
-    "yaml.safe_dump": (1, "stream"),
-}
-# Method writes: name -> (position, keyword) of the destination; None: the receiver is the path.
-WRITE_METHODS = {
-    "savefig": (0, "fname"),
-    "to_csv": (0, "path_or_buf"),
-    "to_json": (0, "path_or_buf"),
-    "to_parquet": (0, "path"),
-    "to_pickle": (0, "path"),
-    "save_pretrained": (0, "save_directory"),
-    "write_text": None,
-    "write_bytes": None,
-}
-LOUD_LEVELS = {"error", "exception", "critical", "fatal"}  # a rank's own failure: every rank may report it
-WANDB_INIT = {"wandb.init"}
 
 
 def position(tree: s.Tree, node: cst.CSTNode) -> tuple[int, int]:
@@ -478,76 +442,39 @@ class DevicesAndOutput:
     def opens_for_writing(self, node: cst.CSTNode) -> bool:
         return self.tree.opens_for_writing(node)
 
+    @cached_property
+    def outputs(self) -> Outputs:
+        return Outputs(self.tree, self.program)
+
     def write_destination(self, call: cst.Call, function: cst.FunctionDef | None) -> tuple[str, cst.BaseExpression] | None:
         """For a call that writes a file: (what it is, the destination). A dump into a file
         object opened here is left to its `open(...)`."""
-        name = self.tree.qname(call.func)
-        if name in WRITE_FUNCTIONS:
-            argument = s.arg(call, *WRITE_FUNCTIONS[name])
-            return (code(call.func), argument.value) if argument is not None else None
-        if name in DUMPS:
-            argument = s.arg(call, *DUMPS[name])
-            if argument is None or any(self.opens_for_writing(o.node) for o in self.program.origins(argument.value, function)):
-                return None
-            return code(call.func), argument.value
-        if self.opens_for_writing(call):
-            argument = s.arg(call, 0, "file")
-            return ("open", argument.value) if argument is not None else None
-        found = method_call(call)
-        if found is not None and found[1] in WRITE_METHODS and self.tree.qname(call.func) is None:
-            if found[1] == "save_pretrained" and s.arg(call, None, "is_main_process") is not None:
-                return None  # transformers skips the write on the other ranks itself
-            spec = WRITE_METHODS[found[1]]
-            if spec is None:
-                return f".{found[1]}", found[0]
-            argument = s.arg(call, *spec)
-            return (f".{found[1]}", argument.value) if argument is not None else None
-        return None
+        out = self.outputs.of(call, function)
+        if out is None or out.kind not in WRITES or out.by_name or out.destination is None or out.into_open_file:
+            return None
+        return out.label, out.destination
 
     def is_private_destination(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """A buffer in memory, a temporary file, os.devnull, or a path that names the rank."""
         return private_to_process(self.tree, self.program, expr, function) or self.mentions_rank(expr, function)
 
-    def logger_origin(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
-        if self.tree.is_call_to(obj, s.GET_LOGGER):
-            return True
-        return any(self.tree.is_call_to(o.node, s.GET_LOGGER) for o in self.program.origins(obj, function))
-
     def output_kind(self, call: cst.Call, function: cst.FunctionDef | None) -> str | None:
-        """print / logging / tqdm / SummaryWriter / wandb.init (the DDP303 side effects)."""
-        if self.tree.is_builtin_call(call, "print"):
+        """print / logging / tqdm / SummaryWriter / wandb.init (the DDP303 side effects); not a
+        rank's own failure (error-level logging), nor output known only by a helper's name."""
+        out = self.outputs.of(call, function)
+        if out is None or out.loud or out.by_name:
+            return None
+        if out.kind == PRINT and out.label == "print":
             return "print"
-        name = self.tree.qname(call.func)
-        if name in s.LOGGING_EMIT:
-            return "logging" if name.rsplit(".", 1)[-1] not in LOUD_LEVELS else None
-        if name in s.TQDM:
-            return "tqdm"
-        if name in s.SUMMARY_WRITER:
-            return "SummaryWriter"
-        if name in WANDB_INIT:
-            return "wandb.init"
-        found = method_call(call)
-        if found is not None and found[1] in s.LOGGER_METHODS and found[1] not in LOUD_LEVELS and self.logger_origin(found[0], function):
-            return "logging"
+        if out.creates:
+            return {TENSORBOARD: "SummaryWriter", WANDB: "wandb.init"}.get(out.kind)
+        if out.kind in (LOGGING, TQDM):
+            return out.kind
         return None
 
     def is_output_statement_call(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
-        """Calls a rank-0 guard may enclose: output, writes, TensorBoard/wandb logging."""
-        if self.output_kind(call, function) is not None or self.write_destination(call, function) is not None:
-            return True
-        name = self.tree.qname(call.func) or ""
-        if name in s.WANDB_CALLS or name in s.FILE_WRITES or name in DUMPS:
-            return True
-        found = method_call(call)
-        if found is None:
-            return False
-        obj, method = found
-        origins = [o.node for o in self.program.origins(obj, function)]
-        if any(self.tree.is_call_to(o, s.SUMMARY_WRITER) for o in origins):
-            return True
-        if method in ("write", "writelines", "flush") and any(self.opens_for_writing(o) for o in origins):
-            return True
-        return False
+        """Calls a rank-0 guard may enclose: output, writes, folders, TensorBoard/wandb logging."""
+        return self.outputs.of(call, function) is not None
 
     def output_only(self, statement: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
         """A statement that only outputs: guarding it changes nothing else the rank does."""

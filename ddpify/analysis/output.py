@@ -1,0 +1,181 @@
+"""What a call outputs: printing, logging, progress bars, TensorBoard and wandb, file writes,
+folders. One classification, read by convert (which statements run on rank 0 only) and by lint
+(DDP301 writes, DDP303 side effects, what a rank-0 guard may enclose); each side decides which
+kinds it acts on."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import libcst as cst
+
+from ddpify import syntax as s
+from ddpify.program import Program
+from ddpify.syntax import Tree, code, dotted
+
+# Writes by qualified name: name -> (position, keyword) of the destination, None where the call
+# names no path we can read.
+WRITE_FUNCTIONS: dict[str, tuple[int | None, str] | None] = {
+    "torch.save": (1, "f"),
+    "torch.jit.save": (1, "f"),
+    "torch.onnx.export": (2, "f"),
+    "safetensors.torch.save_file": (1, "filename"),
+    "safetensors.torch.save_model": (1, "filename"),
+    "numpy.save": (0, "file"),
+    "numpy.savez": (0, "file"),
+    "numpy.savez_compressed": (0, "file"),
+    "numpy.savetxt": (0, "fname"),
+    "matplotlib.pyplot.savefig": (0, "fname"),
+    "shutil.copy": (1, "dst"),
+    "shutil.copy2": (1, "dst"),
+    "shutil.copyfile": (1, "dst"),
+    "shutil.move": (1, "dst"),
+    "torchvision.utils.save_image": None,
+    "matplotlib.pyplot.imsave": None,
+    "imageio.imwrite": None,
+    "imageio.imsave": None,
+    "imageio.mimsave": None,
+    "imageio.v2.imwrite": None,
+    "imageio.v3.imwrite": None,
+    "cv2.imwrite": None,
+    "scipy.io.savemat": None,
+    "skimage.io.imsave": None,
+}
+# Writes into a file object: qualified name -> (position, keyword) of the file object.
+DUMPS = {
+    "json.dump": (1, "fp"),
+    "pickle.dump": (1, "file"),
+    "yaml.dump": (1, "stream"),
+    "yaml.safe_dump": (1, "stream"),
+}
+# Method writes: name -> (position, keyword) of the destination; None: the receiver is the path.
+WRITE_METHODS: dict[str, tuple[int, str] | None] = {
+    "savefig": (0, "fname"),
+    "to_csv": (0, "path_or_buf"),
+    "to_json": (0, "path_or_buf"),
+    "to_parquet": (0, "path"),
+    "to_pickle": (0, "path"),
+    "save_pretrained": (0, "save_directory"),
+    "write_text": None,
+    "write_bytes": None,
+}
+FILE_METHODS = {"write", "writelines", "flush"}  # of a file object opened for writing
+STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
+LOUD_LEVELS = {"error", "exception", "critical", "fatal"}  # a rank's own failure: every rank may report it
+# What another module's function or object does, known only by its name:
+PRINTING_HELPERS = ("progress_bar", "print_")
+SAVING_HELPERS = ("save_", "write_", "dump_", "export_")
+LOG_OBJECTS = {"log", "logger", "printer", "reporter", "visualizer", "vis", "viz", "tracker", "plotter"}  # `log = Log(...)`; `log(model, loss)`
+
+PRINT, LOGGING, TQDM, TENSORBOARD, WANDB = "print", "logging", "tqdm", "TensorBoard", "wandb"
+CHECKPOINT, FILE_WRITE, FOLDER = "checkpoint save", "file write", "folder"
+WRITES = (CHECKPOINT, FILE_WRITE)
+
+
+class Output(NamedTuple):
+    kind: str  # PRINT, LOGGING, TQDM, TENSORBOARD, WANDB, CHECKPOINT, FILE_WRITE or FOLDER
+    label: str  # the call as a report names it: `print`, `torch.save`, `.savefig`, `open`
+    destination: cst.BaseExpression | None = None  # the path (or file object, for a dump) written
+    loud: bool = False  # error-level logging: a rank's own failure
+    creates: bool = False  # `SummaryWriter(...)`, `wandb.init(...)`: makes the logger object
+    by_name: bool = False  # known only by the name of another module's function or object
+    into_open_file: bool = False  # a dump into a file object `open(..., "w")` made in this file
+
+
+class Outputs:
+    """`of(call, function)`: what the call outputs, or None."""
+
+    def __init__(self, tree: Tree, program: Program) -> None:
+        self.tree = tree
+        self.program = program
+
+    def of(self, call: cst.BaseExpression, function: cst.FunctionDef | None) -> Output | None:
+        if not isinstance(call, cst.Call):
+            return None
+        tree = self.tree
+        if tree.is_builtin_call(call, "print"):
+            return Output(PRINT, "print")
+        name = tree.qname(call.func) or self.program.star_imported(call.func, function)
+        if name is not None:
+            found = self._by_qualified_name(call, name, function)
+            if found is not None:
+                return found
+        if tree.opens_for_writing(call):
+            argument = s.arg(call, 0, "file")
+            return Output(FILE_WRITE, "open", argument.value if argument is not None else None)
+        if isinstance(call.func, cst.Name) and self._is_log_object(call.func, function):
+            return Output(LOGGING, call.func.value, by_name=True)
+        found = s.method_call(call)
+        return self._method(call, found[0], found[1], function) if found is not None else None
+
+    def _by_qualified_name(self, call: cst.Call, name: str, function: cst.FunctionDef | None) -> Output | None:
+        label = code(call.func)
+        if name in STREAM_WRITES:
+            return Output(PRINT, label)
+        if name in s.LOGGING_EMIT:
+            return Output(LOGGING, label, loud=name.rsplit(".", 1)[-1] in LOUD_LEVELS)
+        if name == "logging.basicConfig" and s.arg(call, None, "filename") is not None:
+            return Output(LOGGING, label, creates=True)  # the log file
+        if name in s.TQDM:
+            return Output(TQDM, label)
+        if name in s.SUMMARY_WRITER:
+            return Output(TENSORBOARD, label, creates=True)
+        if name.startswith("wandb."):
+            return Output(WANDB, label, creates=name == "wandb.init")
+        if name in WRITE_FUNCTIONS:
+            spec = WRITE_FUNCTIONS[name]
+            argument = s.arg(call, *spec) if spec is not None else None
+            return Output(CHECKPOINT if name in s.TORCH_SAVE else FILE_WRITE, label, argument.value if argument is not None else None)
+        if name in DUMPS:
+            argument = s.arg(call, *DUMPS[name])
+            opened = argument is not None and any(self.tree.opens_for_writing(o.node) for o in self.program.origins(argument.value, function))
+            return Output(FILE_WRITE, label, argument.value if argument is not None else None, into_open_file=opened)
+        if name in s.MAKE_FOLDER or name == "pathlib.Path.mkdir":
+            return Output(FOLDER, label)
+        if name.startswith(("torch.", "builtins.", "pathlib.")):
+            return None  # pathlib's writes are methods (below)
+        last = name.rsplit(".", 1)[-1]
+        if last.startswith(PRINTING_HELPERS):
+            return Output(PRINT, label, by_name=True)  # `progress_bar(...)` from another module
+        if last.startswith(SAVING_HELPERS) and self.program.callee(call, function) is None:
+            return Output(FILE_WRITE, label, by_name=True)  # `save_checkpoint(model, optimizer)` from another module
+        return None
+
+    def _method(self, call: cst.Call, obj: cst.BaseExpression, method: str, function: cst.FunctionDef | None) -> Output | None:
+        tree = self.tree
+        label = f".{method}"
+        if self._is_log_object(obj, function):
+            return Output(LOGGING, label, by_name=True)
+        origins = [o.node for o in self.program.origins(obj, function)]
+        if method in s.LOGGER_METHODS and any(tree.is_call_to(o, s.GET_LOGGER) for o in origins):
+            return Output(LOGGING, label, loud=method in LOUD_LEVELS)
+        if any(tree.is_call_to(o, s.SUMMARY_WRITER) for o in origins):
+            return Output(TENSORBOARD, label)
+        if method in FILE_METHODS and any(tree.opens_for_writing(o) for o in origins):
+            return Output(FILE_WRITE, label)
+        if method == "mkdir":  # pathlib's (or a method of no imported name): a folder; another module's: a write
+            return Output(FOLDER if tree.qname(call.func) in (None, "pathlib.Path.mkdir") else FILE_WRITE, label)
+        if method in WRITE_METHODS:
+            if method == "save_pretrained" and s.arg(call, None, "is_main_process") is not None:
+                return None  # transformers skips the write on the other ranks itself
+            spec = WRITE_METHODS[method]
+            if spec is None:
+                return Output(FILE_WRITE, label, obj)
+            argument = s.arg(call, *spec)
+            return Output(FILE_WRITE, label, argument.value if argument is not None else None)
+        if method == "save" and any(tree.is_call_to(o, s.IMAGE_MAKERS) for o in origins):
+            return Output(FILE_WRITE, label)
+        return None
+
+    def _is_log_object(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`log = Log(...)` from another module (`log.train(...)`, `log(model, loss)`): its calls print."""
+        name = dotted(obj)
+        if name is None or name.rsplit(".", 1)[-1].lower() not in LOG_OBJECTS:
+            return False
+        origins = self.program.origins(obj, function)
+        return bool(origins) and all(
+            isinstance(o.node, cst.Call)
+            and self.program.callee(o.node, o.function) is None
+            and not (self.tree.qname(o.node.func) or "").startswith(("logging.", "torch."))
+            for o in origins
+        )
