@@ -1632,11 +1632,15 @@ if __name__ == "__main__":
     assert "def train(epoch):\n    for x, y in training_loader:" in output
 
 
-def test_a_loop_that_stops_before_the_dataset_short_batch_drops_the_shards_short_batch() -> None:
+@pytest.mark.parametrize("count", ["len(loader.dataset)", "loader.dataset.__len__()", "len(dataset)", "n_samples"])
+def test_a_loop_that_stops_before_the_dataset_short_batch_drops_the_shards_short_batch(count: str) -> None:
     """`if i == len(loader.dataset) // batch_size: break` counts the whole dataset's batches; a
-    rank's shard has fewer, so its short last batch reaches code sized for full batches."""
-    loop = LOOP.replace("    for x, y in loader:\n", "    for i, (x, y) in enumerate(loader):\n        if i == len(loader.dataset) // 8:\n            break\n")
-    output = convert(standard(loop=loop)).output
+    rank's shard has fewer, so its short last batch reaches code sized for full batches. The
+    whole dataset's count is one fact, however it is spelled (also the training loader's
+    dataset by name, or a name bound to its length)."""
+    loader = "dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(dataset, batch_size=8, shuffle=True)\nn_samples = len(dataset)"
+    loop = LOOP.replace("    for x, y in loader:\n", f"    for i, (x, y) in enumerate(loader):\n        if i == {count} // 8:\n            break\n")
+    output = convert(standard(loader=loader, loop=loop)).output
     assert "sampler=DistributedSampler(TensorDataset" in output or "DistributedSampler(" in output
     assert "drop_last=True" in output
 

@@ -287,6 +287,36 @@ class Facts:
     def in_dataset(self, function: cst.FunctionDef | None) -> bool:
         return self.program.in_dataset(function)
 
+    @cached_property
+    def _training_datasets(self) -> set[str]:
+        """The datasets the training loaders sample, as the script names them (`train_set`)."""
+        found = set()
+        for origin in self.train_loaders:
+            dataset = s.arg(origin.node, 0, "dataset") if isinstance(origin.node, cst.Call) else None
+            if dataset is not None and isinstance(dataset.value, (cst.Name, cst.Attribute)):
+                found.add(code(dataset.value))
+        return found
+
+    def counts_whole_dataset(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`len(loader.dataset)`, `loader.dataset.__len__()`, `len(train_set)` of a training
+        loader's dataset, or a name bound to `len(dataset)`: the number of samples of the whole
+        dataset, of which a rank now sees 1/world_size. Not `len(loader)` or `len(loader.sampler)`:
+        those count a rank's own batches or samples."""
+        if hasattr(expr, "lpar"):
+            expr = expr.with_changes(lpar=[], rpar=[])  # `(len(ds))`
+        if isinstance(expr, cst.Call):
+            measured = _measured(self.tree, expr)
+            return measured is not None and (
+                (isinstance(measured, cst.Attribute) and measured.attr.value == "dataset") or code(measured) in self._training_datasets
+            )
+        for origin in self.program.origins(expr, function):
+            measured = _measured(self.tree, origin.node) if origin.node is not expr else None
+            if measured is not None and not self.program.dataloaders(measured, origin.function) and not (
+                isinstance(measured, cst.Attribute) and measured.attr.value in ("sampler", "batch_sampler")
+            ):
+                return True
+        return False
+
     def custom_method_calls(self) -> list[tuple[cst.Call, cst.FunctionDef | None]]:
         """Calls of the wrapped model's own methods (`model.generate(...)`): DDP has none of them."""
         found = []
@@ -1477,3 +1507,11 @@ def _whole_slice(item: cst.Subscript) -> bool:
     return len(item.slice) == 1 and isinstance(item.slice[0].slice, cst.Slice) and all(
         getattr(item.slice[0].slice, part) is None for part in ("lower", "upper", "step")
     )
+
+
+def _measured(tree: Tree, node: cst.CSTNode) -> cst.BaseExpression | None:
+    """What `len(x)` or `x.__len__()` measures: `x`."""
+    if tree.is_builtin_call(node, "len") and node.args:  # type: ignore[union-attr]
+        return node.args[0].value  # type: ignore[union-attr]
+    found = s.method_call(node) if isinstance(node, cst.Call) else None
+    return found[0] if found is not None and found[1] == "__len__" else None

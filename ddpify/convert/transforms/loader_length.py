@@ -14,7 +14,6 @@ import re
 
 import libcst as cst
 
-from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform
 from ddpify.syntax import code, dotted
 
@@ -45,17 +44,11 @@ class LoaderLength(Transform):
     def _dataset_paced(self) -> None:
         """`alpha += batch_size / len(dataset)` in the training step: a quantity paced by the
         whole dataset's size grows by a rank's batches only, world_size times slower."""
-        datasets = set()
-        for origin in self.facts.train_loaders:
-            found = s.arg(origin.node, 0, "dataset") if isinstance(origin.node, cst.Call) else None
-            if found is not None and (name := dotted(found.value)) is not None:
-                datasets.add(name)
         for loop in self.facts.train_loops:
-            datasets.add(f"{code(loop.loader)}.dataset")
             for node in self.tree.walk(loop.loop.body):
                 if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide)):
                     continue
-                lengths = [c for c in self.tree.calls(node.right) if self.tree.is_builtin_call(c, "len") and c.args and dotted(c.args[0].value) in datasets]
+                lengths = [c for c in self.tree.calls(node.right) if self.facts.counts_whole_dataset(c, loop.function)]
                 statement = self.tree.statement(node)
                 grows = isinstance(statement, cst.SimpleStatementLine) and any(
                     isinstance(small, cst.AugAssign) or (isinstance(small, cst.Assign) and any(

@@ -18,7 +18,7 @@ from ddpify.analysis.splits import builds_training_split, training_split_test
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, dotted, is_backward, method_call
+from ddpify.syntax import dotted, is_backward, method_call
 
 # An increment built from these is a Python number (`loss.item()`, `y.size(0)`, `len(y)`).
 NUMBER_METHODS = {"item", "size", "numel", "tolist"}
@@ -109,7 +109,7 @@ class ReduceMetrics(Transform):
                 right = {n.value for n in self.tree.walk(node.right) if isinstance(n, cst.Name)}
                 if name in left:
                     by_total = bool(right & set(totals))
-                    divided = by_total or not self._summed(loop, name, totals, {f"len({code(loop.loader)}.dataset)"})
+                    divided = by_total or not self._summed(loop, name, totals)
                 elif name in right and left & set(totals):
                     divided = True  # the denominator of a ratio of totals
             if not divided:
@@ -236,14 +236,9 @@ class ReduceMetrics(Transform):
 
     def _reduce(self, loop: TrainLoop, totals: dict[str, Kind], helper: bool = False) -> None:
         function = loop.function
-        per_dataset = {f"len({code(loop.loader)}.dataset)"}
-        for origin in self.facts.train_loaders:  # the dataset the training loader samples, by name
-            dataset = s.arg(origin.node, 0, "dataset") if isinstance(origin.node, cst.Call) else None
-            if dataset is not None and isinstance(dataset.value, (cst.Name, cst.Attribute)):
-                per_dataset.add(f"len({code(dataset.value)})")
         of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("count", "number", "number?", "tensor", "list")}
         numbers = [name for name, kind in totals.items() if kind in ("count", "number", "number?")]  # in the script's order
-        summed = {name for name in totals if self._summed(loop, name, totals, per_dataset)}
+        summed = {name for name in totals if self._summed(loop, name, totals)}
         reduced = numbers + of_kind["tensor"]
         how = "sum" if set(reduced) <= summed else "average" if not summed & set(reduced) else "sum or average"
         what = f"{how} the totals" if reduced else "gather the values"
@@ -269,7 +264,7 @@ class ReduceMetrics(Transform):
         done = "gathered from every rank" if not reduced else f"all-reduced ({how} over ranks)"
         self.change(loop.loop, f"{listed} {done} after the loop: each rank saw only its shard")
 
-    def _summed(self, loop: TrainLoop, name: str, totals: dict[str, Kind], per_dataset: set[str]) -> bool:
+    def _summed(self, loop: TrainLoop, name: str, totals: dict[str, Kind]) -> bool:
         """Sums and counts are summed over ranks; a total divided by a per-rank count (batches,
         `len(loader)`, a constant) is an average and is averaged. `correct / total` sums both,
         whatever `total` counts (samples, or `+= batch_size`)."""
@@ -290,27 +285,11 @@ class ReduceMetrics(Transform):
                 modes.add("sum")  # `total_loss / total_num`: the count a ratio of totals divides by is summed too
             if any(isinstance(n, cst.Name) and n.value == name for n in self.tree.walk(divided)):
                 by_total = any(isinstance(n, cst.Name) and n.value in totals for n in self.tree.walk(denominator))
-                bare = denominator.with_changes(lpar=[], rpar=[]) if hasattr(denominator, "lpar") else denominator
-                by_dataset = code(bare) in per_dataset or self._dataset_size(bare, loop.function)  # `(len(ds))` too
+                by_dataset = self.facts.counts_whole_dataset(denominator, loop.function)
                 modes.add("sum" if by_dataset or by_total else "average")
         if not modes:
             return totals[name] == "count"
         return modes == {"sum"}
-
-    def _dataset_size(self, denominator: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
-        """`sizes[phase]` with `sizes = {x: len(datasets[x]) ...}`, or a name bound to `len(dataset)`:
-        the size of a whole dataset (not `len(loader)`, a per-rank count of batches)."""
-        if isinstance(denominator, cst.Call):
-            return False  # `len(...)` written out: the per_dataset spellings decide
-        for origin in self.program.origins(denominator, function):
-            node = origin.node
-            if self.tree.is_builtin_call(node, "len") and node.args:  # type: ignore[union-attr]
-                measured = node.args[0].value  # type: ignore[union-attr]
-                if not self.program.dataloaders(measured, origin.function) and not (
-                    isinstance(measured, cst.Attribute) and measured.attr.value in ("sampler", "batch_sampler")
-                ):
-                    return True
-        return False
 
     def _unpack(self, tensor: str, numbers: list[str], totals: dict[str, Kind], summed: set[str], function) -> list[str]:
         """The reduced totals back into the script's names: counts as ints, sums or averages."""

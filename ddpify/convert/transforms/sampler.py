@@ -136,7 +136,7 @@ class Sampler(Transform):
                 if (
                     isinstance(node, cst.BinaryOperation)
                     and isinstance(node.operator, cst.FloorDivide)
-                    and _dataset_length(node.left)
+                    and self.facts.counts_whole_dataset(node.left, loop.function)
                     and self._stops_loop(node)
                 ):
                     self.plan.replace(call, add_keyword("drop_last", "True"))
@@ -228,15 +228,6 @@ class Sampler(Transform):
         self.plan.insert_before(statement, statements(f"{name} = {code(dataset.value)}\n"))
         self.plan.replace(dataset.value, cst.Name(name))
         return name
-
-
-def _dataset_length(expr: cst.BaseExpression) -> bool:
-    """`len(loader.dataset)`, `loader.dataset.__len__()`, `len(train_set)`-like counts of samples."""
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "len" and expr.args:
-        inner = expr.args[0].value
-        return isinstance(inner, cst.Attribute) and inner.attr.value == "dataset"
-    found = s.method_call(expr)
-    return found is not None and found[1] == "__len__" and isinstance(found[0], cst.Attribute) and found[0].attr.value == "dataset"
 
 
 def _pure(expr: cst.BaseExpression) -> bool:
