@@ -147,7 +147,11 @@ class Facts:
     def sees_entry_names(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> bool:
         """Whether the setup's names (`rank`, `device`, ...) are visible in `function` (and
         bound by then, at `at`, where given)."""
-        if self.entry.kind == "library" or self.before_setup(function, at):
+        return not self.before_setup(function, at) and self._in_entry_scope(function)
+
+    def _in_entry_scope(self, function: cst.FunctionDef | None) -> bool:
+        """Code in `function` reads the entry scope's names, where the setup binds them."""
+        if self.entry.kind == "library":
             return False
         if self.entry.kind == "function":
             return function is self.entry.function
@@ -183,9 +187,11 @@ class Facts:
 
     def rank_expr(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> str:
         """How code in `function` (at `at`, where given) asks for this process's rank."""
-        if self.sees_entry_names(function, at):
+        if self.before_setup(function, at):
+            return 'int(os.environ.get("RANK", 0))'
+        if self._in_entry_scope(function):
             return "rank"
-        if not self.runs_after_setup(function) or self.before_setup(function, at):  # the group may not exist yet (or ever, on that path)
+        if not self.runs_after_setup(function):  # the group may not exist yet (or ever, on that path)
             return 'int(os.environ.get("RANK", 0))'
         return "dist.get_rank()"
 
