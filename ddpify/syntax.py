@@ -159,6 +159,17 @@ DISTRIBUTED_FRAMEWORKS = {
     "horovod": "Horovod",
     "colossalai": "ColossalAI",
 }
+# nn.Module methods that return the module they are called on (`Net().to(device).train()`).
+RETURNS_SELF = {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "to_empty", "train", "eval", "requires_grad_"}
+
+
+def unchained(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`Net().to(device).train()` -> `Net()`: what a chain of RETURNS_SELF calls is called on."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in RETURNS_SELF:
+        node = node.func.value
+    return node
+
+
 # nn.Module methods that exist on the DDP wrapper too (calls through the wrapper are fine).
 MODULE_METHODS = {
     "train",

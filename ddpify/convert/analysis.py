@@ -18,7 +18,7 @@ from ddpify import syntax as s
 from ddpify.analysis import sync
 from ddpify.analysis.output import FILE_WRITE, Outputs
 from ddpify.program import Origin, Program
-from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value
+from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value, unchained
 
 ENTRY_NAMES = ("local_rank", "rank", "world_size", "backend")
 # Optimizer classes outside torch.optim, by name: SAM(model.parameters(), ...), FusedAdam, Lion.
@@ -626,9 +626,7 @@ class Analyzer:
         for value, _ in self.program.assignments(model.function, model.ref):
             if wrapped_at is not None and self.tree.order(value) > wrapped_at and not self.tree.inside(value, model.anchor):
                 continue
-            inner = value
-            while isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in MOVE_METHODS | {"train", "eval"}:
-                inner = inner.func.value
+            inner = unchained(value)
             if dotted(inner) == model.ref and inner is not value:
                 continue
             values.append(value)
@@ -642,8 +640,7 @@ class Analyzer:
         seen: set[cst.CSTNode] = set()
         work = [o.node for v in values for o in self.program.origins(v, model.function)]  # type: ignore[arg-type]
         for value in work:
-            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MOVE_METHODS | {"train", "eval"}:
-                value = value.func.value  # `model.to(device)`: what `model` is built from is judged on its own
+            value = unchained(value)  # `model.to(device)`: what `model` is built from is judged on its own
             if isinstance(value, cst.Call) and not self._builds_same_file(value):
                 name = self._constructor_name(value) or ""
                 if not (name.startswith("torch.nn.") or BATCH_NORM_MODELS.match(name)):
@@ -677,8 +674,7 @@ class Analyzer:
         return isinstance(value.func, cst.Name) and (value.func.value in self.program.classes or value.func.value in self.program.functions)
 
     def _constructor_name(self, value: cst.BaseExpression) -> str | None:
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MOVE_METHODS | {"train", "eval"}:
-            value = value.func.value
+        value = unchained(value)
         return self.tree.qname(value.func) if isinstance(value, cst.Call) else None
 
     def _forward_may_skip(self, cls: cst.ClassDef) -> str:
@@ -1444,9 +1440,7 @@ class Analyzer:
         return classes.pop() if len(classes) == 1 else None
 
     def _model_class_of_value(self, value: cst.BaseExpression, function: cst.FunctionDef | None, follow: bool = True) -> cst.ClassDef | None:
-        node = value
-        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in MOVE_METHODS | {"train", "eval"}:
-            node = node.func.value
+        node = unchained(value)
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in self.program.classes:
             return self.program.classes[node.func.value]
         return self._model_class(node, function) if follow else None  # a name, or a same-file factory

@@ -27,7 +27,6 @@ from ddpify.syntax import Tree, code, dotted, string_value
 
 EXITS = (cst.Return, cst.Continue, cst.Break, cst.Raise)
 # Module methods that return the module itself (`Net().to(device)` is a `Net`).
-RETURNS_SELF = {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "to_empty", "train", "eval", "requires_grad_"}
 # Text every distributed file contains (`Script.distributed` needs a torch.distributed or
 # DistributedSampler/DistributedDataParallel name, or a RANK/WORLD_SIZE string): a file without
 # any is not parsed at all.
@@ -204,7 +203,7 @@ class Script:
         seen.add(id(expr))
         found = set()
         for origin in self.program.origins(expr, function):
-            value = _unchained(origin.node)
+            value = s.unchained(origin.node)
             if value is not origin.node:  # `model.cuda()`: where `model` comes from
                 found |= self._classes_of(value, origin.function, seen)
             elif value in self.ddp_wraps:
@@ -296,13 +295,6 @@ class Script:
 
     def calls(self, names: set[str]) -> list[cst.Call]:
         return [c for c in self.tree.calls() if self.tree.is_call_to(c, names)]
-
-
-def _unchained(node: cst.BaseExpression) -> cst.BaseExpression:
-    """`Net().to(device).train()` -> `Net()`: calls that return the module they are called on."""
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in RETURNS_SELF:
-        node = node.func.value
-    return node
 
 
 def _runs_forward(call: cst.Call, forward_methods: set[str]) -> bool:

@@ -20,7 +20,7 @@ from ddpify.lint.rules._devices_and_output import (
     wrap_target,
     wrapped_module,
 )
-from ddpify.syntax import code, dotted, method_call
+from ddpify.syntax import code, dotted, method_call, unchained
 
 
 class SyncbnAfterWrap(Rule):
@@ -148,9 +148,9 @@ class SyncbnAfterWrap(Rule):
         or a same-file `nn.Module` subclass."""
         if not isinstance(node, cst.Call):
             return False
-        found = method_call(node)
-        if found is not None and found[1] in ("to", "cuda", "cpu", "float", "half", "bfloat16", "double", "requires_grad_", "train", "eval"):
-            return self._builds_module(found[0])  # nn.Linear(16, 1).to(device)
+        inner = unchained(node)
+        if inner is not node:
+            return self._builds_module(inner)  # nn.Linear(16, 1).to(device)
         name = self.tree.qname(node.func) or ""
         last = name.rsplit(".", 1)[-1]
         if name.startswith(("torch.nn.", "torchvision.")) and last[:1].isupper():
