@@ -1930,3 +1930,31 @@ def test_a_quantity_paced_by_the_dataset_length_is_warned_about() -> None:
     loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        alpha += x.size(0) / len(dataset)\n")
     result = convert(standard(loader=loader, loop="alpha = 0.0\n" + loop))
     assert any(w.startswith("`len(dataset)` is the whole dataset, but a rank steps through 1/world_size") for w in warnings(result))
+
+
+def test_a_window_restarted_inside_the_loop_is_no_total_for_convert_or_lint() -> None:
+    """`running = 0.0` every 4 batches: a window over this rank's last batches, reported as it
+    goes, as one process reported it; neither reduced by convert nor flagged by lint (DDP403),
+    even returned to a caller that prints it. An epoch total next to it still is both."""
+    helpers = '''
+    def train_one_epoch(model, loader, optimizer):
+        running, last, total = 0.0, 0.0, 0.0
+        for i, (x, y) in enumerate(loader):
+            loss = nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            running += loss.item()
+            total += loss.item()
+            if i % 4 == 3:
+                last = running / 4
+                print(last)
+                running = 0.0
+        print(total / len(loader))
+        return last
+    '''
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(2):\n    avg = train_one_epoch(model, loader, optimizer)\n    print(avg)\n"
+    output = convert(script(body, helpers)).output
+    assert "totals = torch.tensor([total], dtype=torch.float64)" in output
+    assert "float(running)" not in output and "[running" not in output and "[last" not in output
+    assert "DDP403" not in [f.code for f in lint_source(output)]

@@ -15,6 +15,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.splits import builds_training_split, training_split_test
+from ddpify.analysis.totals import restarts_inside
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
@@ -139,6 +140,9 @@ class ReduceMetrics(Transform):
                 self.warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
         for name in [n for n, values in added.items() if any(self._clock(v) for v in values)]:
             del added[name]  # `total_time += time.time() - start`: this rank's own wall time, no metric
+        for found in (added, appended):
+            for name in [n for n in found if restarts_inside(self.tree, self.program, loop.loop, loop.function, n)]:
+                del found[name]  # a window over the last few batches, reported as it goes: no total
         for name, values in added.items():
             initial = self._initial_values(loop, name)
             if initial and self._read_after(loop, name):

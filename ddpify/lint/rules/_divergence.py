@@ -24,6 +24,7 @@ import libcst as cst
 
 from ddpify import nodes
 from ddpify import syntax as s
+from ddpify.analysis.totals import restarts_inside
 from ddpify.lint.script import Script
 from ddpify.syntax import code, dotted, method_call
 
@@ -377,6 +378,8 @@ class Scope:
                     # `losses.append(loss.item())`: the list is the total, `sum(losses)` reads it
                     if any(self.local_names(a.value) for a in node.args):  # type: ignore[attr-defined]
                         lists += target_keys(added[0])
+            names = [n for n in names if not restarts_inside(self.tree, self.program, loop, self.function, n)]
+            lists = [n for n in lists if not restarts_inside(self.tree, self.program, loop, self.function, n)]
             found += [Metric(name, self.end(loop), f"summed over {shard}") for name in dict.fromkeys(names)]
             found += [Metric(name, self.end(loop), f"collected over {shard}") for name in dict.fromkeys(lists)]
         return found + self.returned_metrics

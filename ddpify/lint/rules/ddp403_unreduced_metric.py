@@ -16,7 +16,9 @@ class UnreducedMetric(Rule):
     collective on it, or on a tensor built from it, between the loop and the report. Totals
     a same-file function returns unreduced are followed into its callers.
 
-    Printing the current batch's loss inside the loop is not flagged: that is no total.
+    Printing the current batch's loss inside the loop is not flagged: that is no total; nor is
+    a window restarted inside the loop (`running_loss = 0.0` every 100 batches), which one
+    process reported the same way.
 
     ## Why is this bad?
     With a `DistributedSampler` each rank sees 1/N of the data, so `running_loss` or
