@@ -405,13 +405,15 @@ def test_folders_are_made_on_every_rank_without_a_race() -> None:
     assert "if rank == 0:\n        os." not in output and "if rank == 0:\n        Path" not in output
 
 
-def test_output_above_the_setup_asks_the_environment_for_the_rank() -> None:
+@pytest.mark.parametrize("own_os", ["", "import os\n"], ids=["no-os", "os-after-the-try"])
+def test_output_above_the_setup_asks_the_environment_for_the_rank(own_os: str) -> None:
     """A print among the imports (`try: import x / except ImportError: print(...)`) runs before
     the process group exists: its guard reads RANK from the environment, and the imports it needs
-    come first; an import the script already has after the `try` is not added twice."""
+    come first, also where the script imports `os` itself below the `try`; an import the script
+    already has after the `try` and the guard does not need is not added twice."""
     source = (
         'try:\n    import optional_package\n    print("found")\nexcept ImportError:\n    print("missing")\n\n'
-        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        f"{own_os}import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
         "data = TensorDataset(torch.randn(32, 8), torch.randn(32, 1))\nloader = DataLoader(data, batch_size=4, shuffle=True)\n"
         "model = nn.Linear(8, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
         "for epoch in range(2):\n    for x, y in loader:\n        opt.zero_grad()\n"

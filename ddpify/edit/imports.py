@@ -113,11 +113,18 @@ def add_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.Mo
     """`module` with the requested imports that its top import block lacks."""
     wanted = _Wanted(requests)
     first = _header_length(module)
-    # what the script imports before its code starts is there already, even after a `try: import x`
-    wanted.drop_present([found for statement in _opening(module, first) if (found := _single_import(statement)) is not None])
     end = first
     while end < len(module.body) and _single_import(module.body[end]) is not None:
         end += 1
+    # what the script imports before its code starts is there already, even after a `try: import x`,
+    # unless a statement above that import and below the new lines reads it (a guard `os.environ`)
+    present = []
+    opening = _opening(module, first)
+    for position, statement in enumerate(opening, start=first):
+        found = _single_import(statement)
+        if found is not None and not (position > end and _read_in(opening[end - first : position - first], _bound_names(found))):
+            present.append(found)
+    wanted.drop_present(present)
     body = list(module.body)
     for position in range(first, end):
         statement = _single_import(body[position])
@@ -139,6 +146,26 @@ def _opening(module: cst.Module, start: int) -> list[cst.BaseStatement]:
             break
         found.append(statement)
     return found
+
+
+def _bound_names(statement: ImportNode) -> set[str]:
+    """The names an import binds: `os` for `import os.path`, `x` for `from m import y as x`."""
+    if isinstance(statement.names, cst.ImportStar):
+        return set()
+    found = set()
+    for alias in statement.names:
+        if alias.evaluated_alias is not None:
+            found.add(alias.evaluated_alias)
+        else:
+            found.add(alias.evaluated_name.split(".")[0] if isinstance(statement, cst.Import) else alias.evaluated_name)
+    return found
+
+
+def _read_in(statements: Sequence[cst.BaseStatement], names: set[str]) -> bool:
+    """A statement (not an import line: those bind names) that mentions one of `names`."""
+    return any(
+        type(n) is cst.Name and n.value in names for statement in statements if _single_import(statement) is None for n in nodes.index(statement).order
+    )
 
 
 def _single_import(statement: cst.CSTNode) -> ImportNode | None:
