@@ -1960,3 +1960,29 @@ def test_a_window_restarted_inside_the_loop_is_no_total_for_convert_or_lint() ->
     assert "totals = torch.tensor([total], dtype=torch.float64)" in output
     assert "float(running)" not in output and "[running" not in output and "[last" not in output
     assert "DDP403" not in [f.code for f in lint_source(output)]
+
+
+def test_a_model_whose_optimizer_is_made_only_under_a_flag_is_wrapped_when_it_trains(tmp_path, monkeypatch) -> None:
+    """`enc_opt = Adam(...) if fine_tune else None` (sgrvinod's captioning tutorial): with the flag
+    off every parameter is frozen and DDP(enc) raises; the wrap is decided at run time, and the
+    plain model is reached whether or not it was wrapped. An optimizer made in an `if` that also
+    exists leaves the model optional; one made on every path wraps it as usual."""
+    body = (
+        f"{DEVICE}\n{LOADER}\nfine_tune = False\nenc = nn.Linear(4, 4).to(device)\nhead = nn.Linear(4, 1).to(device)\n"
+        "for p in enc.parameters():\n    p.requires_grad = fine_tune\n"
+        "optimizer = torch.optim.SGD(head.parameters(), lr=0.1)\n"
+        "enc_opt = torch.optim.SGD(enc.parameters(), lr=0.1) if fine_tune else None\n"
+        "if fine_tune and enc_opt is None:\n    enc_opt = torch.optim.SGD(enc.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(head(enc(x.to(device))), y.to(device))\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+        "        if enc_opt is not None:\n            enc_opt.step()\n"
+        'torch.save(enc.state_dict(), "enc.pt")\n'
+    )
+    output = convert(script(body)).output
+    assert "    if any(p.requires_grad for p in enc.parameters()):  # frozen unless fine_tune: nothing to synchronize\n        enc = DDP(enc)\n" in output
+    assert "    head = DDP(head)\n" in output
+    assert 'torch.save(getattr(enc, "module", enc).state_dict(), "enc.pt")' in output
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(output.replace('if __name__ == "__main__":\n    main()\n', ""), "converted.py", "exec"), namespace)
+    namespace["main"]()  # a world of one with the encoder frozen: DDP(enc) would raise

@@ -87,6 +87,9 @@ class TrainedModel:
     # part of it is not in this file; and same-file normalization classes that are no _BatchNorm.
     batch_norms: list[str] | None = field(default_factory=list)
     custom_norms: list[str] = field(default_factory=list)
+    # `Adam(encoder.parameters()) if fine_tune else None`: trained only when the script chooses to,
+    # and frozen otherwise (DDP refuses a model with no parameter that requires a gradient)
+    optional: str | None = None
 
 
 @dataclass
@@ -222,6 +225,11 @@ class Facts:
         if function is None:
             return self.entry.kind != "function"
         return self.entry.kind != "function" or function in self._called_from_entry
+
+    @cached_property
+    def optional_models(self) -> set[str]:
+        """Names of the models wrapped only when they train (the last part: `encoder`)."""
+        return {m.ref.rsplit(".", 1)[-1] for m in self.models if m.optional is not None}
 
     @cached_property
     def outputs(self) -> Outputs:
@@ -510,10 +518,13 @@ class Analyzer:
 
     def _models(self) -> list[TrainedModel]:
         found: dict[tuple[str, cst.FunctionDef | None], TrainedModel] = {}
+        always: set[tuple[str, cst.FunctionDef | None]] = set()  # trained by an optimizer made on every path
         for call in self.tree.calls():
             if not self._is_optimizer_call(call) or not call.args:
                 continue
             function = self.tree.function(call)
+            optional = self._made_only_if(call)
+            touched: set[tuple[str, cst.FunctionDef | None]] = set()
             owners = self._parameter_owners(call.args[0].value, function)
             if not owners and isinstance(call.func, cst.Attribute) and "optim" in call.func.attr.value and self.tree.qname(call.func) is None:
                 # `model.configure_optimizers(config)`: the model builds the optimizer over its own parameters
@@ -525,6 +536,7 @@ class Analyzer:
                 owners = [o for o in owners if o != "self"] + self._self_optimizer_owners(call, function)
             for listed in self._model_lists(call, owners):
                 model = self._trained_model(listed.ref, function)
+                touched.add((listed.ref, function))
                 if model is not None and (listed.ref, function) not in found:
                     model.element = listed.element
                     self._judge_unused_parameters(model)
@@ -533,16 +545,38 @@ class Analyzer:
             for ref in owners:
                 for model_ref, model_function in self._definition(ref, function):
                     key = (model_ref, model_function)
+                    touched.add(key)
                     if key not in found:
                         model = self._trained_model(model_ref, model_function)
                         if model is not None:
                             self._judge_unused_parameters(model)
                             found[key] = model
+            under_if = any(isinstance(a, cst.If) for a in self.tree.ancestors(call) if self.tree.function(a) is function or a is function)
+            for key in touched & set(found):
+                if optional is None and under_if:
+                    continue  # `if fine_tune and encoder_optimizer is None: encoder_optimizer = Adam(...)`: no path decided
+                if optional is None:
+                    always.add(key)
+                else:
+                    found[key].optional = optional
+        for key in always & set(found):
+            found[key].optional = None
         if not found:
             for model in self._models_handed_an_optimizer():
                 self._judge_unused_parameters(model)
                 found[(model.ref, model.function)] = model
         return list(found.values())
+
+    def _made_only_if(self, call: cst.Call) -> str | None:
+        """`Adam(...) if fine_tune else None`: the condition under which the optimizer exists."""
+        node: cst.CSTNode = call
+        parent = self.tree.parent(node)
+        if isinstance(parent, cst.IfExp):
+            other = parent.orelse if parent.body is node else parent.body
+            if isinstance(other, cst.Name) and other.value == "None":
+                test = code(parent.test)
+                return test if parent.body is node else f"not ({test})"
+        return None
 
     def _model_lists(self, call: cst.Call, owners: list[str]) -> list[TrainedModel]:
         """`[Adam(net.parameters()) for net in nets]`: the optimizer's model is an element of `nets`."""

@@ -52,6 +52,13 @@ class Transform:
             self.plan.uses.add("world_size")
         return expr
 
+    def plain(self, ref: str) -> str:
+        """How code reaches the plain model behind `ref` once it is wrapped: `ref.module`, or
+        `getattr(ref, "module", ref)` for a model wrapped only when it trains (`optional`)."""
+        if ref.rsplit(".", 1)[-1] in self.facts.optional_models:
+            return f'getattr({ref}, "module", {ref})'
+        return f"{ref}.module"
+
     def is_main_process(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> str:
         return f"{self.rank(function, at)} == 0"
 

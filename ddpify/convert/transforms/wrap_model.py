@@ -32,19 +32,29 @@ class WrapModel(Transform):
                 self.plan.insert_after(model.anchor, statements(wrap))
                 self.change(model.anchor, f"each model in `{model.ref}` wrapped in DistributedDataParallel" + (f" (find_unused_parameters=True: {unused})" if unused else ""))
                 continue
+            flag = ", find_unused_parameters=True" if unused else ""
             if unused:
-                self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref}, find_unused_parameters=True)\n"))
                 self.change(model.anchor, f"find_unused_parameters=True: {unused}")
+            if model.optional is not None:
+                self.plan.insert_after(model.anchor, statements(
+                    f"if any(p.requires_grad for p in {model.ref}.parameters()):  # frozen unless {model.optional}: nothing to synchronize\n"
+                    f"    {model.ref} = DDP({model.ref}{flag})\n"
+                ))
+                self.change(model.anchor, (
+                    f"`{model.ref}` is trained only when `{model.optional}` (its optimizer is None otherwise): it is wrapped in "
+                    f"DistributedDataParallel when it has parameters to train, since DDP refuses a model with none; "
+                    f"its plain model is `{self.plain(model.ref)}` either way"
+                ))
             else:
-                self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref})\n"))
-                if unused is None and not (model.class_name or "").startswith(("torch.", "torchvision.", "timm.")):
-                    built = f"`{model.class_name}`" if model.class_name else "a class that is not in this file"
-                    self.warn(
-                        model.anchor,
-                        f"`{model.ref}` is built by {built}: if its forward leaves some parameters without a gradient "
-                        "in a step, pass find_unused_parameters=True to DDP",
-                    )
-            self.change(model.anchor, f"`{model.ref}` wrapped in DistributedDataParallel once it is on its device and its weights are final")
+                self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref}{flag})\n"))
+                self.change(model.anchor, f"`{model.ref}` wrapped in DistributedDataParallel once it is on its device and its weights are final")
+            if unused is None and not (model.class_name or "").startswith(("torch.", "torchvision.", "timm.")):
+                built = f"`{model.class_name}`" if model.class_name else "a class that is not in this file"
+                self.warn(
+                    model.anchor,
+                    f"`{model.ref}` is built by {built}: if its forward leaves some parameters without a gradient "
+                    "in a step, pass find_unused_parameters=True to DDP",
+                )
         self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
         self._uses_after_wrap()
         self._handed_to_other_modules()
@@ -68,7 +78,7 @@ class WrapModel(Transform):
                     ref = code(a.value)
                     last = name.rsplit(".", 1)[-1].lower()
                     if any(word in last for word in PLAIN_MODEL_USES) or self.tree.grad_disabled(call):
-                        self.plan.replace(a.value, cst.parse_expression(f"{ref}.module"))
+                        self.plan.replace(a.value, cst.parse_expression(self.plain(ref)))
                         self.change(call, f"`{name}(...)` from another module gets the plain model (`{ref}.module`): it may read attributes the DDP wrapper does not have")
                     else:
                         self.warn(call, f"`{name}(...)` from another module is handed the DDP wrapper: if it reads the model's own attributes or methods, pass `{ref}.module` (its forward then skips DDP's gradient averaging, so only outside training)")
@@ -82,7 +92,7 @@ class WrapModel(Transform):
                 if attr in s.WRAPPER_ATTRIBUTES or attr.startswith("__"):
                     continue
                 ref = dotted(node.value)
-                self.plan.replace(node.value, cst.parse_expression(f"{ref}.module"))
+                self.plan.replace(node.value, cst.parse_expression(self.plain(ref)))
                 parent = self.tree.parent(node)
                 if isinstance(parent, cst.Call) and parent.func is node:
                     # The analysis refused scripts that train through such a method.
