@@ -1986,3 +1986,23 @@ def test_a_model_whose_optimizer_is_made_only_under_a_flag_is_wrapped_when_it_tr
     namespace: dict = {}
     exec(compile(output.replace('if __name__ == "__main__":\n    main()\n', ""), "converted.py", "exec"), namespace)
     namespace["main"]()  # a world of one with the encoder frozen: DDP(enc) would raise
+
+
+def test_a_parameter_shaped_by_the_batch_size_keeps_batches_full() -> None:
+    """`self.class_token = nn.Parameter(torch.randn(args.batch_size, 1, d))` (pytorch/examples'
+    vision transformer): the forward concatenates it with the batch, so a rank's short last
+    batch crashes where the whole dataset divided evenly: drop_last=True."""
+    helpers = '''
+    class TokenNet(nn.Module):
+        def __init__(self, batch_size):
+            super().__init__()
+            self.token = nn.Parameter(torch.randn(batch_size, 1))
+            self.head = nn.Linear(5, 1)
+
+        def forward(self, x):
+            return self.head(torch.cat((self.token, x), dim=1))
+    '''
+    loader = "batch_size = 8\ndataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(dataset, batch_size=batch_size, shuffle=True)"
+    body = f"{DEVICE}\n{loader}\nmodel = TokenNet(batch_size).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    output = convert(script(body, helpers)).output
+    assert "sampler=DistributedSampler(dataset, shuffle=True), drop_last=True)" in output

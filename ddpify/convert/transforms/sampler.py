@@ -149,6 +149,14 @@ class Sampler(Transform):
         if batch is None or isinstance(batch.value, cst.Integer):
             return
         size = code(batch.value)
+        sized = self._parameter_sized_by(size)
+        if sized is not None:
+            self.plan.replace(call, add_keyword("drop_last", "True"))
+            self.change(call, (
+                f"drop_last=True: `{code(sized)}` (line {self.tree.line(sized)}) makes a parameter as large as a batch of `{size}`, "
+                "so every batch must be full (a rank's shard need not divide into full batches where the whole dataset did)"
+            ))
+            return
         for node in self._training_calls():
             found = s.method_call(node)
             shaped = found is not None and found[1] in SHAPE_METHODS  # a batch reshaped; noise drawn by it is no batch
@@ -166,6 +174,21 @@ class Sampler(Transform):
             if isinstance(parent, (cst.BaseStatement, cst.BaseSmallStatement)):
                 return False
         return False
+
+    def _parameter_sized_by(self, size: str) -> cst.Call | None:
+        """`nn.Parameter(torch.randn(args.batch_size, 1, dim))`, `register_buffer(..., torch.zeros(batch_size))`:
+        a model's parameter or buffer shaped by the batch size (vision_transformer's class token)."""
+        last = size.rsplit(".", 1)[-1]
+        for node in self.tree.calls():
+            found = s.method_call(node)
+            if self.tree.qname(node.func) not in PARAMETERS and not (found is not None and found[1] == "register_buffer"):
+                continue
+            for inner in self.tree.calls(node):
+                first = s.arg(inner, 0, None) if inner is not node else None
+                spelled = code(first.value) if first is not None else ""
+                if first is not None and (spelled == size or ("batch" in last and spelled.rsplit(".", 1)[-1] == last)):
+                    return node
+        return None
 
     def _training_calls(self) -> list[cst.Call]:
         """Calls the training loops make, in their bodies and in the same-file functions those
@@ -228,6 +251,9 @@ class Sampler(Transform):
         self.plan.insert_before(statement, statements(f"{name} = {code(dataset.value)}\n"))
         self.plan.replace(dataset.value, cst.Name(name))
         return name
+
+
+PARAMETERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 
 
 def _pure(expr: cst.BaseExpression) -> bool:
