@@ -78,3 +78,21 @@ class Checkpoints(Transform):
             statement = self.tree.statement(call)
             self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
             self.change(call, f"barrier before reading {code(path.value)} back: rank 0 saves it, every rank loads it")
+        elif path is not None and (helper := self._handed_the_model_before(call, function)) is not None and not self.tree.loops(call):
+            statement = self.tree.statement(call)
+            self.plan.insert_before(statement, statements("dist.barrier()  # every rank may still be writing this file: wait until all are done\n"))
+            self.change(call, (
+                f"barrier before reading {code(path.value)}: `{code(helper.func)}(...)` from another module, handed the model "
+                f"(line {self.tree.line(helper)}), may have written it on every rank"
+            ))
+
+    def _handed_the_model_before(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Call | None:
+        """A call of another module's function, handed the model, earlier in this function (a
+        checkpointing helper such as EarlyStopping, which saves the file this load reads)."""
+        at = self.tree.order(call)
+        for other in self.program.calls_in(function):
+            if self.tree.order(other) >= at or self.program.callee(other, function) is not None or (self.tree.qname(other.func) or "").startswith(("torch.", "builtins.")):
+                continue
+            if any(self.facts.is_model(a.value, function) for a in other.args):
+                return other
+        return None

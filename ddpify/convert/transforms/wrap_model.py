@@ -18,6 +18,12 @@ from ddpify.syntax import code, dotted
 # Names of functions from other modules that use a model without training it: they get `model.module`.
 PLAIN_MODEL_USES = ("eval", "valid", "test", "predict", "infer", "score", "metric", "sample", "generate", "visual", "plot", "show", "save", "checkpoint", "export", "log", "print", "summary", "copy", "count", "flops", "ema", "swa", "average")  # EMA/SWA helpers read the weights
 
+# Names of objects from other modules that watch the training from outside its loop (pytorchtools'
+# EarlyStopping keeps the best weights): handed the model there, they get the plain one.
+MONITOR_WORDS = ("stop", "monitor", "callback", "best", "patience")
+TRAINING_WORDS = ("train", "fit", "tune", "step", "update", "backward", "optim", "learn", "epoch")
+
+
 class WrapModel(Transform):
     name = "wrap"
     DESCRIPTION = "DDP(model) once the model is on its device and its weights are final"
@@ -80,8 +86,37 @@ class WrapModel(Transform):
                     if any(word in last for word in PLAIN_MODEL_USES) or self.tree.grad_disabled(call):
                         self.plan.replace(a.value, cst.parse_expression(self.plain(ref)))
                         self.change(call, f"`{name}(...)` from another module gets the plain model (`{ref}.module`): it may read attributes the DDP wrapper does not have")
+                    elif self._outside_training(call, function):
+                        self.plan.replace(a.value, cst.parse_expression(self.plain(ref)))
+                        self.change(call, (
+                            f"`{name}(...)` from another module gets the plain model (`{ref}.module`): it runs outside the training loop "
+                            "and is given no optimizer or loader, so it does not train; a state_dict it saves has the plain model's keys"
+                        ))
+                        self.warn(call, (
+                            f"`{name}(...)` from another module stays on every rank (what it decides, such as an early stop, must be the same "
+                            "on all): a file it writes is written by every rank; make its writes rank 0's in that module"
+                        ))
                     else:
                         self.warn(call, f"`{name}(...)` from another module is handed the DDP wrapper: if it reads the model's own attributes or methods, pass `{ref}.module` (its forward then skips DDP's gradient averaging, so only outside training)")
+
+    def _outside_training(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """`early_stopping(valid_loss, model)` after the batch loop: a monitor that does not train
+        the model (not in a training loop, handed no optimizer or loader, not named for training)."""
+        name = (self.tree.qname(call.func) or dotted(call.func) or "").rsplit(".", 1)[-1].lower()
+        if not any(word in name for word in MONITOR_WORDS) or any(word in name for word in TRAINING_WORDS):
+            return False  # `tune(model)` may train it with an optimizer of its own: the wrapper keeps that loud
+        if any(self.tree.inside(call, loop.loop) for loop in self.facts.train_loops):
+            return False
+        for a in call.args:
+            if self.program.loader(a.value, function) is not None or self._is_optimizer(a.value, function):
+                return False
+        return True
+
+    def _is_optimizer(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        return any(
+            isinstance(o.node, cst.Call) and (self.tree.qname(o.node.func) or "").startswith("torch.optim.")
+            for o in self.program.origins(expr, function)
+        ) or "optim" in (dotted(expr) or "").lower()
 
     def _uses_after_wrap(self) -> None:
         for function, refs in self.facts.model_refs.items():
