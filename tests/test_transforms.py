@@ -289,7 +289,14 @@ DATA = "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
         ),
         pytest.param(
             DATA + "train_idx = list(range(48))\nloader = DataLoader(data, batch_size=8, sampler=torch.utils.data.SubsetRandomSampler(train_idx))",
-            "sampler=torch.utils.data.SubsetRandomSampler(train_idx[rank::world_size])", False, id="subset",
+            "sampler=torch.utils.data.SubsetRandomSampler(train_idx[rank : len(train_idx) - len(train_idx) % world_size : world_size])",
+            False, id="subset-equal-shards",
+        ),
+        pytest.param(
+            DATA + "idx = np.arange(48)\nloader = DataLoader(data, batch_size=8, sampler=torch.utils.data.SubsetRandomSampler(idx[np.arange(48) < 45]))",
+            "subset_indices = idx[np.arange(48) < 45]\n    loader = DataLoader(data, batch_size=8, sampler=torch.utils.data.SubsetRandomSampler("
+            "subset_indices[rank : len(subset_indices) - len(subset_indices) % world_size : world_size]))",
+            False, id="subset-indices-from-a-call-evaluated-once",
         ),
     ],
 )  # fmt: skip

@@ -228,10 +228,20 @@ class Sampler(Transform):
             return
         function = self.tree.function(sampler)
         text = code(indices.value)
-        base = text if isinstance(indices.value, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) else f"({text})"
-        split = f"{base}[{self.rank(function)}::{self.world_size(function)}]"
+        if any(isinstance(n, cst.Call) for n in self.tree.walk(indices.value)) or self._in_comprehension(sampler):
+            name = next((n for n in ("subset_indices", "sampled_indices") if not self.program.binds(function, n)), "subset_indices_")
+            self.plan.insert_before(self.tree.statement(sampler), statements(f"{name} = {text}\n"))
+            base = name
+        else:
+            base = text if isinstance(indices.value, (cst.Name, cst.Attribute, cst.Subscript)) else f"({text})"
+        rank, world = self.rank(function), self.world_size(function)
+        # every rank takes as many indices as the others: a rank with one more batch would wait for the others at its gradient all-reduce
+        split = f"{base}[{rank} : len({base}) - len({base}) % {world} : {world}]"
         self.plan.replace(indices.value, cst.parse_expression(split))
-        self.change(sampler, "the subset's indices are split by rank: each rank samples its own part")
+        self.change(sampler, (
+            "the subset's indices are split by rank, the same number for each (the last len % world_size are left out, as "
+            "DistributedSampler(drop_last=True) does): ranks with different numbers of batches would hang at the gradient all-reduce"
+        ))
 
     def _pop_shuffle(self, call: cst.Call, spread: cst.Arg, function: cst.FunctionDef | None) -> str:
         """`DataLoader(ds, **kwargs)` may carry shuffle=True: take it out for the sampler."""
