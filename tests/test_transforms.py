@@ -1796,6 +1796,30 @@ def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     assert "random_split(full, [48, 16])\n" in seeded
 
 
+@pytest.mark.parametrize(
+    ("draw", "fixed"),
+    [
+        ("perm = torch.randperm(64).tolist()", "perm = torch.randperm(64, generator=torch.Generator().manual_seed(0)).tolist()"),
+        ("perm = list(range(64))\nnp.random.shuffle(perm)", "np.random.default_rng(0).shuffle(perm)"),
+        ("perm = np.random.permutation(64)", "perm = np.random.default_rng(0).permutation(64)"),
+        ("perm = list(range(64))\nrandom.shuffle(perm)", "random.Random(0).shuffle(perm)"),
+    ],
+    ids=["torch-randperm", "numpy-shuffle", "numpy-permutation", "random-shuffle"],
+)
+def test_an_unseeded_permutation_that_splits_the_data_is_drawn_alike_on_every_rank(draw: str, fixed: str) -> None:
+    """`indices = torch.randperm(len(ds)); Subset(ds, indices[:48])` (the torchvision detection
+    tutorial), `np.random.shuffle(indices)` before a SubsetRandomSampler: each process draws its
+    own permutation, so the ranks' training subsets overlap and one rank trains on what another
+    holds out. The draw gets a generator of its own; one inside the training loop (a batch
+    permutation for mixup) is left alone."""
+    loader = f"full = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n{draw}\ntrain_set = Subset(full, perm[:48])\nloader = DataLoader(train_set, batch_size=8, shuffle=True)"
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        mix = torch.randperm(x.size(0))\n")
+    source = standard(loader=loader, loop=loop).replace("import DataLoader, TensorDataset", "import DataLoader, Subset, TensorDataset")
+    output = convert(source.replace("import torch\n", "import random\nimport numpy as np\nimport torch\n", 1)).output
+    assert fixed in output
+    assert "mix = torch.randperm(x.size(0))\n" in output
+
+
 def test_a_checkpoint_dict_built_before_the_save_holds_the_plain_model() -> None:
     after = 'state = {"net": model, "epoch": 2}\ntorch.save(state, "ckpt.pt")\n'
     output = convert(standard(after=after)).output

@@ -25,14 +25,46 @@ def is_seed_call(tree: Tree, call: cst.Call) -> bool:
     return "seed" in last.lower() and last != "initial_seed" and bool(call.args)
 
 
+# Draws from a global generator that every rank must make alike: a split of the data.
+SHARED_DRAWS = {
+    *s.RANDOM_SPLIT,
+    "torch.randperm",
+    "numpy.random.permutation",
+    "numpy.random.shuffle",
+    "numpy.random.choice",
+    "random.shuffle",
+    "random.sample",
+    "sklearn.model_selection.train_test_split",
+}
+# Keywords that make such a draw use its own generator instead.
+OWN_GENERATOR = {"generator", "random_state"}
+
+
 def unseeded_splits(tree: Tree, program: Program) -> list[cst.Call]:
     """`random_split` calls without a generator that no seed call runs before: in their own
     scope before them, at module level before them, or in a caller before the call."""
+    return [call for call in unseeded_draws(tree, program) if tree.is_call_to(call, s.RANDOM_SPLIT)]
+
+
+def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
+    """Data splits drawn from a global generator that nothing seeded: `random_split`,
+    `train_test_split`, and a permutation or shuffle of indices (`torch.randperm(len(ds))`,
+    `np.random.shuffle(indices)`) drawn once, outside loops and Dataset code, before a DataLoader
+    is built in the same scope. Each process's generator starts from its own random seed."""
     found = []
     for call in tree.calls():
-        if not tree.is_call_to(call, s.RANDOM_SPLIT) or s.arg(call, 2, "generator") is not None:
+        name = tree.qname(call.func)
+        if name not in SHARED_DRAWS or any(a.keyword is not None and a.keyword.value in OWN_GENERATOR for a in call.args):
             continue
-        if not _seeded_before(tree, program, call, tree.function(call), depth=2):
+        if name in s.RANDOM_SPLIT and s.arg(call, 2, "generator") is not None:
+            continue
+        function = tree.function(call)
+        if name not in s.RANDOM_SPLIT and name != "sklearn.model_selection.train_test_split":
+            if tree.loops(call) or program.in_dataset(function) or not any(
+                tree.is_call_to(c, s.DATALOADER) and tree.order(c) > tree.order(call) for c in program.calls_in(function)
+            ):
+                continue  # a batch permutation (mixup), augmentation, or a draw that feeds no loader here
+        if not _seeded_before(tree, program, call, function, depth=2):
             found.append(call)
     return found
 

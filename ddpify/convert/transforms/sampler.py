@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.analysis.splits import training_split_test, unseeded_splits
+from ddpify.analysis.splits import training_split_test, unseeded_draws
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
@@ -60,14 +60,38 @@ class Sampler(Transform):
                 self._recreate(plan)
             else:
                 self._shard(plan)
-        for split in unseeded_splits(self.tree, self.program):
-            self.plan.replace(split, add_keyword("generator", "torch.Generator().manual_seed(0)"))
-            self.plan.add_import("torch")
-            self.change(split, "random_split gets a generator of its own: nothing seeds the global one before it, which starts from a random seed in each process, so every rank would draw its own split")
+        for draw in unseeded_draws(self.tree, self.program):
+            self._same_draw_on_every_rank(draw)
         if any(plan.how == "recreate" for plan in self.facts.loader_plans):
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(RECREATE_HELPER))
             self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+
+    def _same_draw_on_every_rank(self, draw: cst.Call) -> None:
+        """A split of the data drawn from a generator of its own, seeded alike on every rank."""
+        name = self.tree.qname(draw.func) or ""
+        spelled = code(draw.func)
+        why = (
+            "nothing seeds the global generator before it, which starts from a random seed in each process, so every rank "
+            "would draw its own split and the ranks' shards would overlap"
+        )
+        if name in s.RANDOM_SPLIT or name == "torch.randperm":
+            self.plan.replace(draw, add_keyword("generator", "torch.Generator().manual_seed(0)"))
+            self.plan.add_import("torch")
+            self.change(draw, f"{spelled} gets a generator of its own: {why}")
+        elif name == "sklearn.model_selection.train_test_split":
+            self.plan.replace(draw, add_keyword("random_state", "0"))
+            self.change(draw, f"{spelled} gets random_state=0: {why}")
+        elif name.startswith("numpy.random.") and spelled.endswith(name[len("numpy"):]) and spelled != name[len("numpy.") :]:
+            module = spelled[: -len(name[len("numpy"):])]  # `np`
+            method = name.rsplit(".", 1)[-1]
+            self.plan.replace(draw.func, cst.parse_expression(f"{module}.random.default_rng(0).{method}"))
+            self.change(draw, f"{spelled} draws from a generator of its own, seeded alike on every rank: {why}")
+        elif name.startswith("random.") and spelled == name:
+            self.plan.replace(draw.func, cst.parse_expression(f"random.Random(0).{name.rsplit('.', 1)[-1]}"))
+            self.change(draw, f"{spelled} draws from a generator of its own, seeded alike on every rank: {why}")
+        else:
+            self.warn(draw, f"`{spelled}(...)` draws the data split from the global generator: {why}; seed it alike on every rank")
 
     def _recreate(self, plan: LoaderPlan) -> None:
         assert plan.loader is not None and plan.anchor is not None

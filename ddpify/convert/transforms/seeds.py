@@ -15,6 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.splits import OWN_GENERATOR, SHARED_DRAWS
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code, dotted
@@ -27,19 +28,6 @@ SEED_CALLS = {
     "numpy.random.seed",
     "random.seed",
 }
-# Draws from a global generator that every rank must make alike: a split of the data.
-SHARED_DRAWS = {
-    *s.RANDOM_SPLIT,
-    "torch.randperm",
-    "numpy.random.permutation",
-    "numpy.random.shuffle",
-    "numpy.random.choice",
-    "random.shuffle",
-    "random.sample",
-    "sklearn.model_selection.train_test_split",
-}
-# Keywords that make such a draw use its own generator instead.
-OWN_GENERATOR = {"generator", "random_state"}
 COMMENT = "# each rank draws its own dropout and augmentation from here on; the weights are already the same everywhere\n"
 
 
