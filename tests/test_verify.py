@@ -88,6 +88,7 @@ FAILING = {
     "unsharded_loader": ["data sharding"],
     "unsharded_stream": ["data sharding"],
     "no_set_epoch": ["data sharding"],
+    "subsets_drawn_per_rank": ["data sharding"],
     "writes_every_rank": ["side effects"],
     "no_teardown": ["process group"],
 }
@@ -198,6 +199,7 @@ def test_each_wrong_script_fails_its_check(runs: dict[str, CliRun], case: str) -
         pytest.param("unsharded_loader", "data sharding", ["RandomSampler is not distributed", "64 of 64 sample indices"], id="random-sampler"),
         pytest.param("unsharded_stream", "data sharding", ["IterableDataset that yields the same first batch on every rank"], id="iterable"),
         pytest.param("no_set_epoch", "data sharding", ["set_epoch() is not called"], id="set-epoch"),
+        pytest.param("subsets_drawn_per_rank", "data sharding", ["overlap", "indices of the base dataset, through any Subset"], id="subsets-per-rank"),
         pytest.param("writes_every_rank", "side effects", ["2 path(s) written by more than one rank", "train.log (ranks 0,1, writes_every_rank.py:", "samples.pt (ranks 0,1", "also wrote rank1.txt"], id="writes"),
         pytest.param("no_teardown", "process group", ["never destroyed on rank(s) 0,1"], id="teardown"),
     ],

@@ -210,7 +210,7 @@ def _judge_loader(per_rank: Sequence[Mapping], world: int) -> tuple[str, str, di
     of = f"{shared} of {len(seen)} sample indices"
     if head["distributed"]:
         if shared > padding:
-            return FAIL, f"the ranks' DistributedSamplers overlap: {of} were drawn on more than one rank (do the ranks share one sampler seed?)", evidence
+            return FAIL, f"the ranks' DistributedSamplers overlap: {of} were drawn on more than one rank (indices of the base dataset, through any Subset: do the ranks build different Subsets, from a split drawn per process, or share one sampler seed?)", evidence
         # A preview pass (`next(iter(loader))`) before set_epoch(0) shares epoch 0's order: only a
         # sampler whose set_epoch() never ran repeats its order for want of it.
         never_set = not head.get("set_epoch", False)

@@ -513,6 +513,7 @@ def patch_dataloader(facts):
             try:
                 batch = list(index) if isinstance(index, (list, tuple)) else [index]
                 batch = [int(i) if isinstance(i, int) or hasattr(i, "__index__") else repr(i) for i in batch]
+                batch = [_in_base_dataset(self._dataset, i) for i in batch]
                 if self._ddpify_head is None:
                     self._ddpify_head = batch
                     if len(entry["pass_heads"]) < 2:
@@ -550,6 +551,22 @@ def patch_dataloader(facts):
     BaseIter._reset = _reset
     BaseIter._next_index = _next_index
     BaseIter.__next__ = __next__
+
+
+def _in_base_dataset(dataset, index):
+    """A position in a `Subset` (also nested) as the index of the dataset it picks from: ranks
+    whose own Subsets hold different samples draw positions that only look disjoint."""
+    import torch.utils.data
+
+    for _ in range(8):
+        if not isinstance(dataset, torch.utils.data.Subset) or not isinstance(index, int):
+            return index
+        try:
+            index = int(dataset.indices[index])
+        except Exception:
+            return index
+        dataset = dataset.dataset
+    return index
 
 
 def _set_epoch_called(loader):
