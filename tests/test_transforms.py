@@ -1721,13 +1721,15 @@ def test_a_helper_given_the_sharded_loader_reduces_its_totals() -> None:
         "def main():", CHECK_ACCURACY.replace("RESULT", "correct / seen") + "\n\ndef main():"
     )
     output = convert(source).output
-    assert "            seen += y.size(0)\n        # Each rank went over its own shard of the data: sum the totals over ranks.\n" in output
-    assert "        dist.all_reduce(totals)\n" in output
+    assert "            seen += y.size(0)\n        # When `loader` is sharded, each rank went over its own shard of the data: sum the totals over ranks.\n" in output
+    assert "        if isinstance(loader.sampler, DistributedSampler):\n" in output
+    assert "            dist.all_reduce(totals)\n" in output
 
 
-def test_a_helper_whose_sum_would_grow_on_a_whole_loader_is_warned_about() -> None:
+def test_a_helper_whose_sum_would_grow_on_a_whole_loader_reduces_only_a_sharded_one() -> None:
     """`return correct` (a count): summing it is right for the training loader's shards and N
-    times too much for the whole test loader; the helper is left alone, with a warning."""
+    times too much for the whole test loader; which one the helper is given is known at run
+    time, so the reduction asks the loader's sampler."""
     loader = LOADER.replace("torch.randn(64, 1)", "torch.randint(0, 2, (64,))") + "\ntest_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)"
     loop = LOOP.replace("nn.functional.mse_loss(model(x), y)", "nn.functional.cross_entropy(model(x), y)")
     after = "print(check_accuracy(loader, model))\nprint(check_accuracy(test_loader, model))\n"
@@ -1735,8 +1737,8 @@ def test_a_helper_whose_sum_would_grow_on_a_whole_loader_is_warned_about() -> No
         "def main():", CHECK_ACCURACY.replace("RESULT", "correct") + "\n\ndef main():"
     )
     result = convert(source)
-    assert "went over its own shard" not in result.output
-    assert any(w.startswith("`check_accuracy` totals `correct`") for w in warnings(result))
+    assert "        if isinstance(loader.sampler, DistributedSampler):\n            totals = torch.tensor(" in result.output
+    assert not any(w.startswith("`check_accuracy` totals `correct`") for w in warnings(result))
 
 
 def test_walks_over_the_wrapped_model_go_through_module() -> None:

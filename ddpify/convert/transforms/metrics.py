@@ -19,7 +19,7 @@ from ddpify.analysis.totals import restarts_inside
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import dotted, is_backward, method_call
+from ddpify.syntax import code, dotted, is_backward, method_call
 
 # An increment built from these is a Python number (`loss.item()`, `y.size(0)`, `len(y)`).
 NUMBER_METHODS = {"item", "size", "numel", "tolist"}
@@ -45,11 +45,9 @@ class ReduceMetrics(Transform):
             totals = self._accumulators(loop)
             if not totals:
                 continue
-            if every_caller_sharded or self._same_on_whole_data(loop, totals):
-                self._reduce(loop, totals, helper=True)
-            else:
-                name = loop.function.name.value if loop.function is not None else "?"
-                self.warn(loop.loop, f"`{name}` totals `{'`, `'.join(totals)}` over the loader it is given, which is this rank's shard when it is the training loader: reduce them over ranks for that call")
+            # a helper some callers hand a whole loader (`check_accuracy(test_loader)`): reduced when the loader it is given is sharded
+            sharded = None if every_caller_sharded else f"isinstance({code(loop.loader)}.sampler, DistributedSampler)"
+            self._reduce(loop, totals, helper=True, sharded=sharded)
 
     def _helper_loops(self) -> list[tuple[TrainLoop, bool]]:
         """Loops of same-file functions without backward() over a loader parameter that some
@@ -94,28 +92,6 @@ class ReduceMetrics(Transform):
                 if split is not None and builds_training_split(self.program, target[0], value, split[0]) == (not split[1]):
                     return True
         return False
-
-    def _same_on_whole_data(self, loop: TrainLoop, totals: dict[str, Kind]) -> bool:
-        """Whether reducing leaves a call over a whole (unsharded) loader as it was: every total is
-        averaged, or divided by another total (`correct / total`, both summed: N times each)."""
-        if any(kind == "list" for kind in totals.values()):
-            return False
-        end = self.tree.positions[loop.loop].end.line
-        for name in totals:
-            divided = False
-            for node in self.program.scope_nodes(loop.function):
-                if self.tree.line(node) <= end or not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide)):
-                    continue
-                left = {n.value for n in self.tree.walk(node.left) if isinstance(n, cst.Name)}
-                right = {n.value for n in self.tree.walk(node.right) if isinstance(n, cst.Name)}
-                if name in left:
-                    by_total = bool(right & set(totals))
-                    divided = by_total or not self._summed(loop, name, totals)
-                elif name in right and left & set(totals):
-                    divided = True  # the denominator of a ratio of totals
-            if not divided:
-                return False
-        return True
 
     # --- what is accumulated ---------------------------------------------------------
 
@@ -238,7 +214,7 @@ class ReduceMetrics(Transform):
 
     # --- the reduction -----------------------------------------------------------------
 
-    def _reduce(self, loop: TrainLoop, totals: dict[str, Kind], helper: bool = False) -> None:
+    def _reduce(self, loop: TrainLoop, totals: dict[str, Kind], helper: bool = False, sharded: str | None = None) -> None:
         function = loop.function
         of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("count", "number", "number?", "tensor", "list")}
         numbers = [name for name, kind in totals.items() if kind in ("count", "number", "number?")]  # in the script's order
@@ -263,10 +239,16 @@ class ReduceMetrics(Transform):
                 f"dist.all_gather_object({gathered}, {name})",
                 f"{name} = [value for values in {gathered} for value in values]",
             ]
-        self.plan.insert_after(loop.loop, statements("\n".join(lines) + "\n"))
         listed = ", ".join(f"`{t}`" for t in totals)
         done = "gathered from every rank" if not reduced else f"all-reduced ({how} over ranks)"
-        self.change(loop.loop, f"{listed} {done} after the loop: each rank saw only its shard")
+        if sharded is not None:
+            comment = lines[0].replace("# Each rank went over its own shard", f"# When `{code(loop.loader)}` is sharded, each rank went over its own shard")
+            lines = [comment, f"if {sharded}:", *(f"    {line}" for line in lines[1:])]
+            self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+            self.change(loop.loop, f"{listed} {done} after the loop when the loader it is given is sharded (a whole loader, such as a test set, is left as it is)")
+        else:
+            self.change(loop.loop, f"{listed} {done} after the loop: each rank saw only its shard")
+        self.plan.insert_after(loop.loop, statements("\n".join(lines) + "\n"))
 
     def _summed(self, loop: TrainLoop, name: str, totals: dict[str, Kind]) -> bool:
         """Sums and counts are summed over ranks; a total divided by a per-rank count (batches,
