@@ -2055,3 +2055,19 @@ def test_an_early_stopping_helper_from_another_module_gets_the_plain_model() -> 
     assert '    dist.barrier()  # every rank may still be writing this file: wait until all are done\n    model.module.load_state_dict(torch.load("checkpoint.pt"' in result.output
     assert "    tune(model)\n" in result.output
     assert any(w.startswith("`early_stopping(...)` from another module stays on every rank") for w in warnings(result))
+
+
+def test_writers_and_loggers_from_the_scripts_own_modules_run_on_rank_0() -> None:
+    """`utils.loss_plot(hist, path)`, `get_submission(model, loader, path)` (named for what they
+    write) and a logger object another module makes (`tb_logger.Logger(...)`, `Visualizer()`,
+    used only through its methods) write on rank 0 only; the logger is None elsewhere. The
+    library's own `plt.plot` only draws: left alone."""
+    after = (
+        'logger = tb_logger.Logger(logdir="runs")\nvis = Visualizer()\nlogger.log_value("loss", loss.item(), 0)\n'
+        'vis.vis_scalar("Loss", 0, loss.item())\nplt.plot([1, 2])\nutils.loss_plot([1.0], "out")\nget_submission(model, loader, "sub.csv")\n'
+    )
+    imports = "import matplotlib.pyplot as plt\nimport tensorboard_logger as tb_logger\nimport utils\nfrom utils import Visualizer, get_submission\n"
+    output = convert(standard(after=after).replace("import torch\n", "import torch\n" + imports, 1)).output
+    assert '    logger = tb_logger.Logger(logdir="runs") if rank == 0 else None\n    vis = Visualizer() if rank == 0 else None\n' in output
+    assert '    if rank == 0:\n        logger.log_value("loss", loss.item(), 0)\n        vis.vis_scalar("Loss", 0, loss.item())\n    plt.plot([1, 2])\n' in output
+    assert '    if rank == 0:\n        utils.loss_plot([1.0], "out")\n        get_submission(model.module, loader, "sub.csv")\n' in output

@@ -65,6 +65,10 @@ LOUD_LEVELS = {"error", "exception", "critical", "fatal"}  # a rank's own failur
 # What another module's function or object does, known only by its name:
 PRINTING_HELPERS = ("progress_bar", "print_")
 SAVING_HELPERS = ("save_", "write_", "dump_", "export_")
+# ... and a function of the script's own modules named for writing (`utils.loss_plot(hist, path)`,
+# `get_submission(model, loader, path)`); libraries' plotting calls only draw (`plt.plot`).
+WRITING_WORDS = ("plot", "animation", "submission", "submit")
+LIBRARIES = ("matplotlib.", "seaborn.", "plotly.", "pandas.", "numpy.", "sklearn.", "scipy.", "PIL.", "cv2.", "torchvision.", "IPython.", "visdom.")
 LOG_OBJECTS = {"log", "logger", "printer", "reporter", "visualizer", "vis", "viz", "tracker", "plotter"}  # `log = Log(...)`; `log(model, loss)`
 
 PRINT, LOGGING, TQDM, TENSORBOARD, WANDB = "print", "logging", "tqdm", "TensorBoard", "wandb"
@@ -137,7 +141,8 @@ class Outputs:
         last = name.rsplit(".", 1)[-1]
         if last.startswith(PRINTING_HELPERS):
             return Output(PRINT, label, by_name=True)  # `progress_bar(...)` from another module
-        if last.startswith(SAVING_HELPERS) and self.program.callee(call, function) is None:
+        named = last.startswith(SAVING_HELPERS) or (any(word in last.lower() for word in WRITING_WORDS) and not name.startswith(LIBRARIES))
+        if named and self.program.callee(call, function) is None:
             return Output(FILE_WRITE, label, by_name=True)  # `save_checkpoint(model, optimizer)` from another module
         return None
 

@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.destinations import private_to_process
-from ddpify.analysis.output import FOLDER, TENSORBOARD, TQDM, WRITES
+from ddpify.analysis.output import FOLDER, LOGGING, TENSORBOARD, TQDM, WRITES
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted
@@ -28,7 +28,7 @@ class RankZeroGuards(Transform):
         self.rank_zero_objects = {
             dotted(small.targets[0].target)
             for small in self.tree.of_type(cst.Assign)
-            if len(small.targets) == 1 and self._is_logger_object(small.value)
+            if len(small.targets) == 1 and self._is_logger_assignment(small)
         } - {None}
         self._block(self.tree.module, None)
         for function in self.program.all_functions:
@@ -206,7 +206,7 @@ class RankZeroGuards(Transform):
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
             return False
         small = statement.body[0]
-        if not isinstance(small, cst.Assign) or not self._is_logger_object(small.value):
+        if not self._is_logger_assignment(small):
             return False
         condition = self.is_main_process(function, statement)
         self.plan.replace(small.value, cst.parse_expression(f"{code(small.value)} if {condition} else None"))
@@ -214,7 +214,30 @@ class RankZeroGuards(Transform):
         return True
 
     def _is_logger_assignment(self, small: cst.BaseSmallStatement) -> bool:
-        return isinstance(small, cst.Assign) and self._is_logger_object(small.value)
+        """`writer = SummaryWriter(...)`, `run = wandb.init(...)`, or `logger = tb_logger.Logger(...)` /
+        `vis = Visualizer(...)` from another module whose every use is a call of it or of its methods."""
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+            return False
+        if self._is_logger_object(small.value):
+            return True
+        target = small.targets[0].target
+        if not isinstance(target, cst.Name) or not isinstance(small.value, cst.Call):
+            return False
+        function = self.tree.function(small)
+        made = self.facts.outputs.of(cst.Call(func=target), function)  # what a call of it would be: a log object's?
+        if made is None or made.kind != LOGGING or not made.by_name:
+            return False
+        uses = [n for n in self.program.scope_nodes(function) if type(n) is cst.Name and n.value == target.value and n is not target]
+        return bool(uses) and all(self._logger_use(n) for n in uses)
+
+    def _logger_use(self, name: cst.Name) -> bool:
+        """`log(...)` or `log.method(...)` as a statement of its own."""
+        parent = self.tree.parent(name)
+        call = parent if isinstance(parent, cst.Call) and parent.func is name else None
+        if isinstance(parent, cst.Attribute) and parent.value is name:
+            grand = self.tree.parent(parent)
+            call = grand if isinstance(grand, cst.Call) and grand.func is parent else None
+        return call is not None and isinstance(self.tree.parent(call), cst.Expr)
 
     def _logger_context(self, item: cst.WithItem) -> None:
         """`with wandb.init(...) as run:` (or `with wandb.init(...) if use_wandb else nullcontext():`)

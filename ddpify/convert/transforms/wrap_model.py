@@ -16,7 +16,7 @@ from ddpify.edit import statements
 from ddpify.syntax import code, dotted
 
 # Names of functions from other modules that use a model without training it: they get `model.module`.
-PLAIN_MODEL_USES = ("eval", "valid", "test", "predict", "infer", "score", "metric", "sample", "generate", "visual", "plot", "show", "save", "checkpoint", "export", "log", "print", "summary", "copy", "count", "flops", "ema", "swa", "average")  # EMA/SWA helpers read the weights
+PLAIN_MODEL_USES = ("eval", "valid", "test", "predict", "infer", "score", "metric", "sample", "generate", "visual", "plot", "show", "save", "checkpoint", "export", "log", "print", "summary", "copy", "count", "flops", "ema", "swa", "average", "submi", "animation")  # EMA/SWA helpers read the weights
 
 # Names of objects from other modules that watch the training from outside its loop (pytorchtools'
 # EarlyStopping keeps the best weights): handed the model there, they get the plain one.
