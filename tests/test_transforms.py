@@ -2071,3 +2071,16 @@ def test_writers_and_loggers_from_the_scripts_own_modules_run_on_rank_0() -> Non
     assert '    logger = tb_logger.Logger(logdir="runs") if rank == 0 else None\n    vis = Visualizer() if rank == 0 else None\n' in output
     assert '    if rank == 0:\n        logger.log_value("loss", loss.item(), 0)\n        vis.vis_scalar("Loss", 0, loss.item())\n    plt.plot([1, 2])\n' in output
     assert '    if rank == 0:\n        utils.loss_plot([1.0], "out")\n        get_submission(model.module, loader, "sub.csv")\n' in output
+
+
+def test_an_export_over_the_sharded_training_loader_on_rank_0_is_warned_about() -> None:
+    """`save_feature_vectors(model, train_loader, "train")` after training writes files, so rank 0
+    does it; the training loader is rank 0's shard by then, so the export covers part of the data."""
+    helpers = '''
+    def save_feature_vectors(model, loader, name):
+        rows = [model(x).detach() for x, _ in loader]
+        torch.save(torch.cat(rows), f"{name}.pt")
+    '''
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}save_feature_vectors(model, loader, 'train')\n"
+    result = convert(script(body, helpers))
+    assert any(w.startswith("`save_feature_vectors(...)` writes what it reads from `loader`, which is this rank's shard") for w in warnings(result))

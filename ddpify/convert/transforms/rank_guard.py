@@ -16,7 +16,7 @@ from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.output import FOLDER, LOGGING, TENSORBOARD, TQDM, WRITES
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
-from ddpify.syntax import code, dotted
+from ddpify.syntax import code, dotted, is_backward
 
 
 class RankZeroGuards(Transform):
@@ -42,6 +42,32 @@ class RankZeroGuards(Transform):
                 self._make_folder(call)
         for item in self.tree.of_type(cst.WithItem):
             self._logger_context(item)
+        self._exports_of_a_shard()
+
+    def _exports_of_a_shard(self) -> None:
+        """`save_feature_vectors(model, train_loader, "train")` after training: a function that
+        writes files (here or in another module), does not train, and is handed the training
+        loader, which is this rank's shard now: its files cover 1/world_size of the data."""
+        sharded = {id(p.call) for p in self.facts.loader_plans if p.call is not None and p.how == "shard"}
+        if not sharded:
+            return
+        writers = self.program.reaching(lambda call, function: (out := self.facts.outputs.of(call, function)) is not None and out.kind in WRITES)
+        trainers = self.program.reaching(lambda call, function: is_backward(call))
+        for call in self.tree.calls():
+            function = self.tree.function(call)
+            callee = self.program.callee(call, function)
+            if callee is not None:
+                if callee[0] not in writers or callee[0] in trainers:
+                    continue
+            elif (out := self.facts.outputs.of(call, function)) is None or out.kind not in WRITES:
+                continue
+            for a in call.args:
+                if type(a.value) is cst.Name and any(id(o.node) in sharded for o in self.program.dataloaders(a.value, function)):
+                    self.warn(call, (
+                        f"`{code(call.func)}(...)` writes what it reads from `{code(a.value)}`, which is this rank's shard of the data "
+                        "now: its files cover 1/world_size of it; give it a loader without the DistributedSampler"
+                    ))
+                    break
 
     # --- statements ------------------------------------------------------------------
 
