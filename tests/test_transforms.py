@@ -1639,6 +1639,8 @@ if __name__ == "__main__":
     output = convert(source).output
     assert "    training_loader = get_loader(batch_size=8)\n    training_loader = distributed_loader(training_loader)" in output
     assert "def train(epoch):\n    for x, y in training_loader:" in output
+    crlf = convert(source.replace("\n", "\r\n")).output
+    assert crlf.count("\n") == crlf.count("\r\n") and crlf.replace("\r\n", "\n") == output  # the helper's docstring too
 
 
 @pytest.mark.parametrize("count", ["len(loader.dataset)", "loader.dataset.__len__()", "len(dataset)", "n_samples"])

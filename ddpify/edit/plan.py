@@ -136,8 +136,13 @@ class Plan:
         return module
 
     def output(self, source: str) -> str:
-        """The edited script's text (`source` is the text of the tree the plan edits)."""
-        return render(self.apply(), self.tree, source)
+        """The edited script's text (`source` is the text of the tree the plan edits). A script
+        whose lines all end in CRLF keeps them: also inside text ddpify inserts (a helper's
+        multi-line docstring, which LibCST writes as it was parsed)."""
+        text = render(self.apply(), self.tree, source)
+        if "\r\n" in source and source.count("\n") == source.count("\r\n") and text.count("\n") != text.count("\r\n"):
+            text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+        return text
 
     def _edited(self) -> set[cst.CSTNode]:
         """The nodes whose subtrees `apply()` rebuilds: edited nodes, blocks gaining statements,
