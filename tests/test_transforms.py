@@ -2086,3 +2086,24 @@ def test_an_export_over_the_sharded_training_loader_on_rank_0_is_warned_about() 
     body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}save_feature_vectors(model, loader, 'train')\n"
     result = convert(script(body, helpers))
     assert any(w.startswith("`save_feature_vectors(...)` writes what it reads from `loader`, which is this rank's shard") for w in warnings(result))
+
+
+def test_values_the_same_on_every_rank_are_no_shard_history() -> None:
+    """`img_list.append(netG(fixed_noise))` in the step (the DCGAN tutorial): made from fixed
+    noise and the replicated weights, the same on every rank, so no warning that it adds up a
+    shard; `losses.append(loss.item())` across epochs still gets one."""
+    loop = LOOP + "        with torch.no_grad():\n            fake = model(fixed)\n        img_list.append(fake)\n        losses.append(loss.item())\n"
+    source = standard(loop="fixed = torch.randn(2, 4)\nimg_list = []\nlosses = []\n" + loop + "print(len(img_list), losses[-1])\n")
+    found = warnings(convert(source))
+    assert not any(w.startswith("`img_list`") for w in found)
+    assert any(w.startswith("`losses` keeps adding up this rank's shard across epochs") for w in found)
+
+
+def test_a_note_quoting_code_over_several_lines_stays_one_line() -> None:
+    """`path:line: warning ...` is one line: quoted code written over several lines (with a
+    comment on one) is joined."""
+    loader = "dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(dataset, batch_size=8, shuffle=True)"
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        alpha += x.size(0) / (\n            2 * len(dataset)  # two passes\n        )\n")
+    result = convert(standard(loader=loader, loop="alpha = 0.0\n" + loop))
+    (paced,) = [w for w in warnings(result) if w.startswith("`len(dataset)` is the whole dataset")]
+    assert "\n" not in paced and "`x.size(0) / (2 * len(dataset))`" in paced

@@ -12,6 +12,8 @@ LibCST's `AddImportsVisitor` and `RemoveImportsVisitor` would.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -70,11 +72,11 @@ class Plan:
     # --- report ----------------------------------------------------------------------
 
     def change(self, node: cst.CSTNode, topic: str, message: str) -> None:
-        self.notes.append(Note(self.tree.line(node), "change", topic, message))
+        self.notes.append(Note(self.tree.line(node), "change", topic, _one_line(message)))
 
     def warn(self, node: cst.CSTNode | None, message: str) -> None:
         line = self.tree.line(node) if node is not None else 1
-        self.notes.append(Note(line, "warning", "", message))
+        self.notes.append(Note(line, "warning", "", _one_line(message)))
 
     @property
     def has_edits(self) -> bool:
@@ -276,3 +278,12 @@ def _if_builder(condition: str) -> Callable[[list[cst.BaseStatement]], cst.If]:
         return cst.If(test=cst.parse_expression(condition), body=cst.IndentedBlock(body=statements))
 
     return build
+
+
+def _one_line(message: str) -> str:
+    """A note is one `path:line: ...` line: code it quotes over several lines (with the comments
+    on them) is joined, its line breaks and indentation one space."""
+    if "\n" not in message:
+        return message
+    lines = [re.sub(r"\s+#.*$", "", line) for line in message.splitlines()]
+    return re.sub(r"\s*\n\s*", " ", "\n".join(lines)).replace("( ", "(").replace(" )", ")")

@@ -110,6 +110,8 @@ class ReduceMetrics(Transform):
             found = method_call(node)
             if found and found[1] == "append" and isinstance(found[0], cst.Name) and node.args:  # type: ignore[union-attr]
                 appended.setdefault(found[0].value, []).append(node.args[0].value)  # type: ignore[union-attr]
+        for name in [n for n, values in appended.items() if not any(self._from_batch(loop, v) for v in values)]:
+            del appended[name]  # `img_list.append(netG(fixed_noise))`: the same on every rank, no shard's values
         totals: dict[str, Kind] = {}
         for name in [*added, *appended]:
             if self._across_epochs(loop, name) and self._read_after(loop, name):
@@ -143,6 +145,37 @@ class ReduceMetrics(Transform):
             else:
                 self.warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
         return totals
+
+    def _from_batch(self, loop: TrainLoop, value: cst.CSTNode, depth: int = 4) -> bool:
+        """Whether `value` holds something of this rank's batch: it reads the loop's target, or a
+        name whose last assignment in the loop before it does (`fake = netG(noise)` with noise
+        sized by the batch, but not `fake = netG(fixed_noise)` later in the step)."""
+        if not isinstance(loop.loop, cst.For):
+            return True  # batches drawn with next(): no target to follow
+        targets = {n.value for n in self.tree.walk(loop.loop.target) if isinstance(n, cst.Name)}
+        at = self.tree.order(value)
+        for node in self.tree.walk(value):
+            if not isinstance(node, cst.Name):
+                continue
+            if node.value in targets:
+                return True
+            arg = self.tree.parent(node)
+            call = self.tree.parent(arg) if isinstance(arg, cst.Arg) else None
+            if isinstance(call, cst.Call) and self.program.callee(call, loop.function) is None and self.program.dataloaders(node, loop.function):
+                return True  # `evaluate(model, train_loader)` from another module: over this rank's shard, unreduced
+            earlier = [
+                v for v, _ in self.program.assignments(loop.function, node.value)
+                if self.tree.inside(v, loop.loop.body) and self.tree.order(v) < at
+            ]
+            if earlier and (depth == 0 or self._from_batch(loop, max(earlier, key=self.tree.order), depth - 1)):
+                return True
+            grown = [  # `tokens_seen += x.numel()`, anywhere in the loop: it carries over to the next step
+                n.value for n in self.tree.walk(loop.loop.body)
+                if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value == node.value
+            ]
+            if grown and (depth == 0 or any(self._from_batch(loop, g, depth - 1) for g in grown)):
+                return True
+        return False
 
     def _initial_values(self, loop: TrainLoop, name: str) -> list[cst.CSTNode]:
         """The values a total starts from before the loop, when it starts again with every pass of
@@ -296,3 +329,4 @@ class ReduceMetrics(Transform):
 
     def _free(self, function: cst.FunctionDef | None, *names: str) -> str:
         return next(n for n in names if not self.program.binds(function, n))
+
