@@ -353,6 +353,17 @@ def test_positional_shuffle_and_trailing_comma_layout() -> None:
     assert "    loader = DataLoader(\n        dataset,\n        8,\n        sampler=DistributedSampler(dataset, shuffle=True),\n    )" in output
 
 
+def test_a_keyword_added_to_a_call_closed_on_its_own_line_keeps_the_layout() -> None:
+    """`random_split(\n    ds, [48, 16]\n)`: the line break before `)` stays there; the new
+    keyword follows the last argument on its line (it was put at column 0 before)."""
+    loader = (
+        "full = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\ntrain_set, val_set = random_split(\n    full, [48, 16]\n)\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True)"
+    )
+    output = convert(standard(loader=loader).replace("import DataLoader, TensorDataset", "import DataLoader, TensorDataset, random_split")).output
+    assert "    train_set, val_set = random_split(\n        full, [48, 16], generator=torch.Generator().manual_seed(0)\n    )\n" in output
+
+
 def test_loader_from_a_helper_and_epoch_loop_in_a_caller() -> None:
     helpers = '''
     def make_loader():

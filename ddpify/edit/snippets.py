@@ -39,7 +39,10 @@ def appended(call: cst.Call, new: cst.Arg) -> list[cst.Arg]:
         else:
             separator = cst.Comma(whitespace_after=call.whitespace_before_args)
         return [*args[:-1], last.with_changes(comma=separator), new.with_changes(comma=last.comma)]
-    return [*args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), new]
+    # `f(\n    a, b\n)`: the line break before `)` belongs to the last argument; it moves to the new one
+    closing = last.whitespace_after_arg
+    last = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), whitespace_after_arg=cst.SimpleWhitespace(""))
+    return [*args[:-1], last, new.with_changes(whitespace_after_arg=closing)]
 
 
 def add_keyword(name: str, value: str):
