@@ -27,7 +27,10 @@ BLOCKS = (cst.IndentedBlock, cst.Module)
 INDENTING = (cst.IndentedBlock, cst.Match)  # what renders the code inside it one indent deeper
 # Statements whose first line is the line after their leading lines.
 HEADED = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine)
-TEXT_LEAVES = {cst.SimpleWhitespace, cst.SimpleString, cst.FormattedStringText, cst.TemplatedStringText}
+# (t-strings' text exists from LibCST 1.8 on; the package supports older LibCSTs too)
+TEXT_LEAVES = {cst.SimpleWhitespace, cst.SimpleString, cst.FormattedStringText} | {
+    leaf for leaf in (getattr(cst, "TemplatedStringText", None),) if leaf is not None
+}
 
 
 def _line_breaks(text: str) -> int:
