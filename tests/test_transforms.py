@@ -703,6 +703,10 @@ def test_model_built_in_another_module_is_named() -> None:
         ),
         pytest.param("h = self.body(x)\n        return h, self.head(h)", "", id="one-output-behind-every-layer"),
         pytest.param(
+            "h = x\n        for i in range(3):\n            h = self.body(h)\n            if i == 1:\n                h = h * 2\n        return self.head(h)",
+            "", id="steps-of-a-range-run-the-same-layers",
+        ),
+        pytest.param(
             "h = self.body(x)\n        return self.head(h), self.aux(h)", "`Net.forward` returns outputs of separate layers", id="separate-heads",
         ),
     ],

@@ -747,6 +747,8 @@ class Analyzer:
                     return f"`{cls.name.value}.forward` runs only some of `{code(iterated.value)}` (line {self.tree.line(node)})"
                 if isinstance(node, cst.For) and (dotted(iterated) or "").startswith("self."):
                     continue  # `for layer in self.layers`: every layer runs
+                if isinstance(node, cst.For) and self.tree.is_builtin_call(node.iter, "range"):
+                    continue  # `for i in range(self.steps)`: the same layers in every step of the loop
                 if self._same_layers_either_way(node, set(layers)):
                     continue  # `data_parallel(self.main, x) if ... else self.main(x)`
                 if self._calls_self(node):
