@@ -2122,3 +2122,19 @@ def test_a_note_quoting_code_over_several_lines_stays_one_line() -> None:
     result = convert(standard(loader=loader, loop="alpha = 0.0\n" + loop))
     (paced,) = [w for w in warnings(result) if w.startswith("`len(dataset)` is the whole dataset")]
     assert "\n" not in paced and "`x.size(0) / (2 * len(dataset))`" in paced
+
+
+def test_a_trainer_handed_its_model_optimizer_and_loader_is_refused_naming_the_caller() -> None:
+    """`def fit(train_loader, model, optimizer)` calling `train_epoch(...)` (siamese-triplet's
+    trainer.py): nothing is built in this file; the reason says so and names the function whose
+    caller is to be converted, not "its batches do not come from a DataLoader"."""
+    source = (
+        "def train_epoch(train_loader, model, loss_fn, optimizer):\n    for data, target in train_loader:\n"
+        "        optimizer.zero_grad()\n        loss = loss_fn(model(data), target)\n        loss.backward()\n        optimizer.step()\n\n\n"
+        "def fit(train_loader, model, loss_fn, optimizer, n_epochs):\n    for epoch in range(n_epochs):\n"
+        "        train_epoch(train_loader, model, loss_fn, optimizer)\n"
+    )
+    result = convert(source)
+    assert result.status == "unchanged"
+    assert result.reason.startswith("`train_epoch(...)` trains with the optimizer it is given (`optimizer`, line 6), iterates the loader it is given (`train_loader`)")
+    assert result.reason.endswith("convert the script that calls `fit(...)`") and "DataLoader either" not in result.reason

@@ -1038,9 +1038,41 @@ class Analyzer:
                     "with a torch.optim optimizer, which is how ddpify finds the model to wrap: use an optimizer, or wrap the "
                     f"model in DistributedDataParallel yourself{loaders}"
                 )
+        handed = self._handed_everything(backward_calls[0])
+        if handed is not None:
+            return handed
         return (
             f"backward() is called (line {self.tree.line(backward_calls[0])}), but no torch.optim optimizer over a model's "
             f"parameters was found, which is how ddpify finds the model to wrap{loaders}"
+        )
+
+    def _handed_everything(self, backward: cst.Call) -> str | None:
+        """`def fit(train_loader, model, optimizer, ...)` in a module that builds none of them:
+        the caller, in another file, builds the model, its optimizer and the loader."""
+        function = self.tree.function(backward)
+        if function is None:
+            return None
+        params = set(self.program.param_names(function))
+        steps = [c for c in self.program.calls_in(function) if (m := s.method_call(c)) is not None and m[1] == "step" and dotted(m[0]) in params]
+        if not steps:
+            return None
+        optimizer = dotted(s.method_call(steps[0])[0])  # type: ignore[index]
+        loaders = [
+            code(loop.iter) for loop in self.tree.loops(backward)
+            if isinstance(loop, cst.For) and dotted(self.program.unwrap_iterable(loop.iter)) in params
+        ]
+        top = function  # `fit` calls `train_epoch`: the caller to convert calls `fit`
+        for _ in range(5):
+            callers = {caller for _, caller in self.program.call_sites(top)}
+            if len(callers) != 1 or None in callers:
+                break
+            top = callers.pop()  # type: ignore[assignment]
+        where = f"`{function.name.value}(...)`"
+        batches = f", iterates the loader it is given (`{loaders[-1]}`)" if loaders else ""
+        return (
+            f"{where} trains with the optimizer it is given (`{optimizer}`, line {self.tree.line(steps[0])}){batches}: the model, its "
+            f"optimizer and the data are built by its caller, not in this file; the DDP wrap and the DistributedSampler go where they "
+            f"are built: convert the script that calls `{top.name.value}(...)`"
         )
 
     def _no_loader_reason(self, backward_calls: list[cst.Call]) -> str:
