@@ -2138,3 +2138,14 @@ def test_a_trainer_handed_its_model_optimizer_and_loader_is_refused_naming_the_c
     assert result.status == "unchanged"
     assert result.reason.startswith("`train_epoch(...)` trains with the optimizer it is given (`optimizer`, line 6), iterates the loader it is given (`train_loader`)")
     assert result.reason.endswith("convert the script that calls `fit(...)`") and "DataLoader either" not in result.reason
+
+
+@pytest.mark.parametrize(("seed", "fixed"), [("torch.manual_seed(0)", True), ("np.random.seed(0)", False), ("set_seed(0)", False)])
+def test_a_numpy_split_counts_only_seeds_of_numpys_generator(seed: str, fixed: bool) -> None:
+    """`torch.manual_seed(0)` leaves numpy's generator as the process started it: a split drawn
+    by `np.random.shuffle` after it still differs per rank; numpy's own seed, or a helper of the
+    script's that may seed every library, makes it the same."""
+    loader = f"{seed}\nfull = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nperm = list(range(64))\nnp.random.shuffle(perm)\nloader = DataLoader(Subset(full, perm[:48]), batch_size=8, shuffle=True)"
+    source = standard(loader=loader).replace("import DataLoader, TensorDataset", "import DataLoader, Subset, TensorDataset")
+    output = convert(source.replace("import torch\n", "import numpy as np\nimport torch\nfrom helpers import set_seed\n", 1)).output
+    assert ("np.random.default_rng(0).shuffle(perm)" in output) is fixed

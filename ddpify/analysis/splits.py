@@ -64,22 +64,37 @@ def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
                 tree.is_call_to(c, s.DATALOADER) and tree.order(c) > tree.order(call) for c in program.calls_in(function)
             ):
                 continue  # a batch permutation (mixup), augmentation, or a draw that feeds no loader here
-        if not _seeded_before(tree, program, call, function, depth=2):
+        if not _seeded_before(tree, program, call, function, depth=2, library=_library(name)):
             found.append(call)
     return found
 
 
-def _seeded_before(tree: Tree, program: Program, point: cst.CSTNode, function: cst.FunctionDef | None, depth: int) -> bool:
+def _library(draw: str) -> str:
+    """Whose global generator a draw uses: `torch`, `numpy` or `random` (sklearn's: numpy's)."""
+    root = draw.split(".", 1)[0]
+    return "numpy" if root == "sklearn" else root
+
+
+def _seeds(tree: Tree, call: cst.Call, library: str) -> bool:
+    """A seed call for `library`'s generator: its own (`np.random.seed`), or a helper of the
+    script's that may seed them all (`set_seed(0)`)."""
+    if not is_seed_call(tree, call):
+        return False
+    name = tree.qname(call.func) or ""
+    return name.split(".", 1)[0] not in ("torch", "numpy", "random") or name.startswith(library + ".")
+
+
+def _seeded_before(tree: Tree, program: Program, point: cst.CSTNode, function: cst.FunctionDef | None, depth: int, library: str) -> bool:
     where = tree.order(point)
-    if any(is_seed_call(tree, c) and tree.order(c) < where for c in program.calls_in(function)):
+    if any(_seeds(tree, c, library) and tree.order(c) < where for c in program.calls_in(function)):
         return True
     if function is None:
         return False
-    if any(is_seed_call(tree, c) for c in program.calls_in(None) if tree.order(c) < where):
+    if any(_seeds(tree, c, library) for c in program.calls_in(None) if tree.order(c) < where):
         return True  # module code before the function runs (a seed at import)
     if depth == 0:
         return False
-    return any(_seeded_before(tree, program, site, caller, depth - 1) for site, caller in program.call_sites(function))
+    return any(_seeded_before(tree, program, site, caller, depth - 1, library) for site, caller in program.call_sites(function))
 
 
 # --- one loader builder for every split ----------------------------------------------------------
