@@ -71,8 +71,9 @@ class Sampler(Transform):
         """A split of the data drawn from a generator of its own, seeded alike on every rank."""
         name = self.tree.qname(draw.func) or ""
         spelled = code(draw.func)
+        library = "numpy" if name.startswith(("numpy.", "sklearn.")) else name.split(".", 1)[0]
         why = (
-            "nothing seeds the global generator before it, which starts from a random seed in each process, so every rank "
+            f"nothing seeds {library}'s global generator before it, which starts from a random seed in each process, so every rank "
             "would draw its own split and the ranks' shards would overlap"
         )
         if name in s.RANDOM_SPLIT or name == "torch.randperm":
