@@ -113,7 +113,11 @@ class Outputs:
         return self._method(call, found[0], found[1], function) if found is not None else None
 
     def _by_qualified_name(self, call: cst.Call, name: str, function: cst.FunctionDef | None) -> Output | None:
-        label = code(call.func)
+        found = self._named(call, name, function)
+        return found._replace(label=code(call.func)) if found is not None else None  # rendered only for output
+
+    def _named(self, call: cst.Call, name: str, function: cst.FunctionDef | None) -> Output | None:
+        label = ""
         if name in STREAM_WRITES:
             return Output(PRINT, label)
         if name in s.LOGGING_EMIT:

@@ -51,23 +51,28 @@ class RankZeroGuards(Transform):
         sharded = {id(p.call) for p in self.facts.loader_plans if p.call is not None and p.how == "shard"}
         if not sharded:
             return
-        writers = self.program.reaching(lambda call, function: (out := self.facts.outputs.of(call, function)) is not None and out.kind in WRITES)
-        trainers = self.program.reaching(lambda call, function: is_backward(call))
+        handed = []  # calls given the sharded loader, and the argument
         for call in self.tree.calls():
             function = self.tree.function(call)
+            for a in call.args:
+                if type(a.value) is cst.Name and any(id(o.node) in sharded for o in self.program.dataloaders(a.value, function)):
+                    handed.append((call, function, a.value))
+                    break
+        if not handed:
+            return
+        writers = self.program.reaching(lambda call, function: (out := self.facts.outputs.of(call, function)) is not None and out.kind in WRITES)
+        trainers = self.program.reaching(lambda call, function: is_backward(call))
+        for call, function, loader in handed:
             callee = self.program.callee(call, function)
             if callee is not None:
                 if callee[0] not in writers or callee[0] in trainers:
                     continue
             elif (out := self.facts.outputs.of(call, function)) is None or out.kind not in WRITES:
                 continue
-            for a in call.args:
-                if type(a.value) is cst.Name and any(id(o.node) in sharded for o in self.program.dataloaders(a.value, function)):
-                    self.warn(call, (
-                        f"`{code(call.func)}(...)` writes what it reads from `{code(a.value)}`, which is this rank's shard of the data "
-                        "now: its files cover 1/world_size of it; give it a loader without the DistributedSampler"
-                    ))
-                    break
+            self.warn(call, (
+                f"`{code(call.func)}(...)` writes what it reads from `{code(loader)}`, which is this rank's shard of the data "
+                "now: its files cover 1/world_size of it; give it a loader without the DistributedSampler"
+            ))
 
     # --- statements ------------------------------------------------------------------
 
