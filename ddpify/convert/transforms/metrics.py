@@ -14,6 +14,7 @@ from typing import Literal
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.batches import from_batch
 from ddpify.analysis.splits import builds_training_split, training_split_test
 from ddpify.analysis.totals import restarts_inside
 from ddpify.convert.analysis import TrainLoop
@@ -146,35 +147,27 @@ class ReduceMetrics(Transform):
                 self.warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
         return totals
 
-    def _from_batch(self, loop: TrainLoop, value: cst.CSTNode, depth: int = 4) -> bool:
-        """Whether `value` holds something of this rank's batch: it reads the loop's target, or a
-        name whose last assignment in the loop before it does (`fake = netG(noise)` with noise
-        sized by the batch, but not `fake = netG(fixed_noise)` later in the step)."""
-        if not isinstance(loop.loop, cst.For):
-            return True  # batches drawn with next(): no target to follow
-        targets = {n.value for n in self.tree.walk(loop.loop.target) if isinstance(n, cst.Name)}
-        at = self.tree.order(value)
+    def _from_batch(self, loop: TrainLoop, value: cst.CSTNode, depth: int = 3) -> bool:
+        """Something of this rank's batch, or what another module computed over the sharded
+        loader it was handed (`evaluate(model, train_loader)`: unreduced), directly or through
+        the last assignment in the loop of a name `value` reads."""
+        if from_batch(self.tree, self.program, loop.loop, loop.function, value):
+            return True
         for node in self.tree.walk(value):
-            if not isinstance(node, cst.Name):
-                continue
-            if node.value in targets:
-                return True
-            arg = self.tree.parent(node)
+            arg = self.tree.parent(node) if isinstance(node, cst.Name) else None
             call = self.tree.parent(arg) if isinstance(arg, cst.Arg) else None
             if isinstance(call, cst.Call) and self.program.callee(call, loop.function) is None and self.program.dataloaders(node, loop.function):
-                return True  # `evaluate(model, train_loader)` from another module: over this rank's shard, unreduced
-            earlier = [
-                v for v, _ in self.program.assignments(loop.function, node.value)
-                if self.tree.inside(v, loop.loop.body) and self.tree.order(v) < at
-            ]
-            if earlier and (depth == 0 or self._from_batch(loop, max(earlier, key=self.tree.order), depth - 1)):
                 return True
-            grown = [  # `tokens_seen += x.numel()`, anywhere in the loop: it carries over to the next step
-                n.value for n in self.tree.walk(loop.loop.body)
-                if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value == node.value
-            ]
-            if grown and (depth == 0 or any(self._from_batch(loop, g, depth - 1) for g in grown)):
-                return True
+        if depth == 0:
+            return False
+        for node in self.tree.walk(value):
+            if isinstance(node, cst.Name):
+                earlier = [
+                    v for v, _ in self.program.assignments(loop.function, node.value)
+                    if self.tree.inside(v, loop.loop.body) and self.tree.order(v) < self.tree.order(value)
+                ]
+                if earlier and self._from_batch(loop, max(earlier, key=self.tree.order), depth - 1):
+                    return True
         return False
 
     def _initial_values(self, loop: TrainLoop, name: str) -> list[cst.CSTNode]:

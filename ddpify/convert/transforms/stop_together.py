@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpify.analysis.batches import batch_names, reads
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
@@ -34,12 +35,12 @@ class StopTogether(Transform):
         rewritten: set[int] = set()
         for loop in self.facts.train_loops:
             exits = self._exits(loop)
-            local = self._per_batch_names(loop) if exits else set()
+            local = batch_names(self.tree, self.program, loop.loop) if exits else set()  # counters are the same on every rank; totals are reduced after the loop
             if not local:
                 continue
             for node in exits:
                 test = node.test
-                if id(node) in rewritten or not self._reads(test, local):
+                if id(node) in rewritten or not reads(self.tree, test, local):
                     continue
                 rewritten.add(id(node))
                 self.plan.replace(test, cst.parse_expression(f"any_rank({code(test)})"))
@@ -47,38 +48,6 @@ class StopTogether(Transform):
         if rewritten:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(HELPER))
-
-    def _per_batch_names(self, loop: TrainLoop) -> set[str]:
-        """Names the training step binds from its own batch (`loss`, `outputs`, `acc`): the
-        batch the loop draws, and plain assignments in its body computed from one of those.
-        Counters (`enumerate`'s index, `step = epoch * n + i`) are the same on every rank, and
-        totals are reduced after the loop."""
-        if isinstance(loop.loop, cst.For):
-            target = loop.loop.target
-            if self.tree.is_builtin_call(loop.loop.iter, "enumerate") and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
-                target = target.elements[1].value  # `i, (x, y)`: the index is no batch
-            names = self.program.names_in(target)
-        else:
-            names = set()
-        for call in self.tree.calls(loop.loop.body):  # `x, y = next(batches)`
-            if self.tree.is_builtin_call(call, "next"):
-                parent = self.tree.parent(call)
-                if isinstance(parent, cst.Assign):
-                    for t in parent.targets:
-                        names |= self.program.names_in(t.target)
-        assignments = [n for n in self.tree.walk(loop.loop.body) if isinstance(n, (cst.Assign, cst.AnnAssign, cst.NamedExpr))]
-        changed = True
-        while changed:
-            changed = False
-            for node in assignments:
-                if node.value is None or not self._reads(node.value, names):
-                    continue
-                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                new = set().union(*(self.program.names_in(t) for t in targets)) - names
-                if new:
-                    names |= new
-                    changed = True
-        return names
 
     def _exits(self, loop: TrainLoop) -> list[cst.If]:
         """`if` statements that leave the batch loop or an enclosing loop of the same function
@@ -98,7 +67,3 @@ class StopTogether(Transform):
             if isinstance(inner, cst.Break) and not any(self.tree.inside(lp, node.body) for lp in self.tree.loops(inner)):
                 return True  # a break of a loop around the `if`, not of one inside it
         return False
-
-    def _reads(self, test: cst.BaseExpression, names: set[str]) -> bool:
-        return any(isinstance(n, cst.Name) and n.value in names for n in self.tree.walk(test))
-

@@ -1,0 +1,79 @@
+"""What in a training loop holds this rank's own batch: the names the loop draws its batch
+into, and what the step computes from them. Under DDP each rank draws other batches, so a value
+made from them differs per rank (a loss, predictions), while counters and values made from
+replicated weights and fixed inputs (`netG(fixed_noise)`) are the same on every rank."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.program import Program
+from ddpify.syntax import Tree
+
+
+def drawn_names(tree: Tree, program: Program, loop: cst.For | cst.While) -> set[str]:
+    """The names a loop's batch is drawn into: its target (without `enumerate`'s index), and
+    `x, y = next(batches)` in its body."""
+    names: set[str] = set()
+    if isinstance(loop, cst.For):
+        target = loop.target
+        if tree.is_builtin_call(loop.iter, "enumerate") and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+            target = target.elements[1].value  # `i, (x, y)`: the index is no batch
+        names = set(program.names_in(target))
+    for call in tree.calls(loop.body):
+        if tree.is_builtin_call(call, "next"):
+            parent = tree.parent(call)
+            if isinstance(parent, cst.Assign):
+                for t in parent.targets:
+                    names |= program.names_in(t.target)
+    return names
+
+
+def batch_names(tree: Tree, program: Program, loop: cst.For | cst.While) -> set[str]:
+    """Every name the step binds from its batch, in any order (`loss`, `outputs`, `acc`): the
+    drawn names, and plain assignments in the body computed from one of those."""
+    names = drawn_names(tree, program, loop)
+    assignments = [n for n in tree.walk(loop.body) if isinstance(n, (cst.Assign, cst.AnnAssign, cst.NamedExpr))]
+    changed = True
+    while changed:
+        changed = False
+        for node in assignments:
+            if node.value is None or not reads(tree, node.value, names):
+                continue
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            new = set().union(*(program.names_in(t) for t in targets)) - names
+            if new:
+                names |= new
+                changed = True
+    return names
+
+
+def from_batch(tree: Tree, program: Program, loop: cst.For | cst.While, function: cst.FunctionDef | None, value: cst.CSTNode, depth: int = 4) -> bool:
+    """Whether `value`, where it stands in the loop, holds something of this rank's batch: it
+    reads a drawn name, or a name whose last assignment in the loop before it does, or one the
+    loop keeps adding to from the batch (`tokens_seen += x.numel()`). `fake = netG(noise)` early
+    in a step does not make `img_list.append(netG(fixed_noise))` later in it a batch's value."""
+    drawn = drawn_names(tree, program, loop)
+    if not drawn:
+        return True  # no batch to follow: assume it is one
+    return _from_batch(tree, program, loop, function, value, drawn, depth)
+
+
+def _from_batch(tree, program, loop, function, value, drawn, depth) -> bool:
+    at = tree.order(value)
+    for node in tree.walk(value):
+        if not isinstance(node, cst.Name):
+            continue
+        if node.value in drawn:
+            return True
+        earlier = [v for v, _ in program.assignments(function, node.value) if tree.inside(v, loop.body) and tree.order(v) < at]
+        if earlier and (depth == 0 or _from_batch(tree, program, loop, function, max(earlier, key=tree.order), drawn, depth - 1)):
+            return True
+        grown = [n.value for n in tree.walk(loop.body) if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value == node.value]
+        if grown and (depth == 0 or any(_from_batch(tree, program, loop, function, g, drawn, depth - 1) for g in grown)):
+            return True
+    return False
+
+
+def reads(tree: Tree, node: cst.CSTNode, names: set[str]) -> bool:
+    return any(isinstance(n, cst.Name) and n.value in names for n in tree.walk(node))
