@@ -2149,3 +2149,15 @@ def test_a_numpy_split_counts_only_seeds_of_numpys_generator(seed: str, fixed: b
     source = standard(loader=loader).replace("import DataLoader, TensorDataset", "import DataLoader, Subset, TensorDataset")
     output = convert(source.replace("import torch\n", "import numpy as np\nimport torch\nfrom helpers import set_seed\n", 1)).output
     assert ("np.random.default_rng(0).shuffle(perm)" in output) is fixed
+
+
+def test_a_plateau_scheduler_stepped_on_this_ranks_loss_steps_on_the_mean() -> None:
+    """`scheduler.step(loss.item())` on a ReduceLROnPlateau after the batch loop: the last
+    batch's loss differs per rank, so each rank would lower its learning rate at its own time
+    and the replicas drift apart (verify: 'replicas diverged'). It steps on the mean over ranks;
+    a step on a reduced total, or of another scheduler, stays as it is."""
+    loop = LOOP + "    scheduler.step(loss.item())\n    other.step()\n"
+    setup = "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\nother = torch.optim.lr_scheduler.StepLR(optimizer, 1)\n"
+    output = convert(standard(loop=setup + loop)).output
+    assert "        scheduler.step(rank_mean(loss.item()))\n        other.step()\n" in output
+    assert output.count("def rank_mean(value):") == 1

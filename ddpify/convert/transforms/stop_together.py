@@ -14,7 +14,7 @@ from ddpify.analysis.batches import batch_names, reads
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code
+from ddpify.syntax import code, method_call
 
 HELPER = '''
 
@@ -27,9 +27,22 @@ def any_rank(flag):
 '''
 
 
+MEAN_HELPER = '''
+
+def rank_mean(value):
+    """The mean of `value` over ranks: a decision taken on it (a plateau scheduler lowering the
+    learning rate) is taken alike on every rank, whose replicas would drift apart otherwise."""
+    value = torch.tensor(float(value), dtype=torch.float64)  # a CPU tensor: the process group's gloo part carries it
+    dist.all_reduce(value)
+    return value.item() / dist.get_world_size()
+'''
+# Schedulers whose step decides on a value it is given.
+PLATEAU = {"torch.optim.lr_scheduler.ReduceLROnPlateau"}
+
+
 class StopTogether(Transform):
     name = "stop"
-    DESCRIPTION = "a loop left on one rank's own numbers (`if loss < t: break`) is left by every rank together"
+    DESCRIPTION = "a loop left on one rank's own numbers (`if loss < t: break`) is left by every rank together; a plateau scheduler steps on their mean"
 
     def run(self) -> None:
         rewritten: set[int] = set()
@@ -48,6 +61,32 @@ class StopTogether(Transform):
         if rewritten:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(HELPER))
+        if self._plateaus_decide_together():
+            assert self.facts.imports_end is not None
+            self.plan.insert_after(self.facts.imports_end, statements(MEAN_HELPER))
+
+    def _plateaus_decide_together(self) -> bool:
+        """`scheduler.step(loss)` on a ReduceLROnPlateau, with this rank's batch's loss: each rank
+        would lower its learning rate at its own time. It gets the mean over ranks."""
+        done: set[int] = set()
+        for loop in self.facts.train_loops:
+            scopes: list[cst.CSTNode] = [loop.loop.body, *(outer.body for outer in self.tree.loops(loop.loop) if outer is not loop.loop)]
+            local = batch_names(self.tree, self.program, loop.loop)
+            for call in self.program.calls_in(loop.function):
+                found = method_call(call)
+                if found is None or found[1] != "step" or not call.args or id(call) in done:
+                    continue
+                if not any(self.tree.inside(call, scope) for scope in scopes):
+                    continue
+                if not any(self.tree.is_call_to(o.node, PLATEAU) for o in self.program.origins(found[0], loop.function)):
+                    continue
+                value = call.args[0].value
+                if not reads(self.tree, value, local):
+                    continue
+                done.add(id(call))
+                self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
+                self.change(call, f"`{code(value)}` is this rank's own: the plateau scheduler steps on its mean over ranks, so every rank lowers its learning rate alike (rank_mean)")
+        return bool(done)
 
     def _exits(self, loop: TrainLoop) -> list[cst.If]:
         """`if` statements that leave the batch loop or an enclosing loop of the same function
