@@ -107,7 +107,7 @@ class Outputs:
         if tree.opens_for_writing(call):
             argument = s.arg(call, 0, "file")
             return Output(FILE_WRITE, "open", argument.value if argument is not None else None)
-        if isinstance(call.func, cst.Name) and self._is_log_object(call.func, function):
+        if isinstance(call.func, cst.Name) and self.is_log_object(call.func, function):
             return Output(LOGGING, call.func.value, by_name=True)
         found = s.method_call(call)
         return self._method(call, found[0], found[1], function) if found is not None else None
@@ -153,7 +153,7 @@ class Outputs:
     def _method(self, call: cst.Call, obj: cst.BaseExpression, method: str, function: cst.FunctionDef | None) -> Output | None:
         tree = self.tree
         label = f".{method}"
-        if self._is_log_object(obj, function):
+        if self.is_log_object(obj, function):
             return Output(LOGGING, label, by_name=True)
         origins = [o.node for o in self.program.origins(obj, function)]
         if method in s.LOGGER_METHODS and any(tree.is_call_to(o, s.GET_LOGGER) for o in origins):
@@ -176,7 +176,7 @@ class Outputs:
             return Output(FILE_WRITE, label)
         return None
 
-    def _is_log_object(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+    def is_log_object(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """`log = Log(...)` from another module (`log.train(...)`, `log(model, loss)`): its calls print."""
         name = dotted(obj)
         if name is None or name.rsplit(".", 1)[-1].lower() not in LOG_OBJECTS:

@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.destinations import private_to_process
-from ddpify.analysis.output import FOLDER, LOGGING, TENSORBOARD, TQDM, WRITES
+from ddpify.analysis.output import FOLDER, TENSORBOARD, TQDM, WRITES
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted, is_backward
@@ -255,8 +255,7 @@ class RankZeroGuards(Transform):
         if not isinstance(target, cst.Name) or not isinstance(small.value, cst.Call):
             return False
         function = self.tree.function(small)
-        made = self.facts.outputs.of(cst.Call(func=target), function)  # what a call of it would be: a log object's?
-        if made is None or made.kind != LOGGING or not made.by_name:
+        if not self.facts.outputs.is_log_object(target, function):
             return False
         uses = [n for n in self.program.scope_nodes(function) if type(n) is cst.Name and n.value == target.value and n is not target]
         return bool(uses) and all(self._logger_use(n) for n in uses)
