@@ -2161,3 +2161,28 @@ def test_a_plateau_scheduler_stepped_on_this_ranks_loss_steps_on_the_mean() -> N
     output = convert(standard(loop=setup + loop)).output
     assert "        scheduler.step(rank_mean(loss.item()))\n        other.step()\n" in output
     assert output.count("def rank_mean(value):") == 1
+
+
+def test_the_loader_helper_passes_no_loader_and_a_sharded_one_through() -> None:
+    """`self.celeba_loader = distributed_loader(self.celeba_loader)` where the script sets it to
+    None on the path it does not take (StarGAN's RaFD run), and a loader made again twice (in the
+    constructor and in `train()`): None and the already sharded loader come back as they are;
+    a plain loader gets a DistributedSampler that keeps its shuffle."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    from ddpify.convert.transforms.sampler import RECREATE_HELPER
+
+    class TwoRanks(DistributedSampler):  # rank 0 of 2, without a process group
+        def __init__(self, dataset, shuffle):
+            super().__init__(dataset, num_replicas=2, rank=0, shuffle=shuffle)
+
+    namespace = {"torch": torch, "DistributedSampler": TwoRanks}
+    exec(RECREATE_HELPER, namespace)
+    distributed_loader = namespace["distributed_loader"]
+    data = TensorDataset(torch.randn(8, 2))
+    sharded = distributed_loader(DataLoader(data, batch_size=2, shuffle=True))
+    assert isinstance(sharded.sampler, DistributedSampler) and sharded.sampler.shuffle and len(sharded) == 2
+    assert distributed_loader(sharded) is sharded
+    assert distributed_loader(None) is None

@@ -25,6 +25,8 @@ RECREATE_HELPER = '''
 def distributed_loader(loader):
     """`loader` made again with a DistributedSampler, so that each rank iterates its own part of
     the dataset; its batch size, workers, collate function and the rest are kept."""
+    if loader is None or isinstance(getattr(loader, "sampler", None), DistributedSampler):
+        return loader  # None where the script has no such loader on this path, or one made again already
     if not isinstance(loader, torch.utils.data.DataLoader):
         raise TypeError(f"expected the training DataLoader, got a {type(loader).__name__}")
     shuffle = isinstance(loader.sampler, torch.utils.data.RandomSampler)
