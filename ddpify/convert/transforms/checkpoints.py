@@ -80,10 +80,10 @@ class Checkpoints(Transform):
             self.change(call, f"barrier before reading {code(path.value)} back: rank 0 saves it, every rank loads it")
         elif path is not None and (helper := self._handed_the_model_before(call, function)) is not None and not self.tree.loops(call):
             statement = self.tree.statement(call)
-            self.plan.insert_before(statement, statements("dist.barrier()  # every rank may still be writing this file: wait until all are done\n"))
+            self.plan.insert_before(statement, statements("dist.barrier()  # a helper handed the model may have written this file: wait until every rank is done\n"))
             self.change(call, (
                 f"barrier before reading {code(path.value)}: `{code(helper.func)}(...)` from another module, handed the model "
-                f"(line {self.tree.line(helper)}), may have written it on every rank"
+                f"(line {self.tree.line(helper)}), may have written it"
             ))
 
     def _handed_the_model_before(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Call | None:

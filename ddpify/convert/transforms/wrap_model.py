@@ -92,10 +92,11 @@ class WrapModel(Transform):
                             f"`{name}(...)` from another module gets the plain model (`{ref}.module`): it runs outside the training loop "
                             "and is given no optimizer or loader, so it does not train; a state_dict it saves has the plain model's keys"
                         ))
-                        self.warn(call, (
-                            f"`{name}(...)` from another module stays on every rank (what it decides, such as an early stop, must be the same "
-                            "on all): a file it writes is written by every rank; make its writes rank 0's in that module"
-                        ))
+                        if not self._monitor_on_rank_0(call, function):
+                            self.warn(call, (
+                                f"`{name}(...)` from another module stays on every rank (what it decides, such as an early stop, must be the "
+                                "same on all): a file it writes is written by every rank; make its writes rank 0's in that module"
+                            ))
                     else:
                         self.warn(call, f"`{name}(...)` from another module is handed the DDP wrapper: if it reads the model's own attributes or methods, pass `{ref}.module` (its forward then skips DDP's gradient averaging, so only outside training)")
 
@@ -110,6 +111,42 @@ class WrapModel(Transform):
         for a in call.args:
             if self.program.loader(a.value, function) is not None or self._is_optimizer(a.value, function):
                 return False
+        return True
+
+    def _monitor_on_rank_0(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """`early_stopping(valid_loss, model)` as a statement of its own: rank 0 runs it (its
+        prints and checkpoint once), then broadcasts what the script reads of the object
+        (`early_stopping.early_stop`), so every rank takes the same decision."""
+        statement = self.tree.statement(call)
+        obj = dotted(call.func)
+        if (
+            obj is None
+            or not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1)
+            or not (isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call)
+            or self.facts.syncs(statement, function)
+        ):
+            return False
+        read: list[str] = []
+        for node in self.program.scope_nodes(function):
+            if isinstance(node, cst.Attribute) and dotted(node.value) == obj:
+                parent = self.tree.parent(node)
+                if isinstance(parent, cst.Call) and parent.func is node:
+                    return False  # a method of it runs elsewhere: its state would have to be the same on every rank
+                if node.attr.value not in read:
+                    read.append(node.attr.value)
+        condition = self.is_main_process(function, statement)
+        self.plan.guard(statement, condition)
+        if read:
+            state = next(n for n in (f"{obj.rsplit('.', 1)[-1]}_state", "monitor_state", "monitor_state_") if not self.program.binds(function, n))
+            values = ", ".join(f"{obj}.{a}" for a in read)
+            lines = [
+                f"{state} = [{values}]  # rank 0 ran it: what the script reads of it, the same on every rank",
+                f"dist.broadcast_object_list({state})",
+                *(f"{obj}.{a} = {state}[{i}]" for i, a in enumerate(read)),
+            ]
+            self.plan.insert_after(statement, statements("\n".join(lines) + "\n"))
+        shared = f" and broadcasts {', '.join(f'`{obj}.{a}`' for a in read)}" if read else ""
+        self.change(call, f"`{code(call.func)}(...)` runs on rank 0 (its prints and files once){shared}, so every rank decides alike")
         return True
 
     def _is_optimizer(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
