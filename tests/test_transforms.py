@@ -199,6 +199,29 @@ def test_training_through_a_custom_method_is_refused() -> None:
     assert result.reason.startswith("`model.features(...)` (line ") and "runs the model for training outside its forward()" in result.reason
 
 
+@pytest.mark.parametrize(
+    ("returns", "refused"),
+    [
+        pytest.param("return self.target(x).detach()", False, id="detached"),
+        pytest.param("key = self.target(x)\n        key = key.detach()\n        return key", False, id="detached-name"),
+        pytest.param("return self.fc(x)", True, id="trains"),
+    ],
+)
+def test_a_custom_method_whose_output_is_detached_does_not_train(returns: str, refused: bool) -> None:
+    """MoCo's `key = model.forward_momentum(x)` (lightly): a frozen momentum copy's output,
+    `.detach()`ed, feeds the loss but takes no gradient: it goes through `.module`, not refused."""
+    net = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 1)\n"
+        "        self.target = nn.Linear(4, 1)\n\n    def forward(self, x):\n        return self.fc(x)\n\n"
+        f"    def forward_target(self, x):\n        {returns}\n"
+    )
+    loop = LOOP.replace("nn.functional.mse_loss(model(x), y)", "nn.functional.mse_loss(model(x), model.forward_target(x))")
+    result = convert(standard(model="model = Net().to(device)", loop=loop).replace("\n\ndef main", "\n" + net + "\n\ndef main"))
+    assert (result.status == "unchanged") is refused
+    if not refused:
+        assert "model.module.forward_target(x)" in result.output
+
+
 HELPERS = """
 class Net(nn.Module):
     def __init__(self):

@@ -1476,6 +1476,8 @@ class Analyzer:
         if cls is None:
             return True
         methods = self.program.class_methods(cls)
+        if method in methods and self._returns_detached(methods[method]):
+            return False  # MoCo's `forward_momentum`: a frozen copy's output, `.detach()`ed: no gradient to average
         seen: set[str] = set()
         work = [method]
         while work:
@@ -1496,6 +1498,24 @@ class Analyzer:
                     else:
                         return True  # a submodule's forward
         return False
+
+    def _returns_detached(self, method: cst.FunctionDef) -> bool:
+        """Every value the method returns is cut from the graph: `.detach()`ed (directly, or the
+        name it returns was last assigned such a value), or computed with gradients off."""
+        if self.tree.grad_disabled(method.body):
+            return True
+        returns = [n for n in self.program.scope_nodes(method) if isinstance(n, cst.Return)]
+        if not returns:
+            return False
+        for node in returns:
+            value = node.value
+            if isinstance(value, cst.Name):
+                bound = [v for v, i in self.program.assignments(method, value.value) if i is None and self.tree.order(v) < self.tree.order(node)]
+                value = max(bound, key=self.tree.order) if bound else None
+            found = s.method_call(value) if value is not None else None
+            if found is None or found[1] != "detach":
+                return False
+        return True
 
     def _model_class(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
         """The same-file class a model is built from (`Net(...).to(device)`), when all its origins agree."""
