@@ -2214,3 +2214,14 @@ def test_the_loader_helper_passes_no_loader_and_a_sharded_one_through() -> None:
     assert isinstance(sharded.sampler, DistributedSampler) and sharded.sampler.shuffle and len(sharded) == 2
     assert distributed_loader(sharded) is sharded
     assert distributed_loader(None) is None
+
+
+def test_an_mlflow_run_is_opened_and_logged_on_rank_0() -> None:
+    """`with mlflow.start_run():` and `mlflow.log_*` (MLflow's own PyTorch example) opened one
+    run per rank; a `writer = None` placeholder before the writer is made is no use of it."""
+    after = 'with mlflow.start_run():\n    mlflow.log_param("lr", 0.1)\n    mlflow.log_metric("loss", loss.item())\n'
+    loop = "writer = None\n" + LOOP + '    writer = SummaryWriter("runs")\n    writer.add_scalar("loss", loss.item(), epoch)\n'
+    imports = "import mlflow\nfrom torch.utils.tensorboard import SummaryWriter\n"
+    output = convert(standard(loop=loop, after=after).replace("import torch\n", "import torch\n" + imports, 1)).output
+    assert "    writer = None\n" in output
+    assert '    with mlflow.start_run() if rank == 0 else contextlib.nullcontext():\n        if rank == 0:\n            mlflow.log_param("lr", 0.1)\n' in output

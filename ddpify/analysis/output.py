@@ -71,17 +71,17 @@ WRITING_WORDS = ("plot", "animation", "submission", "submit")
 LIBRARIES = ("matplotlib.", "seaborn.", "plotly.", "pandas.", "numpy.", "sklearn.", "scipy.", "PIL.", "cv2.", "torchvision.", "IPython.", "visdom.")
 LOG_OBJECTS = {"log", "logger", "printer", "reporter", "visualizer", "vis", "viz", "tracker", "plotter"}  # `log = Log(...)`; `log(model, loss)`
 
-PRINT, LOGGING, TQDM, TENSORBOARD, WANDB = "print", "logging", "tqdm", "TensorBoard", "wandb"
+PRINT, LOGGING, TQDM, TENSORBOARD, WANDB, MLFLOW = "print", "logging", "tqdm", "TensorBoard", "wandb", "MLflow"
 CHECKPOINT, FILE_WRITE, FOLDER = "checkpoint save", "file write", "folder"
 WRITES = (CHECKPOINT, FILE_WRITE)
 
 
 class Output(NamedTuple):
-    kind: str  # PRINT, LOGGING, TQDM, TENSORBOARD, WANDB, CHECKPOINT, FILE_WRITE or FOLDER
+    kind: str  # PRINT, LOGGING, TQDM, TENSORBOARD, WANDB, MLFLOW, CHECKPOINT, FILE_WRITE or FOLDER
     label: str  # the call as a report names it: `print`, `torch.save`, `.savefig`, `open`
     destination: cst.BaseExpression | None = None  # the path (or file object, for a dump) written
     loud: bool = False  # error-level logging: a rank's own failure
-    creates: bool = False  # `SummaryWriter(...)`, `wandb.init(...)`: makes the logger object
+    creates: bool = False  # `SummaryWriter(...)`, `wandb.init(...)`, `mlflow.start_run()`: makes the logger object or run
     by_name: bool = False  # known only by the name of another module's function or object
     into_open_file: bool = False  # a dump into a file object `open(..., "w")` made in this file
 
@@ -130,6 +130,8 @@ class Outputs:
             return Output(TENSORBOARD, label, creates=True)
         if name.startswith("wandb."):
             return Output(WANDB, label, creates=name == "wandb.init")
+        if name.startswith("mlflow."):
+            return Output(MLFLOW, label, creates=name == "mlflow.start_run")
         if name in WRITE_FUNCTIONS:
             spec = WRITE_FUNCTIONS[name]
             argument = s.arg(call, *spec) if spec is not None else None

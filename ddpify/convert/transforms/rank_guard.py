@@ -213,13 +213,14 @@ class RankZeroGuards(Transform):
         return out.kind
 
     def _is_logger_object(self, value: cst.BaseExpression) -> bool:
-        return self.tree.is_call_to(value, s.SUMMARY_WRITER) or self.tree.is_call_to(value, {"wandb.init"})
+        return self.tree.is_call_to(value, s.SUMMARY_WRITER) or self.tree.is_call_to(value, {"wandb.init", "mlflow.start_run"})
 
     def _uses_rank_zero_object(self, node: cst.CSTNode) -> bool:
         if not self.rank_zero_objects:
             return False
         return any(
             (type(n) is cst.Name or type(n) is cst.Attribute) and dotted(n) in self.rank_zero_objects and not self._handed_on(n)
+            and not isinstance(self.tree.parent(n), cst.AssignTarget)  # `writer = None` before it is made: no use of it
             for n in self.tree.walk(node)
         )
 
