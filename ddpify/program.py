@@ -450,7 +450,7 @@ class Program:
 
         An object named `ref` in a function is also named by the parameter it is passed to
         (`train(model)`), by `self.<attr>` when a constructor stores it, in every method for a
-        `self.<attr>` seed, in module-level functions for a global, and in the functions defined
+        `self.<attr>` seed, in every function and method for a global, and in the functions defined
         inside a function (closures) that read it from there.
         """
         refs: dict[cst.FunctionDef | None, set[str]] = {}
@@ -464,8 +464,8 @@ class Program:
                 cls = self.owner_class(function)
                 work += [(ref, method) for method in self.methods.get(cls, {}).values()] if cls else []
                 continue
-            if function is None:  # a global: module-level functions that do not rebind it see it
-                work += [(ref, f) for f in self.functions.values() if not self.binds(f, ref)]
+            if function is None:  # a global: functions and methods that do not rebind it see it (`log_weights(self)` reading `model.conv1`)
+                work += [(ref, f) for f in self.all_functions if not self.binds(f, ref.split(".")[0])]
             else:  # a closure reads it when it is called: the object the name holds by then
                 root = ref.split(".")[0]
                 work += [(ref, f) for f in self.nested_functions(function) if not self.binds(f, root)]

@@ -2225,3 +2225,21 @@ def test_an_mlflow_run_is_opened_and_logged_on_rank_0() -> None:
     output = convert(standard(loop=loop, after=after).replace("import torch\n", "import torch\n" + imports, 1)).output
     assert "    writer = None\n" in output
     assert '    with mlflow.start_run() if rank == 0 else contextlib.nullcontext():\n        if rank == 0:\n            mlflow.log_param("lr", 0.1)\n' in output
+
+
+def test_a_method_reading_the_global_model_reads_the_plain_one() -> None:
+    """MLflow's example: `def log_weights(self, step)` in the model class reads the global
+    `model.conv1` (not `self`); once `model` is the wrapper, that read goes through `.module`."""
+    net = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n        return self.fc(x)\n\n    def log_weights(self):\n        print(model.fc.weight.sum())\n"
+    )
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n" + net +
+        "\n\nmodel = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)\n"
+        "for x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+        "    model.log_weights()\n"
+    )
+    output = convert(source).output
+    assert "print(model.module.fc.weight.sum())" in output and "    model.module.log_weights()\n" in output
