@@ -281,15 +281,19 @@ class Facts:
                 lines.append(self.tree.line(value))
         return lines
 
+    @cached_property
+    def sharded_loaders(self) -> set[int]:
+        """Ids of the `DataLoader(...)` calls that get a DistributedSampler where they are built."""
+        return {id(plan.call) for plan in self.loader_plans if plan.call is not None and plan.how == "shard"}
+
     def refills(self) -> list[tuple[cst.Call, str]]:
         """`iter(loader)` calls that start another pass over a sharded training loader drawn with
         next() (inside a loop, or in an `except StopIteration`), with the loader as spelled there."""
-        sharded = {plan.call for plan in self.loader_plans if plan.how == "shard"}
         found = []
         for loop in self.train_loops:
             if loop.consumed_by != "next":
                 continue
-            if not (loop.external or any(o.node in sharded for o in self.program.origins(loop.loader, loop.function))):
+            if not (loop.external or any(id(o.node) in self.sharded_loaders for o in self.program.origins(loop.loader, loop.function))):
                 continue
             spelled = code(loop.loader)
             for call in self.program.calls_in(loop.function):

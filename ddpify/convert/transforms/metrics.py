@@ -55,7 +55,7 @@ class ReduceMetrics(Transform):
         caller fills with the sharded training loader (`check_accuracy(train_loader, model)`),
         and whether every caller does. Only functions that take part in collectives anyway (a
         forward through DDP): their calls already run on every rank, never under a rank guard."""
-        sharded = {id(plan.call) for plan in self.facts.loader_plans if plan.call is not None and plan.how == "shard"}
+        sharded = self.facts.sharded_loaders
         training = {id(loop.loop) for loop in self.facts.train_loops}
         found = []
         for function in self.program.all_functions:

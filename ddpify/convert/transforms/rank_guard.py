@@ -48,7 +48,7 @@ class RankZeroGuards(Transform):
         """`save_feature_vectors(model, train_loader, "train")` after training: a function that
         writes files (here or in another module), does not train, and is handed the training
         loader, which is this rank's shard now: its files cover 1/world_size of the data."""
-        sharded = {id(p.call) for p in self.facts.loader_plans if p.call is not None and p.how == "shard"}
+        sharded = self.facts.sharded_loaders
         if not sharded:
             return
         handed = []  # calls given the sharded loader, and the argument
