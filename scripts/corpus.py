@@ -1,6 +1,6 @@
 """Convert every corpus script, then judge the runnable ones with `ddpify verify`.
 
-    python scripts/corpus.py [CORPUS_DIR] [NAME ...] [--no-run] [--steps K] [-v] [--out DIR]
+    python scripts/corpus.py [CORPUS_DIR] [NAME ...] [--no-run] [--steps K] [--jobs N] [-v] [--out DIR]
 
 CORPUS_DIR (default: ../shared/corpus beside this checkout) holds `files/NAME.py`, MANIFEST.tsv,
 `companions/`, `fixtures/` and `stubs/` (see its README). For each script:
@@ -22,6 +22,7 @@ runs take minutes. `--out DIR` keeps the converted files and each verify report 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import json
 import re
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="verify's no-progress timeout")
     parser.add_argument("--steps", type=int, default=0, help="stop each run after K optimizer steps")
     parser.add_argument("--out", type=Path, help="keep converted files and verify reports here")
+    parser.add_argument("--jobs", type=int, default=1, help="scripts run at once (converting stays one at a time)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print warnings and failures")
     options = parser.parse_args(argv)
     if not (options.corpus / "MANIFEST.tsv").is_file():
@@ -177,17 +179,27 @@ def main(argv: list[str] | None = None) -> int:
     if options.out is not None:
         options.out.mkdir(parents=True, exist_ok=True)
 
-    print(f"{'script':<24} {'convert':<10} {'warn':>4} {'ms':>6}  verify")
+    # Convert every file first (one after another: the times are measured), then run the
+    # runnable conversions, --jobs at a time (each run has its own staging folder and port).
+    conversions = {}
     for row in rows:
-        converted = convert(row, corpus)
+        converted = conversions[row.name] = convert(row, corpus)
         if converted is not None and options.out is not None:
             (options.out / f"{row.name}.py").write_text(converted, encoding="utf-8", errors="surrogateescape")
         if not row.runnable:
             row.verdict = "-"
         elif converted is None:
             row.verdict = "not run (unchanged)"
-        elif not options.no_run:
-            run_verify(row, corpus, converted, options, options.out)
+    to_run = [row for row in rows if row.runnable and conversions[row.name] is not None and not options.no_run]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        futures = {pool.submit(run_verify, row, corpus, conversions[row.name], options, options.out): row for row in to_run}
+        for future in concurrent.futures.as_completed(futures):
+            future.result()
+            if options.jobs > 1:
+                print(f"ran {futures[future].name}: {futures[future].verdict}", file=sys.stderr, flush=True)
+
+    print(f"{'script':<24} {'convert':<10} {'warn':>4} {'ms':>6}  verify")
+    for row in rows:
         verdict = row.verdict + (f" ({row.seconds:.0f} s)" if row.seconds else "")
         print(f"{row.name:<24} {row.status:<10} {len(row.warnings):>4} {row.convert_ms:>6.0f}  {verdict}", flush=True)
         if options.verbose:

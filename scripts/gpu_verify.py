@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import concurrent.futures
 import datetime
 import importlib.util
 import json
@@ -649,6 +650,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--scratch", type=Path, help="directory for the runs' working directories (default: temporary)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="fixtures checked at once (the benchmark runs alone after them)"
+    )
     bench = parser.add_mutually_exclusive_group()
     bench.add_argument(
         "--benchmark",
@@ -693,9 +697,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     reports, bench = [], None
     try:
-        for name in names:
-            print(f"{name}", file=sys.stderr)
-            reports.append(check_fixture(read_case(options.fixtures / name), modes, options, scratch))
+        cases = [read_case(options.fixtures / name) for name in names]
+        # Fixtures are independent (own scratch folders, torchrun picks free ports): --jobs runs
+        # several at once; the benchmark below always runs alone.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+            reports = list(pool.map(lambda case: check_fixture(case, modes, options, scratch), cases))
         if options.benchmark:
             print(f"benchmark {options.bench_case}", file=sys.stderr)
             bench = run_benchmark(options.fixtures / options.bench_case, modes[-1], options, scratch)
