@@ -180,6 +180,14 @@ def test_data_sharding_fixes(facts: dict, needle: str) -> None:
     assert check.status == FAIL and needle in check.detail, check.detail
 
 
+def test_one_rank_has_no_data_to_split() -> None:
+    # GPU report: `nccl×1` failed the endless RandomSampler(replacement=True) fixture as 'the same
+    # samples on every rank' with only rank 0 there to compare.
+    facts = {0: rank_facts(loaders=[loader([5, 5, 9, 1], distributed=False, sampler="RandomSampler", replacement=True, sampler_len=1000)])}
+    check = checks.data_sharding(facts, finished=True)
+    assert check.status == INFO and check.detail.startswith("one rank: there is no other rank"), check.detail
+
+
 def test_data_without_a_loader_is_unchecked() -> None:
     facts = {r: rank_facts(backward_without_loader=4) for r in (0, 1)}
     check = checks.data_sharding(facts, finished=True)

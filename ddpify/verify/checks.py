@@ -157,6 +157,8 @@ def data_sharding(facts: Facts, finished: bool) -> Check:
     if not backward:
         return Check(name, INFO, "backward() never ran: no training data to check")
     world = len(ranks)
+    if world < 2:  # one rank has nobody to share with: a sampler drawn alike everywhere is no finding
+        return Check(name, INFO, f"one rank: there is no other rank to split the data with ({backward} backward() call(s))")
     loaders = {rank: {loader["index"]: loader for loader in facts[rank].get("loaders", [])} for rank in ranks}
     training = [loader for loader in first.get("loaders", []) if loader["backward"] > 0]
     problems, passed, evidence = [], [], []
