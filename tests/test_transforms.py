@@ -752,6 +752,28 @@ def test_find_unused_parameters_from_the_models_source(forward: str, reason: str
 
 
 
+def test_models_built_in_one_tuple_assignment_are_judged_by_their_own_class() -> None:
+    """`netG, netD = Generator().to(device), Discriminator().to(device)`: each name is its own
+    element's model (both were "built by a class that is not in this file", with both classes' BatchNorms)."""
+    nets = (
+        "class G(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))\n\n"
+        "    def forward(self, x):\n        return self.body(x)\n\n\n"
+        "class D(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n        return self.body(x)\n"
+    )
+    body = (
+        f"{DEVICE}\n{LOADER}\nnet_g, net_d = G().to(device), D().to(device)\n"
+        "optimizer = torch.optim.SGD(list(net_g.parameters()) + list(net_d.parameters()), lr=0.1)\n"
+        + LOOP.replace("model(x)", "net_d(net_g(x))")
+    )
+    result = convert(script(body, helpers=nets))
+    assert "net_g = DDP(net_g)\n" in result.output and "net_d = DDP(net_d)\n" in result.output
+    assert not any("not in this file" in w for w in warnings(result)), warnings(result)
+    notes = [n.message for n in result.notes]
+    assert any(m.startswith("`net_g` has BatchNorm layers (`nn.BatchNorm1d`)") for m in notes), notes
+    assert not any(m.startswith("`net_d` has BatchNorm") for m in notes), notes
+
+
 def test_tensors_shaped_by_the_batch_size_keep_full_batches() -> None:
     loader = "batch_size = 8\nloader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=batch_size, shuffle=True)"
     loop = LOOP.replace("        loss = nn", "        x = x.reshape(batch_size, -1)\n        loss = nn")

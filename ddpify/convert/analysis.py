@@ -661,9 +661,11 @@ class Analyzer:
         (`model = train_model(model, ...)` returns the same object) is no new model."""
         wrapped_at = self.tree.order(model.anchor) if model.anchor is not None and model.element is None else None
         values = []
-        for value, _ in self.program.assignments(model.function, model.ref):
+        for value, index in self.program.assignments(model.function, model.ref):
             if wrapped_at is not None and self.tree.order(value) > wrapped_at and not self.tree.inside(value, model.anchor):
                 continue
+            if index is not None and isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
+                value = value.elements[index].value  # `netG, netD = Generator(), Discriminator()`: its own element
             inner = unchained(value)
             if dotted(inner) == model.ref and inner is not value:
                 continue
