@@ -431,10 +431,11 @@ class Tree:
 
     # execution order
 
-    def exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    def exclusive(self, a: cst.CSTNode, b: cst.CSTNode, within: cst.CSTNode | None = None) -> bool:
         """At most one of `a` and `b` runs: they sit in different branches of one `if`/`elif`/
         `else` chain (or `x if c else y`, or two `case`s of a `match`) that no loop in the
-        function repeats (a loop could take one branch, then the other)."""
+        function repeats (a loop could take one branch, then the other). With `within` (a
+        training step's body), at most one runs in each pass of it: only loops inside it count."""
         path_of_a: dict[int, cst.CSTNode] = {}  # ancestor of a -> its child on the way to a
         child = a
         for parent in self.ancestors(a):
@@ -443,7 +444,7 @@ class Tree:
         child = b
         for parent in self.ancestors(b):
             if id(parent) in path_of_a:
-                return _different_branches(parent, path_of_a[id(parent)], child) and not self._repeated(parent)
+                return _different_branches(parent, path_of_a[id(parent)], child) and not self._repeated(parent, within)
             child = parent
         return False
 
@@ -458,10 +459,10 @@ class Tree:
             return False
         return self._position_of[id(first)] < self._position_of[id(then)] and not self.exclusive(first, then)
 
-    def _repeated(self, node: cst.CSTNode) -> bool:
-        """`node` sits in a loop or comprehension of its function."""
+    def _repeated(self, node: cst.CSTNode, within: cst.CSTNode | None = None) -> bool:
+        """`node` sits in a loop or comprehension of its function (below `within`, if given)."""
         for parent in self.ancestors(node):
-            if type(parent) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            if parent is within or type(parent) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
                 return False
             if type(parent) in (cst.For, cst.While, cst.CompFor):
                 return True

@@ -774,6 +774,74 @@ def test_models_built_in_one_tuple_assignment_are_judged_by_their_own_class() ->
     assert not any(m.startswith("`net_d` has BatchNorm") for m in notes), notes
 
 
+BN_NET = (
+    "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"
+    "    def forward(self, x):\n        return self.body(x)\n"
+)
+BUFFER_NET = (
+    "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 1)\n"
+    '        self.register_buffer("scale", torch.ones(4))\n\n'
+    "    def forward(self, x):\n        return self.body(x / self.scale)\n"
+)
+PLAIN_NET = BN_NET.replace("nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))", "nn.Linear(4, 1)")
+TWO_FORWARDS = LOOP.replace(
+    "        loss = nn.functional.mse_loss(model(x), y)\n",
+    "        real, fake = model(x), model(x.flip(0))\n        loss = nn.functional.mse_loss(real - fake, y)\n",
+)
+EVAL_HELPER = """\
+def evaluate(model, loader):
+    with torch.no_grad():
+        return sum(float(model(x).sum()) + float(model(x).mean()) for x, _ in loader)
+"""
+
+
+def repeated_forward_script(net: str, loop: str, helpers: str = "") -> str:
+    source = standard(model="model = Net().to(device)", loop=loop)
+    return source.replace("\n\ndef main", "\n" + net + "\n" + helpers + "\n\ndef main")
+
+
+@pytest.mark.parametrize(
+    ("net", "loop"),
+    [
+        pytest.param(BN_NET, TWO_FORWARDS, id="batchnorm-real-then-fake"),
+        pytest.param(BUFFER_NET, TWO_FORWARDS, id="registered-buffer"),
+        pytest.param(
+            BN_NET, LOOP.replace("        loss = nn.functional.mse_loss(model(x), y)\n", "        out = model(x)\n        with torch.no_grad():\n            ref = model(x)\n        loss = nn.functional.mse_loss(out - ref, y)\n"),
+            id="a-no-grad-forward-between",
+        ),
+    ],
+)  # fmt: skip
+def test_a_model_forwarded_again_before_backward_keeps_its_buffers(net: str, loop: str) -> None:
+    """GPU report: PyTorch-GAN's DCGAN, ACGAN and InfoGAN crashed on an H200 after conversion ("modified by an
+    inplace operation", cuDNN BatchNorm): DDP broadcast the discriminator's buffers at its second forward."""
+    result = convert(repeated_forward_script(net, loop))
+    assert "    model = DDP(model)\n    model.broadcast_buffers = False  # forwarded again before backward()" in result.output
+    assert any("`model` runs forward" in n.message and "buffers are broadcast once, at the wrap" in n.message for n in result.notes)
+
+
+@pytest.mark.parametrize(
+    ("net", "loop", "helpers"),
+    [
+        pytest.param(BN_NET, LOOP, "", id="one-forward"),
+        pytest.param(PLAIN_NET, TWO_FORWARDS, "", id="no-buffers"),
+        pytest.param(
+            BN_NET, LOOP.replace("        loss = nn.functional.mse_loss(model(x), y)\n", "        if epoch:\n            out = model(x)\n        else:\n            out = model(x.flip(0))\n        loss = nn.functional.mse_loss(out, y)\n"),
+            "", id="exclusive-branches",
+        ),
+        pytest.param(BN_NET, LOOP + "        print(evaluate(model, loader))\n", EVAL_HELPER, id="evaluation-after-backward"),
+        pytest.param(
+            BN_NET, LOOP.replace("        loss.backward()\n", "        loss.backward()\n        samples = [model(x), model(x)]\n"),
+            "", id="forwards-no-backward-follows",
+        ),
+    ],
+)  # fmt: skip
+def test_a_model_forwarded_once_per_backward_broadcasts_its_buffers_noop(net: str, loop: str, helpers: str) -> None:
+    result = convert(repeated_forward_script(net, loop, helpers))
+    assert "    model = DDP(model)\n" in result.output
+    assert "broadcast_buffers" not in result.output
+
+
 def test_tensors_shaped_by_the_batch_size_keep_full_batches() -> None:
     loader = "batch_size = 8\nloader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=batch_size, shuffle=True)"
     loop = LOOP.replace("        loss = nn", "        x = x.reshape(batch_size, -1)\n        loss = nn")

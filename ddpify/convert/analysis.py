@@ -90,6 +90,13 @@ class TrainedModel:
     # `Adam(encoder.parameters()) if fine_tune else None`: trained only when the script chooses to,
     # and frozen otherwise (DDP refuses a model with no parameter that requires a gradient)
     optional: str | None = None
+    # Buffers the model registers itself (`self.register_buffer(...)` in a same-file class).
+    registers_buffers: bool = False
+    # Where the model runs forward again before the backward() of an earlier forward (a GAN's
+    # discriminator on real, then on fake images): "" when it does not, or holds no buffers. DDP
+    # broadcasts buffers in place at each forward, and cuDNN's BatchNorm backward needs the
+    # statistics the earlier forward saw: "modified by an inplace operation" on CUDA.
+    repeated_forward: str = ""
 
 
 @dataclass
@@ -377,6 +384,7 @@ class Analyzer:
         if not models:
             raise NotConvertible(self._no_model_reason(backward_calls))
         loops = self._train_loops(backward_calls)
+        self._judge_repeated_forwards(models, loops)
         loaders = self._train_loaders(loops)
         loader_plans = [self._loader_plan(origin) for origin in loaders]
         loader_plans += self._recreated_loaders(loops)
@@ -701,6 +709,8 @@ class Analyzer:
                         found.append(cls.name.value)
                         continue
                     builds = [self.tree.qname(c.func) for c in self.tree.calls(cls)]
+                    if any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "register_buffer" for c in self.tree.calls(cls)):
+                        model.registers_buffers = True
                     if NORM_CLASS.search(cls.name.value) and not any(b in BATCH_NORMS for b in builds):
                         custom.append(cls.name.value)  # its own statistics: convert_sync_batchnorm leaves it as it is
                     work.append(cls)
@@ -709,6 +719,59 @@ class Analyzer:
                     work.append(self.program.functions[call.func.value])
         model.batch_norms = list(dict.fromkeys(found)) if found or known else None
         model.custom_norms = list(dict.fromkeys(custom))
+
+    def _judge_repeated_forwards(self, models: list[TrainedModel], loops: list[TrainLoop]) -> None:
+        for model in models:
+            if model.element is None and (model.batch_norms is None or model.batch_norms or model.registers_buffers):
+                model.repeated_forward = self._repeated_forward(model, loops)  # a model with no buffers has none to broadcast
+
+    def _repeated_forward(self, model: TrainedModel, loops: list[TrainLoop]) -> str:
+        """`d_real = D(real); d_fake = D(fake.detach()); (loss(d_real) + loss(d_fake)).backward()`:
+        the model runs forward again before the backward() of an earlier forward with gradients,
+        in one pass of a training step (its loop body and the same-file functions it calls;
+        forwards in exclusive branches of the step are one forward)."""
+        refs = self.program.propagate([(model.ref, model.function)])
+        for loop in loops:
+            step = loop.loop.body
+            pending: list[cst.Call] = []  # forwards with gradients whose backward() has not run yet
+            again: tuple[cst.Call, cst.Call] | None = None  # (a pending forward, a forward after it)
+            for kind, call in self._step_events(step, self.tree.function(loop.loop), refs, False, set()):
+                if kind == "backward":
+                    if again is not None:  # the first forward's graph meets the buffers the second one overwrote
+                        first, second = (self.tree.line(c) for c in again)
+                        if first == second:
+                            return f"`{model.ref}` runs forward twice at line {first} before backward()"
+                        return f"`{model.ref}` runs forward at line {second} before the backward() of its forward at line {first}"
+                    pending = []
+                    continue
+                earlier = next((p for p in pending if not self.tree.exclusive(p, call, within=step)), None)
+                if earlier is not None and again is None:
+                    again = (earlier, call)
+                if kind == "forward":
+                    pending.append(call)
+        return ""
+
+    def _step_events(
+        self, root: cst.CSTNode, function: cst.FunctionDef | None, refs: dict, grad_off: bool, seen: set
+    ) -> list[tuple[str, cst.Call]]:
+        """The model's forwards ("forward", or "nograd" with gradients off) and the backward()
+        calls under `root`, in the order they run (a call ends after the calls in its arguments),
+        with those of the same-file functions called there in place of the call."""
+        positions = self.tree.positions
+        names = refs.get(function, set())
+        events: list[tuple[tuple[int, int], int, str, cst.Call]] = []
+        for call in self.tree.calls(root):
+            end = positions[call].end
+            at = (end.line, end.column)
+            if dotted(call.func) in names:
+                events.append((at, 0, "nograd" if grad_off or self.tree.grad_disabled(call) else "forward", call))
+            elif is_backward(call):
+                events.append((at, 0, "backward", call))
+            elif (target := self.program.callee(call, function)) is not None and target[0] not in seen:
+                off = grad_off or self.tree.grad_disabled(call)
+                inner = self._step_events(target[0], target[0], refs, off, seen | {target[0]})
+                events += [(at, i + 1, kind, c) for i, (kind, c) in enumerate(inner)]
+        return [(kind, call) for _, _, kind, call in sorted(events, key=lambda e: (e[0], e[1]))]
 
     def _builds_same_file(self, value: cst.Call) -> bool:
         return isinstance(value.func, cst.Name) and (value.func.value in self.program.classes or value.func.value in self.program.functions)

@@ -41,10 +41,25 @@ class WrapModel(Transform):
             flag = ", find_unused_parameters=True" if unused else ""
             if unused:
                 self.change(model.anchor, f"find_unused_parameters=True: {unused}")
+            keep_buffers = ""
+            if model.repeated_forward:
+                # Set after the wrap, which still broadcasts rank 0's buffers once: the keyword means that in every torch.
+                keep_buffers = f"{model.ref}.broadcast_buffers = False  # forwarded again before backward(): a buffer broadcast between would break it on CUDA\n"
+                held = (
+                    "its BatchNorm statistics" if model.batch_norms else "its buffers" if model.registers_buffers
+                    else "any buffers it holds (its class is not in this file)"
+                )  # fmt: skip
+                self.change(model.anchor, (
+                    f"{model.repeated_forward}: DDP would broadcast {held} in place at every forward, and on CUDA that "
+                    "backward() fails (\"modified by an inplace operation\": cuDNN's BatchNorm backward reads the statistics "
+                    "its forward saw); `broadcast_buffers = False` after the wrap: buffers are broadcast once, at the wrap, "
+                    "and each rank keeps its own from there"
+                ))
             if model.optional is not None:
                 self.plan.insert_after(model.anchor, statements(
                     f"if any(p.requires_grad for p in {model.ref}.parameters()):  # frozen unless {model.optional}: nothing to synchronize\n"
                     f"    {model.ref} = DDP({model.ref}{flag})\n"
+                    + (f"    {keep_buffers}" if keep_buffers else "")
                 ))
                 self.change(model.anchor, (
                     f"`{model.ref}` is trained only when `{model.optional}` (its optimizer is None otherwise): it is wrapped in "
@@ -52,7 +67,7 @@ class WrapModel(Transform):
                     f"its plain model is `{self.plain(model.ref)}` either way"
                 ))
             else:
-                self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref}{flag})\n"))
+                self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref}{flag})\n" + keep_buffers))
                 self.change(model.anchor, f"`{model.ref}` wrapped in DistributedDataParallel once it is on its device and its weights are final")
             if unused is None and not (model.class_name or "").startswith(("torch.", "torchvision.", "timm.")):
                 built = f"`{model.class_name}`" if model.class_name else "a class that is not in this file"
