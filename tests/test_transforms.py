@@ -774,6 +774,36 @@ def test_models_built_in_one_tuple_assignment_are_judged_by_their_own_class() ->
     assert not any(m.startswith("`net_d` has BatchNorm") for m in notes), notes
 
 
+HOLDER = """\
+class Holder:
+    def __init__(self, net):
+        self.net = net
+
+    def loss(self, x, y):
+        return nn.functional.mse_loss(self.net(x), y)
+
+    @torch.no_grad()
+    def score(self, x):
+        return self.net(x).sum()
+"""
+
+
+def test_a_model_kept_by_an_object_that_runs_its_forward_is_wrapped_before_it() -> None:
+    """minRF: `rf = RF(model)` kept the plain model and `rf.forward(x, c)` trained it, so the wrap
+    after it was never used: verify failed 'forward through DDP' and 'replicas'."""
+    loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = holder.loss(x, y)")
+    model = "model = nn.Linear(4, 1).to(device)\nholder = Holder(model)"
+    output = convert(script(f"{DEVICE}\n{LOADER}\n{model}\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers=HOLDER)).output
+    assert "    model = DDP(model)\n    holder = Holder(model)\n" in output
+
+
+def test_a_model_kept_by_an_object_that_only_evaluates_is_wrapped_after_it_noop() -> None:
+    holder = HOLDER.replace("    def loss(self, x, y):\n        return nn.functional.mse_loss(self.net(x), y)\n\n", "")
+    model = "model = nn.Linear(4, 1).to(device)\nholder = Holder(model)"
+    output = convert(script(f"{DEVICE}\n{LOADER}\n{model}\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers=holder)).output
+    assert "    holder = Holder(model)\n    model = DDP(model)\n" in output
+
+
 BN_NET = (
     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"

@@ -988,14 +988,28 @@ class Analyzer:
 
     def _hands_to_trainer(self, call: cst.Call, ref: str) -> bool:
         """`TrainEval(args, model, loader, optimizer).train()`: the model goes into a same-file
-        class whose methods train; the object keeps it, so it must be wrapped before."""
+        class whose methods train, or run the forward of the model it keeps with gradients (a
+        loss wrapper: `flow = Flow(model)`, then `flow.loss(x).backward()`); the object keeps
+        it, so it must be wrapped before (else its forwards skip DDP and ranks diverge)."""
         if not (isinstance(call.func, cst.Name) and call.func.value in self.program.classes):
             return False
         root = ref.split(".")[0]
-        if not any(dotted(a.value) == ref or (isinstance(a.value, cst.Name) and a.value.value == root) for a in call.args):
+        handed = [a.value for a in call.args if dotted(a.value) == ref or (isinstance(a.value, cst.Name) and a.value.value == root)]
+        if not handed:
             return False
         methods = self.program.class_methods(self.program.classes[call.func.value])
-        return any(self._reaches_training(method) for method in methods.values())
+        if any(self._reaches_training(method) for method in methods.values()):
+            return True
+        init = methods.get("__init__")
+        params = [p for value in handed if init is not None and (p := self.program.parameter_for(call, init, value))]
+        kept = {
+            name for node in (self.program.scope_nodes(init) if params else ()) if isinstance(node, cst.Assign) and dotted(node.value) in params
+            for t in node.targets if (name := dotted(t.target)) and name.startswith("self.")
+        }  # fmt: skip
+        return any(
+            dotted(c.func) in kept and not self.tree.grad_disabled(c)
+            for method in methods.values() if method is not init for c in self.program.calls_in(method)
+        )  # fmt: skip
 
     def _trains_with(self, call: cst.Call, target: cst.FunctionDef, ref: str) -> bool:
         """Whether a call of a training function can train `ref`: it is handed the model (or
