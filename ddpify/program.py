@@ -341,7 +341,9 @@ class Program:
 
     def _dict_values(self, item: cst.Subscript, function, seen) -> list[Origin]:
         """The values `d[key]` may read when `d` is a dict literal or comprehension: the value
-        under a literal key, or every value. Empty when `d` is anything else."""
+        under a literal key, or every value; when it is a list literal, its elements and what
+        the scope appends to it (`frames = []; frames.append(Image.fromarray(a)); frames[0]`).
+        Empty when `d` is anything else."""
         if len(item.slice) != 1 or type(item.slice[0].slice) is not cst.Index:
             return []
         key = string_value(item.slice[0].slice.value)
@@ -354,6 +356,14 @@ class Program:
                 chosen = [e for e in node.elements if key is not None and string_value(e.key) == key] or list(node.elements)
                 for element in chosen:
                     found += self._origins(element.value, origin.function, None, seen)
+            elif type(node) is cst.List and all(type(e) is cst.Element for e in node.elements) and (listed := dotted(item.value)):
+                for element in node.elements:
+                    found += self._origins(element.value, origin.function, None, seen)
+                for call in self.calls_in(origin.function):
+                    if type(call.func) is cst.Attribute and call.func.attr.value == "append" and dotted(call.func.value) == listed and len(call.args) == 1:
+                        found += self._origins(call.args[0].value, origin.function, None, seen)
+                if not found:
+                    return []
             else:
                 return []
         return found

@@ -135,3 +135,44 @@ def test_output_classification(call: str) -> None:
 
 def test_every_call_of_the_source_is_expected() -> None:
     assert set(_classified()) == set(EXPECTED)
+
+
+STAR_SOURCE = '''
+import numpy as np
+from PIL import Image
+from utils import *
+
+def step(pixels):
+    sys.stdout.write("loss")
+    logging.info("epoch")
+    os.getcwd()
+    frames = []
+    frames.append(Image.fromarray(pixels))
+    frames[0].save("a.gif", save_all=True, append_images=frames[1:])
+    last = frames[-1]
+    last.save("b.png")
+    arrays = [np.zeros(3)]
+    arrays[0].save("c")
+'''
+
+
+def test_star_imported_modules_and_images_kept_in_lists() -> None:
+    """CycleGAN's `sys.stdout.write` with `sys` bound only by `from utils import *`, and minRF's
+    GIF frames (`frames[0].save(...)`, `last = frames[-1]; last.save(...)`) stayed on every rank."""
+    tree = Tree.parse(cst.parse_module(STAR_SOURCE))
+    outputs = Outputs(tree, Program(tree))
+    (step,) = [f for f in tree.of_type(cst.FunctionDef) if f.name.value == "step"]
+    kinds = {
+        code(line.body[0].value): getattr(outputs.of(line.body[0].value, step), "kind", None)
+        for line in step.body.body
+        if isinstance(line.body[0], cst.Expr)
+    }
+    assert kinds == {
+        'sys.stdout.write("loss")': "print",
+        'logging.info("epoch")': "logging",
+        "os.getcwd()": None,
+        'frames.append(Image.fromarray(pixels))': None,
+        'frames[0].save("a.gif", save_all=True, append_images=frames[1:])': "file write",
+        'last.save("b.png")': "file write",
+        'arrays[0].save("c")': None,
+    }

@@ -61,6 +61,7 @@ WRITE_METHODS: dict[str, tuple[int, str] | None] = {
 }
 FILE_METHODS = {"write", "writelines", "flush"}  # of a file object opened for writing
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
+STAR_REEXPORTED = {"sys", "logging"}  # modules a `from utils import *` brings along with the names it imports
 LOUD_LEVELS = {"error", "exception", "critical", "fatal"}  # a rank's own failure: every rank may report it
 # What another module's function or object does, known only by its name:
 PRINTING_HELPERS = ("progress_bar", "print_")
@@ -99,7 +100,7 @@ class Outputs:
         tree = self.tree
         if tree.is_builtin_call(call, "print"):
             return Output(PRINT, "print")
-        name = tree.qname(call.func) or self.program.star_imported(call.func, function)
+        name = tree.qname(call.func) or self.program.star_imported(call.func, function) or self._star_imported_module(call.func, function)
         if name is not None:
             found = self._by_qualified_name(call, name, function)
             if found is not None:
@@ -111,6 +112,16 @@ class Outputs:
             return Output(LOGGING, call.func.value, by_name=True)
         found = s.method_call(call)
         return self._method(call, found[0], found[1], function) if found is not None else None
+
+    def _star_imported_module(self, func: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
+        """`sys.stdout.write(...)` where only `from utils import *` binds `sys`: the module it
+        re-exports (CycleGAN's progress line). Only the standard modules whose calls print."""
+        root = func
+        while type(root) is cst.Attribute:
+            root = root.value
+        if type(root) is not cst.Name or root.value not in STAR_REEXPORTED or self.program.star_imported(root, function) is None:
+            return None
+        return dotted(func)
 
     def _by_qualified_name(self, call: cst.Call, name: str, function: cst.FunctionDef | None) -> Output | None:
         found = self._named(call, name, function)
