@@ -804,6 +804,23 @@ def test_a_model_kept_by_an_object_that_only_evaluates_is_wrapped_after_it_noop(
     assert "    holder = Holder(model)\n    model = DDP(model)\n" in output
 
 
+@pytest.mark.parametrize(
+    ("after", "joined"),
+    [
+        pytest.param('torch.save(model.state_dict(), "a.pt")\nlast = model.weight\nprint(last)\n', True, id="read-only-by-the-output"),
+        pytest.param('torch.save(model.state_dict(), "a.pt")\nlast = model.weight\nprint(last)\nlast.add_(1)\n', False, id="read-again-later"),
+        pytest.param('torch.save(model.state_dict(), "a.pt")\nlast = torch.randn(2)\nprint(last)\n', False, id="drawn-from-a-generator"),
+    ],
+)  # fmt: skip
+def test_a_name_only_the_next_output_reads_joins_its_rank_0_guard(after: str, joined: bool) -> None:
+    output = convert(standard(after=after)).output
+    guarded = '    if rank == 0:\n        torch.save(model.module.state_dict(), "a.pt")\n'
+    if joined:
+        assert guarded + "        last = model.module.weight\n        print(last)\n" in output
+    else:
+        assert guarded + "    last = " in output
+
+
 BN_NET = (
     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"

@@ -77,10 +77,10 @@ class RankZeroGuards(Transform):
     # --- statements ------------------------------------------------------------------
 
     def _block(self, block: cst.IndentedBlock | cst.Module, function: cst.FunctionDef | None) -> None:
-        for statement in block.body:
+        for index, statement in enumerate(block.body):
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or statement in self.facts.preparation:
                 continue
-            kinds = self._output(statement, function)
+            kinds = self._output(statement, function) or self._only_for_output(block.body, index, function)
             if kinds:
                 if not self.facts.syncs(statement, function) or self._hoist(statement, function):
                     self._guard(statement, function, kinds)
@@ -98,6 +98,27 @@ class RankZeroGuards(Transform):
                     self._mixed_line(body.body, function)
                 else:
                     self._block(body, function)
+
+    def _only_for_output(self, body: Sequence[cst.BaseStatement], index: int, function: cst.FunctionDef | None) -> list[str]:
+        """`last = frames[-1]` between `frames[0].save(...)` and `last.save(...)`: a name bound
+        without calls (nothing drawn from a generator, nothing synced) that only the output
+        statements right after it read joins their rank-0 guard, instead of splitting it in two."""
+        statement = body[index]
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Assign)):
+            return []
+        assign = statement.body[0]
+        if len(assign.targets) != 1 or type(assign.targets[0].target) is not cst.Name or any(type(n) is cst.Call for n in self.tree.walk(assign.value)):
+            return []
+        name = assign.targets[0].target.value
+        end = index + 1
+        while end < len(body) and not isinstance(body[end], (cst.FunctionDef, cst.ClassDef)) and self._output(body[end], function) and not self.facts.syncs(body[end], function):
+            end += 1
+        users = body[index + 1 : end]
+        if not users:
+            return []
+        reads = [n for n in self.program.scope_nodes(function) if type(n) is cst.Name and n.value == name and not self.tree.inside(n, assign.targets[0])]
+        inside = [n for n in reads if any(self.tree.inside(n, u) for u in users)]
+        return [f"`{name} = ...` (only the output after it reads `{name}`)"] if inside and len(inside) == len(reads) else []
 
     def _mixed_line(self, smalls: Sequence[cst.BaseSmallStatement], function: cst.FunctionDef | None) -> None:
         """`HAS_SK = False; print(...)`, or `except: print(...)` on one line: a statement guard would
