@@ -945,6 +945,50 @@ def test_metrics_are_summed_or_averaged_by_their_use(accumulate: str, report: st
 
 
 @pytest.mark.parametrize(
+    ("init", "report", "expected"),
+    [
+        pytest.param(
+            "bins, counts = {i: 0.0 for i in range(2)}, {i: 0 for i in range(2)}", "print(bins[0] / counts[0])",
+            ["bins = dict(zip(bins, bins_totals.tolist()))", "counts = {key: int(value) for key, value in zip(counts, counts_totals.tolist())}"], id="ratio-of-keyed-totals-summed",
+        ),
+        pytest.param(
+            'bins, counts = {"low": 0.0, "high": 0.0}, {0: 0, 1: 0}', 'print(bins["low"] / len(loader))',
+            ["bins = dict(zip(bins, (bins_totals / world_size).tolist()))"], id="per-rank-batches-averaged",
+        ),
+    ],
+)  # fmt: skip
+def test_totals_under_fixed_keys_are_reduced_key_by_key(init: str, report: str, expected: list[str]) -> None:
+    """minRF's per-timestep loss bins (`lossbin[int(t * 10)] += l`, `losscnt[...] += 1`) were
+    rank 0's shard only; lint's DDP403 already said so."""
+    keys = ("0", "1") if "range" in init else ('"low"', '"high"')
+    loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    {init}\n").replace(
+        "        optimizer.step()\n",
+        f"        optimizer.step()\n        bins[{keys[0]} if loss.item() > 1 else {keys[1]}] += loss.item()\n        counts[0 if loss.item() > 1 else 1] += 1\n",
+    ) + f"    {report}\n"
+    output = convert(standard(loop=loop)).output
+    assert "        bins_totals = torch.tensor([float(value) for value in bins.values()], dtype=torch.float64)\n" in output
+    for line in expected:
+        assert f"        {line}\n" in output, output
+    assert not lint_source(output)
+
+
+@pytest.mark.parametrize(
+    "init",
+    [
+        pytest.param("bins = {}", id="keys-made-as-it-goes"),
+        pytest.param("bins = {i: 0.0 for i in range(n_bins)}", id="keys-from-a-variable"),
+        pytest.param("bins = {name: 0.0 for name in names}", id="keys-from-a-list"),
+    ],
+)
+def test_totals_under_keys_not_fixed_alike_on_every_rank_noop(init: str) -> None:
+    loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    n_bins, names = 2, ['a']\n    {init}\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        bins[0] += loss.item()\n"
+    ) + "    print(bins)\n"
+    output = convert(standard(loop=loop)).output
+    assert "bins.values()" not in output
+
+
+@pytest.mark.parametrize(
     ("save", "expected"),
     [
         pytest.param('torch.save(model, "model.pt")', 'torch.save(model.module, "model.pt")', id="whole-model"),

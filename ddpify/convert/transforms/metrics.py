@@ -27,8 +27,10 @@ NUMBER_METHODS = {"item", "size", "numel", "tolist"}
 NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 
 # count: a Python int of samples (summed); number: a Python float ("number?": maybe a tensor by
-# then, so it goes through float()); tensor: reduced in place; list: per-step values, gathered.
-Kind = Literal["count", "number", "number?", "tensor", "list"]
+# then, so it goes through float()); tensor: reduced in place; list: per-step values, gathered;
+# dict: numbers under fixed keys (`lossbin[int(t * 10)] += loss`), reduced key by key ("dict
+# count": ints counted up, `losscnt[bin] += 1`, ints again).
+Kind = Literal["count", "number", "number?", "tensor", "list", "dict", "dict count"]
 
 
 class ReduceMetrics(Transform):
@@ -100,7 +102,15 @@ class ReduceMetrics(Transform):
         """Totals built in the loop and read after it, by kind."""
         added: dict[str, list[cst.BaseExpression]] = {}  # name -> increments
         appended: dict[str, list[cst.BaseExpression]] = {}  # name -> appended values
+        keyed: dict[str, list[cst.BaseExpression]] = {}  # name -> increments of `name[key] += value`
         for node in self.tree.walk(loop.loop.body):
+            if (
+                isinstance(node, cst.AugAssign)
+                and isinstance(node.operator, cst.AddAssign)
+                and isinstance(node.target, cst.Subscript)
+                and isinstance(node.target.value, cst.Name)
+            ):
+                keyed.setdefault(node.target.value.value, []).append(node.value)  # `losscnt[bin] += 1` counts this rank's samples too
             if (
                 isinstance(node, cst.AugAssign)
                 and isinstance(node.operator, cst.AddAssign)
@@ -137,6 +147,13 @@ class ReduceMetrics(Transform):
                         totals[name] = "number?"
                 else:
                     totals[name] = "tensor"
+        for name, values in keyed.items():
+            initial = self._initial_values(loop, name)
+            if initial and all(map(self._numbers_under_fixed_keys, initial)) and self._read_after(loop, name) and not restarts_inside(
+                self.tree, self.program, loop.loop, loop.function, name
+            ):
+                counts = all(self._int_values(v) for v in initial) and all(isinstance(v, cst.Integer) or self._is_count(v) for v in values)
+                totals[name] = "dict count" if counts else "dict"
         for name, values in appended.items():
             initial = self._initial_values(loop, name)
             if not (initial and all(isinstance(v, cst.List) and not v.elements for v in initial) and self._read_after(loop, name)):
@@ -184,6 +201,28 @@ class ReduceMetrics(Transform):
                 return []  # set once, before the loop around the training loop: a running history
             values.append(value.elements[index].value if index is not None and isinstance(value, (cst.Tuple, cst.List)) else value)
         return values
+
+    def _numbers_under_fixed_keys(self, value: cst.CSTNode) -> bool:
+        """`{i: 0 for i in range(10)}`, `{"real": 0.0, "fake": 0.0}`: the same keys on every rank,
+        in the same order, each holding a number."""
+        if isinstance(value, cst.DictComp):
+            (comp,) = [value.for_in] if value.for_in.inner_for_in is None else [None]
+            return (
+                comp is not None and isinstance(value.value, (cst.Integer, cst.Float)) and not value.for_in.ifs
+                and self.tree.is_builtin_call(comp.iter, "range") and all(isinstance(a.value, cst.Integer) for a in comp.iter.args)
+            )  # fmt: skip
+        if isinstance(value, cst.Dict):
+            return bool(value.elements) and all(
+                isinstance(e, cst.DictElement) and isinstance(e.key, (cst.Integer, cst.SimpleString)) and isinstance(e.value, (cst.Integer, cst.Float))
+                for e in value.elements
+            )
+        return False
+
+    @staticmethod
+    def _int_values(value: cst.CSTNode) -> bool:
+        if isinstance(value, cst.DictComp):
+            return isinstance(value.value, cst.Integer)
+        return isinstance(value, cst.Dict) and all(isinstance(e, cst.DictElement) and isinstance(e.value, cst.Integer) for e in value.elements)
 
     def _clock(self, value: cst.BaseExpression) -> bool:
         return any(isinstance(n, cst.Call) and (self.tree.qname(n.func) or "").startswith(("time.", "timeit.", "datetime.")) for n in self.tree.walk(value))
@@ -245,7 +284,7 @@ class ReduceMetrics(Transform):
         of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("count", "number", "number?", "tensor", "list")}
         numbers = [name for name, kind in totals.items() if kind in ("count", "number", "number?")]  # in the script's order
         summed = {name for name in totals if self._summed(loop, name, totals)}
-        reduced = numbers + of_kind["tensor"]
+        reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith("dict")]
         how = "sum" if set(reduced) <= summed else "average" if not summed & set(reduced) else "sum or average"
         what = f"{how} the totals" if reduced else "gather the values"
         lines = [f"# Each rank {'went over' if helper else 'trained on'} its own shard of the data: {what} over ranks."]
@@ -254,6 +293,15 @@ class ReduceMetrics(Transform):
             values = ", ".join(f"float({n})" if totals[n] == "number?" else n for n in numbers)
             lines += [f"{tensor} = torch.tensor([{values}], dtype=torch.float64)", f"dist.all_reduce({tensor})"]
             lines += self._unpack(tensor, numbers, totals, summed, function)
+        for name in [n for n, kind in totals.items() if kind.startswith("dict")]:
+            tensor = self._free(function, f"{name}_totals", f"reduced_{name}")
+            values = f"{tensor}.tolist()" if name in summed else f"({tensor} / {self.world_size(function)}).tolist()"
+            lines += [
+                f"{tensor} = torch.tensor([float(value) for value in {name}.values()], dtype=torch.float64)",
+                f"dist.all_reduce({tensor})",
+                f"{name} = {{key: int(value) for key, value in zip({name}, {values})}}" if totals[name] == "dict count" and name in summed
+                else f"{name} = dict(zip({name}, {values}))",
+            ]
         for name in of_kind["tensor"]:
             lines.append(f"dist.all_reduce({name})")
             if name not in summed:  # not in place: an integer tensor (a count of hits) divides into floats
@@ -300,7 +348,7 @@ class ReduceMetrics(Transform):
                 by_dataset = self.facts.counts_whole_dataset(denominator, loop.function)
                 modes.add("sum" if by_dataset or by_total else "average")
         if not modes:
-            return totals[name] == "count"
+            return totals[name] in ("count", "dict count")
         return modes == {"sum"}
 
     def _unpack(self, tensor: str, numbers: list[str], totals: dict[str, Kind], summed: set[str], function) -> list[str]:
