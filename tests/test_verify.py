@@ -2,7 +2,8 @@
 
 A spy on `ddpify.verify.verify_script` keeps the result object the CLI got, so every case is
 checked twice from one run: the API result and the CLI's exit code and table. Runs are real
-(torchrun, 2 gloo ranks on CPU); the whole module takes about a minute on 2 cores.
+(2 gloo ranks on CPU): the correct, argument, single-process and hang cases through torchrun, the
+cases that fail a check through the direct launcher; the module takes about two minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -112,7 +113,10 @@ def runs() -> dict[str, CliRun]:
     """
     timeout = {"timeout": float(TIMEOUT)}
     jobs = {name: (["--timeout", TIMEOUT, *args], {**timeout, **fields}) for name, (args, fields) in OPTIONS.items()}
-    jobs.update({name: (["--timeout", TIMEOUT], timeout) for name in FAILING})
+    # The failing cases judge what the shim recorded, whoever started the ranks: the direct
+    # launcher (one torch import, forked ranks) instead of torchrun's agent and two imports.
+    direct = {**timeout, "launcher": "direct"}
+    jobs.update({name: (["--timeout", TIMEOUT, "--launcher", "direct"], direct) for name in FAILING})
     jobs["hang_collective_under_guard"] = (["--timeout", HANG_TIMEOUT, "--keep"], {"timeout": float(HANG_TIMEOUT), "keep": True})
     # What verify sets when ranks share one GPU, forced here on a machine without one.
     shared_gpu_env = {verify_api.ENV_FORCE_GLOO: "1", verify_api.ENV_SHARED_GPUS: "1"}
