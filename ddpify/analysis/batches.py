@@ -5,6 +5,8 @@ replicated weights and fixed inputs (`netG(fixed_noise)`) are the same on every 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from ddpify.program import Program
@@ -48,18 +50,30 @@ def batch_names(tree: Tree, program: Program, loop: cst.For | cst.While) -> set[
     return names
 
 
-def from_batch(tree: Tree, program: Program, loop: cst.For | cst.While, function: cst.FunctionDef | None, value: cst.CSTNode, depth: int = 4) -> bool:
+def from_batch(
+    tree: Tree,
+    program: Program,
+    loop: cst.For | cst.While,
+    function: cst.FunctionDef | None,
+    value: cst.CSTNode,
+    depth: int = 4,
+    also: Callable[[cst.CSTNode], bool] | None = None,
+) -> bool:
     """Whether `value`, where it stands in the loop, holds something of this rank's batch: it
     reads a drawn name, or a name whose last assignment in the loop before it does, or one the
     loop keeps adding to from the batch (`tokens_seen += x.numel()`). `fake = netG(noise)` early
-    in a step does not make `img_list.append(netG(fixed_noise))` later in it a batch's value."""
+    in a step does not make `img_list.append(netG(fixed_noise))` later in it a batch's value.
+    `also`: what else counts as this rank's own, wherever the value is followed to (convert's
+    metrics: another module's evaluation handed the sharded loader)."""
     drawn = drawn_names(tree, program, loop)
     if not drawn:
         return True  # no batch to follow: assume it is one
-    return _from_batch(tree, program, loop, function, value, drawn, depth)
+    return _from_batch(tree, program, loop, function, value, drawn, depth, also)
 
 
-def _from_batch(tree, program, loop, function, value, drawn, depth) -> bool:
+def _from_batch(tree, program, loop, function, value, drawn, depth, also=None) -> bool:
+    if also is not None and also(value):
+        return True
     at = tree.order(value)
     for node in tree.walk(value):
         if not isinstance(node, cst.Name):
@@ -67,10 +81,10 @@ def _from_batch(tree, program, loop, function, value, drawn, depth) -> bool:
         if node.value in drawn:
             return True
         earlier = [v for v, _ in program.assignments(function, node.value) if tree.inside(v, loop.body) and tree.order(v) < at]
-        if earlier and (depth == 0 or _from_batch(tree, program, loop, function, max(earlier, key=tree.order), drawn, depth - 1)):
+        if earlier and (depth == 0 or _from_batch(tree, program, loop, function, max(earlier, key=tree.order), drawn, depth - 1, also)):
             return True
         grown = [n.value for n in tree.walk(loop.body) if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value == node.value]
-        if grown and (depth == 0 or any(_from_batch(tree, program, loop, function, g, drawn, depth - 1) for g in grown)):
+        if grown and (depth == 0 or any(_from_batch(tree, program, loop, function, g, drawn, depth - 1, also) for g in grown)):
             return True
     return False
 

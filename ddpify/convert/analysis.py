@@ -146,6 +146,7 @@ class Facts:
     epoch_starts: list[EpochStart]
     model_refs: dict[cst.FunctionDef | None, set[str]]
     syncing: set[cst.FunctionDef]
+    outputs: Outputs  # what a call outputs: the analyzer's own classification, shared
     warnings: list[tuple[cst.CSTNode | None, str]] = field(default_factory=list)
     # Statements of the entry that prepare data files through same-file helpers (download, unzip,
     # write csv): they run on rank 0, then a barrier; the helpers they alone call are left as is.
@@ -237,10 +238,6 @@ class Facts:
     def optional_models(self) -> set[str]:
         """Names of the models wrapped only when they train (the last part: `encoder`)."""
         return {m.ref.rsplit(".", 1)[-1] for m in self.models if m.optional is not None}
-
-    @cached_property
-    def outputs(self) -> Outputs:
-        return Outputs(self.tree, self.program)
 
     @cached_property
     def _runs_after_lazy_setup(self) -> set[cst.FunctionDef]:
@@ -406,6 +403,7 @@ class Analyzer:
             epoch_starts=self._epoch_starts([loop for loop in loops if self._sharded(loop, loader_plans)]),
             model_refs=refs,
             syncing=set(),
+            outputs=self.outputs,
             warnings=self.warnings,
         )
         facts.syncing = self._syncing(facts)

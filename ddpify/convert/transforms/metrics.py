@@ -164,27 +164,19 @@ class ReduceMetrics(Transform):
                 self.warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
         return totals
 
-    def _from_batch(self, loop: TrainLoop, value: cst.CSTNode, depth: int = 3) -> bool:
+    def _from_batch(self, loop: TrainLoop, value: cst.CSTNode) -> bool:
         """Something of this rank's batch, or what another module computed over the sharded
         loader it was handed (`evaluate(model, train_loader)`: unreduced), directly or through
         the last assignment in the loop of a name `value` reads."""
-        if from_batch(self.tree, self.program, loop.loop, loop.function, value):
-            return True
+        return from_batch(self.tree, self.program, loop.loop, loop.function, value, also=lambda node: self._over_a_loader(loop, node))
+
+    def _over_a_loader(self, loop: TrainLoop, value: cst.CSTNode) -> bool:
+        """`evaluate(model, train_loader)` from another module: a loader handed to it."""
         for node in self.tree.walk(value):
             arg = self.tree.parent(node) if isinstance(node, cst.Name) else None
             call = self.tree.parent(arg) if isinstance(arg, cst.Arg) else None
             if isinstance(call, cst.Call) and self.program.callee(call, loop.function) is None and self.program.dataloaders(node, loop.function):
                 return True
-        if depth == 0:
-            return False
-        for node in self.tree.walk(value):
-            if isinstance(node, cst.Name):
-                earlier = [
-                    v for v, _ in self.program.assignments(loop.function, node.value)
-                    if self.tree.inside(v, loop.loop.body) and self.tree.order(v) < self.tree.order(value)
-                ]
-                if earlier and self._from_batch(loop, max(earlier, key=self.tree.order), depth - 1):
-                    return True
         return False
 
     def _initial_values(self, loop: TrainLoop, name: str) -> list[cst.CSTNode]:
