@@ -366,6 +366,13 @@ class Tree:
     def line(self, node: cst.CSTNode) -> int:
         return self.positions.start_line(node)
 
+    def last_line(self, node: cst.CSTNode) -> int:
+        """The last line of `node`; of a statement of a block, counted without rendering it, and
+        past the comments that close its block (no code stands on those lines)."""
+        if type(self.parent(node)) in BLOCKS:
+            return self.positions.lines(node)[1] - 1
+        return self.positions.span(node)[2]
+
     def column(self, node: cst.CSTNode) -> int:
         return self.positions.span(node)[1] + 1
 

@@ -229,7 +229,7 @@ class ReduceMetrics(Transform):
         return bool(values) and not any(self.tree.inside(v, outer[0]) for v in values)
 
     def _read_after(self, loop: TrainLoop, name: str) -> bool:
-        end = self.tree.positions[loop.loop].end.line
+        end = self.tree.last_line(loop.loop)
         return any(
             isinstance(n, cst.Name) and n.value == name and self.tree.line(n) > end and not self._is_target(n)
             for n in self.program.scope_nodes(loop.function)
@@ -237,7 +237,7 @@ class ReduceMetrics(Transform):
 
     def _used_as_tensor(self, loop: TrainLoop, name: str) -> bool:
         """`name.double()`, `name.item()`...: after the loop the script reads it as a tensor."""
-        end = self.tree.positions[loop.loop].end.line
+        end = self.tree.last_line(loop.loop)
         return any(
             isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == name and self.tree.line(n) > end
             for n in self.program.scope_nodes(loop.function)
@@ -320,7 +320,7 @@ class ReduceMetrics(Transform):
         """Sums and counts are summed over ranks; a total divided by a per-rank count (batches,
         `len(loader)`, a constant) is an average and is averaged. `correct / total` sums both,
         whatever `total` counts (samples, or `+= batch_size`)."""
-        end = self.tree.positions[loop.loop].end.line
+        end = self.tree.last_line(loop.loop)
         modes = set()
         for node in self.program.scope_nodes(loop.function):
             if self.tree.line(node) <= end:

@@ -17,6 +17,7 @@ reduced one, reduce an argument in place, or return a total accumulated over a s
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,7 +27,7 @@ from ddpify import nodes
 from ddpify import syntax as s
 from ddpify.analysis.totals import restarts_inside
 from ddpify.lint.script import Script
-from ddpify.syntax import code, dotted, method_call
+from ddpify.syntax import BLOCKS, code, dotted, method_call
 
 Pos = tuple[int, int]
 Function = cst.FunctionDef | None
@@ -172,6 +173,8 @@ class Scope:
         return (start.line, start.column)
 
     def end(self, node: cst.CSTNode) -> Pos:
+        if type(self.tree.parent(node)) in BLOCKS:  # a whole statement: what follows starts on a later line
+            return (self.tree.last_line(node), sys.maxsize)
         end = self.tree.positions[node].end
         return (end.line, end.column)
 
