@@ -85,8 +85,10 @@ RankKind = Literal["global", "local"]
 
 
 def position(tree: Tree, node: cst.CSTNode) -> tuple[int, int]:
-    start = tree.positions[node].start
-    return (start.line, start.column)
+    """Where `node` starts, for ordering: its line, then its place in preorder (source order
+    among nodes on one line, an expression before its parts), so that the statement need not
+    be rendered for its column."""
+    return (tree.line(node), tree.order(node))
 
 
 def is_literal(node: cst.CSTNode, value: str) -> bool:
