@@ -821,6 +821,36 @@ def test_a_name_only_the_next_output_reads_joins_its_rank_0_guard(after: str, jo
         assert guarded + "    last = " in output
 
 
+def test_a_model_built_after_another_models_training_loop_is_wrapped_too() -> None:
+    """A teacher pre-trained in a loop before `student = ...`: that loop trains no student. The
+    student was never wrapped (its replicas diverged) because the teacher's loop ended the search."""
+    body = f"""{DEVICE}
+{LOADER}
+teacher = nn.Linear(4, 1).to(device)
+t_opt = torch.optim.SGD(teacher.parameters(), lr=0.1)
+for x, y in loader:
+    t_opt.zero_grad()
+    nn.functional.mse_loss(teacher(x), y).backward()
+    t_opt.step()
+student = nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+{LOOP.replace("model(x)", "student(x) - teacher(x).detach()")}torch.save(student.state_dict(), "s.pt")
+"""
+    output = convert(script(body)).output
+    assert "    teacher = DDP(teacher)\n" in output
+    assert "    student = nn.Linear(4, 1).to(device)\n    student = DDP(student)\n" in output
+    assert 'torch.save(student.module.state_dict(), "s.pt")' in output
+
+
+def test_a_training_forward_through_a_second_name_bound_before_the_wrap_is_refused() -> None:
+    """`net = model.to(device)`, the optimizer over `model`, `net(x)` in the loop: `net` would stay
+    the plain model after `model = DDP(model)`, and training would skip DDP (verify: replicas)."""
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1)\nnet = model.to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    result = convert(script(body + LOOP.replace("model(x)", "net(x)")))
+    assert result.status == "unchanged"
+    assert "calls `net`, a second name for `model` bound at line" in result.reason
+
+
 BN_NET = (
     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"

@@ -410,6 +410,7 @@ class Analyzer:
         facts.preparation, facts.prepared_functions = self._data_preparation(facts)
         self._check_names(entry)
         self._check_custom_methods(facts)
+        self._check_aliases(facts)
         return facts
 
     # --- should we touch this script at all? -------------------------------------------
@@ -975,13 +976,28 @@ class Analyzer:
         for call in self.tree.calls(statement):
             if dotted(call.func) == ref:
                 return True
-            if is_backward(call) and any(self.tree.inside(loop, statement) for loop in self.tree.loops(call)):
+            if is_backward(call) and any(self.tree.inside(loop, statement) for loop in self.tree.loops(call)) and self._may_train(statement, ref, function):
                 return True
             target = self.program.callee(call, function)
             if target is not None and self._reaches_training(target[0]) and self._trains_with(call, target[0], ref):
                 return True  # `train(model, loader)`, or `train(epoch)` on a global model
             if self._hands_to_trainer(call, ref):
                 return True  # `Trainer(model, ...)`: its methods train what it was handed
+        return False
+
+    def _may_train(self, loop: cst.CSTNode, ref: str, function: cst.FunctionDef | None) -> bool:
+        """Whether a loop that calls backward() may train `ref`: it names the model or a name
+        bound from it (`net = model.to(device)`), or calls a function of this file (which may
+        reach it). A teacher's pre-training loop before `student = Net()` trains no student."""
+        names = {ref}
+        for node in self.program.scope_nodes(function):
+            if type(node) is cst.Assign and self._mentions(node.value, ref):
+                names |= {name for t in node.targets for name in self.program.names_in(t.target)}
+        for node in self.tree.walk(loop):
+            if (type(node) is cst.Name or type(node) is cst.Attribute) and dotted(node) in names:
+                return True
+            if type(node) is cst.Call and self.program.callee(node, function) is not None:
+                return True
         return False
 
     def _hands_to_trainer(self, call: cst.Call, ref: str) -> bool:
@@ -1512,6 +1528,32 @@ class Analyzer:
                     "forward(), so DDP would not average its gradients across ranks: call the model itself "
                     "(its forward) in the training loop, then convert"
                 )
+
+    def _check_aliases(self, facts: Facts) -> None:
+        """`net = model.to(device)` before the wrap, then `net(x)` in training: `net` stays the
+        plain model, so that forward would skip DDP (no gradient averaging) while the script
+        looks converted. Refused with the names, until a careful rewrite of both exists."""
+        for model in facts.models:
+            if model.element is not None or model.anchor is None:
+                continue
+            wrapped_at = self.tree.order(model.anchor)
+            for node in self.program.scope_nodes(model.function):
+                if type(node) is not cst.Assign or dotted(unchained(node.value)) != model.ref:
+                    continue
+                if self.tree.order(node) > wrapped_at and not self.tree.inside(node, model.anchor):
+                    continue  # bound from the wrapper
+                for target in node.targets:
+                    alias = dotted(target.target)
+                    if alias is None or alias == model.ref:
+                        continue
+                    for loop in facts.train_loops:
+                        for call in self.tree.calls(loop.loop):
+                            if dotted(call.func) == alias and self._feeds_backward(call, self.tree.function(call)):
+                                raise NotConvertible(
+                                    f"the training forward `{code(call)}` (line {self.tree.line(call)}) calls `{alias}`, a second name "
+                                    f"for `{model.ref}` bound at line {self.tree.line(node)}, before the DDP wrap: it would stay the plain "
+                                    f"model and skip DDP's gradient averaging; call the model through one name (`{model.ref}`), then convert"
+                                )
 
     def _feeds_backward(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """Whether a value `backward()` is called on comes from `call` (`loss = model.loss(x)`)."""
