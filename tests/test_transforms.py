@@ -2039,6 +2039,44 @@ def test_a_loop_left_on_this_ranks_numbers_is_left_by_every_rank() -> None:
     assert output.count("def any_rank(flag):") == 1
 
 
+@pytest.mark.parametrize(
+    ("setup", "test", "leave"),
+    [
+        pytest.param("done = False", "loss.item() < 0.01", "done = True", id="a-flag-the-while-test-reads"),
+        pytest.param("recent = deque(maxlen=3)", "len(recent) == 3 and sum(recent) / 3 < 0.01", "break", id="a-window-of-this-ranks-losses"),
+        pytest.param("total = 0.0", "total > 100", "break", id="a-running-total-before-its-reduction"),
+    ],
+)  # fmt: skip
+def test_a_while_loop_left_on_this_ranks_numbers_is_left_by_every_rank(setup: str, test: str, leave: str) -> None:
+    """Helper corpus H: a `while step < n and not done:` loop stopped by `done = True` on this
+    rank's loss, and a break on a window of its losses, hung the ranks that stayed."""
+    body = f"""{DEVICE}
+{LOADER}
+model = nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+step, it = 0, iter(loader)
+{setup}
+while step < 50 and not {"done" if "done" in setup else "False"}:
+    try:
+        x, y = next(it)
+    except StopIteration:
+        it = iter(loader)
+        x, y = next(it)
+    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    step += 1
+    recent_value = loss.item()
+    {"recent.append(recent_value)" if "recent" in setup else "total += recent_value" if "total" in setup else "pass"}
+    if {test}:
+        {leave}
+"""
+    output = convert(script(body, imports="from collections import deque\n")).output
+    assert f"        if any_rank({test}):\n" in output
+    assert "keeps adding up" not in "".join(n.message for n in convert(script(body, imports="from collections import deque\n")).warnings)
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -21,4 +21,16 @@ def restarts_inside(tree: Tree, program: Program, loop: cst.For | cst.While, fun
             value = value.elements[index].value
         if not any(type(n) is cst.Name and n.value == name for n in tree.walk(value)):
             return True  # not `total = total + x`
-    return False
+    return bounded(tree, program, function, name)
+
+
+def bounded(tree: Tree, program: Program, function: cst.FunctionDef | None, name: str) -> bool:
+    """`recent = deque(maxlen=5)`: a window that forgets by itself, whatever the loop does."""
+    values = [value for value, index in program.assignments(function, name) if index is None]
+    return bool(values) and all(
+        tree.is_call_to(value, DEQUE) and any(a.keyword is not None and a.keyword.value == "maxlen" or (a.keyword is None and i == 1) for i, a in enumerate(value.args))
+        for value in values
+    )
+
+
+DEQUE = {"collections.deque"}

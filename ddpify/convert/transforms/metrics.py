@@ -124,14 +124,15 @@ class ReduceMetrics(Transform):
         for name in [n for n, values in appended.items() if not any(self._from_batch(loop, v) for v in values)]:
             del appended[name]  # `img_list.append(netG(fixed_noise))`: the same on every rank, no shard's values
         totals: dict[str, Kind] = {}
+        windows = {n for found in (added, appended) for n in found if restarts_inside(self.tree, self.program, loop.loop, loop.function, n)}
         for name in [*added, *appended]:
-            if self._across_epochs(loop, name) and self._read_after(loop, name):
+            if name not in windows and self._across_epochs(loop, name) and self._read_after(loop, name):
                 self.warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
         for name in [n for n, values in added.items() if any(self._clock(v) for v in values)]:
             del added[name]  # `total_time += time.time() - start`: this rank's own wall time, no metric
         for found in (added, appended):
-            for name in [n for n in found if restarts_inside(self.tree, self.program, loop.loop, loop.function, n)]:
-                del found[name]  # a window over the last few batches, reported as it goes: no total
+            for name in [n for n in found if n in windows]:
+                del found[name]  # a window over the last few batches (or a deque that forgets), reported as it goes: no total
         for name, values in added.items():
             initial = self._initial_values(loop, name)
             if initial and self._read_after(loop, name):

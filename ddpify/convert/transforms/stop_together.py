@@ -36,6 +36,8 @@ def rank_mean(value):
     dist.all_reduce(value)
     return value.item() / dist.get_world_size()
 '''
+# Methods that collect a value into a container (`recent.append(loss.item())`).
+COLLECTS = {"append", "appendleft", "extend", "add", "insert"}
 # Schedulers whose step decides on a value it is given.
 PLATEAU = {"torch.optim.lr_scheduler.ReduceLROnPlateau"}
 
@@ -48,7 +50,7 @@ class StopTogether(Transform):
         rewritten: set[int] = set()
         for loop in self.facts.train_loops:
             exits = self._exits(loop)
-            local = batch_names(self.tree, self.program, loop.loop) if exits else set()  # counters are the same on every rank; totals are reduced after the loop
+            local = self._local_names(loop) if exits else set()  # counters are the same on every rank
             if not local:
                 continue
             for node in exits:
@@ -88,19 +90,43 @@ class StopTogether(Transform):
                 self.change(call, f"`{code(value)}` is this rank's own: the plateau scheduler steps on its mean over ranks, so every rank lowers its learning rate alike (rank_mean)")
         return bool(done)
 
+    def _local_names(self, loop: TrainLoop) -> set[str]:
+        """Names holding this rank's own numbers in the step: those bound from its batch, and what
+        the loop collects or adds up from them (`recent.append(loss.item())`, `total += loss.item()`,
+        read before any reduction after the loop)."""
+        local = batch_names(self.tree, self.program, loop.loop)
+        grown = True
+        while grown:
+            grown = False
+            for node in self.tree.walk(loop.loop.body):
+                target = None
+                if type(node) is cst.AugAssign and type(node.target) is cst.Name and reads(self.tree, node.value, local):
+                    target = node.target.value
+                elif (found := method_call(node)) and found[1] in COLLECTS and type(found[0]) is cst.Name and reads(self.tree, node, local):
+                    target = found[0].value
+                if target is not None and target not in local:
+                    local.add(target)
+                    grown = True
+        return local
+
     def _exits(self, loop: TrainLoop) -> list[cst.If]:
         """`if` statements that leave the batch loop or an enclosing loop of the same function
-        (`break`, `return`), in the batch loop's body or after it in the enclosing loops."""
+        (`break`, `return`, or setting a flag a `while` test of those loops reads: `done = True`
+        for `while step < n and not done:`), in the batch loop's body or after it in the
+        enclosing loops."""
         found: list[cst.If] = []
-        scopes: list[cst.CSTNode] = [loop.loop.body]
-        scopes += [outer.body for outer in self.tree.loops(loop.loop) if outer is not loop.loop]
+        loops = [loop.loop, *(outer for outer in self.tree.loops(loop.loop) if outer is not loop.loop)]
+        scopes: list[cst.CSTNode] = [lp.body for lp in loops]
+        flags = {n.value for lp in loops if type(lp) is cst.While for n in self.tree.walk(lp.test) if type(n) is cst.Name}
         for node in self.tree.of_type(cst.If):
-            if any(self.tree.inside(node, scope) for scope in scopes) and self.tree.function(node) is loop.function and self._leaves(node):
+            if any(self.tree.inside(node, scope) for scope in scopes) and self.tree.function(node) is loop.function and self._leaves(node, flags):
                 found.append(node)
         return found
 
-    def _leaves(self, node: cst.If) -> bool:
+    def _leaves(self, node: cst.If, flags: set[str] = frozenset()) -> bool:
         for inner in self.tree.walk(node.body):
+            if type(inner) is cst.Assign and any(name in flags for t in inner.targets for name in self.program.names_in(t.target)):
+                return True  # the `while` around stops on it
             if isinstance(inner, cst.Return) and self.tree.function(inner) is self.tree.function(node):
                 return True
             if isinstance(inner, cst.Break) and not any(self.tree.inside(lp, node.body) for lp in self.tree.loops(inner)):
