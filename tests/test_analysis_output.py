@@ -36,6 +36,8 @@ def step(model, out_dir):
     logger.warning("slow")
     logger.exception("failed")
     logging.basicConfig(filename="train.log")
+    logging.basicConfig(handlers=[logging.FileHandler("a.log"), logging.StreamHandler()])
+    logging.FileHandler("b.log", mode="w")
     tqdm(range(3))
     SummaryWriter("runs2")
     writer.add_scalar("loss", 1.0)
@@ -78,6 +80,8 @@ EXPECTED = {
     'logger.warning("slow")': ("logging", ".warning", None, ""),
     'logger.exception("failed")': ("logging", ".exception", None, "loud"),
     'logging.basicConfig(filename="train.log")': ("logging", "logging.basicConfig", None, "creates"),
+    'logging.basicConfig(handlers=[logging.FileHandler("a.log"), logging.StreamHandler()])': ("logging", "logging.basicConfig", None, "creates"),
+    'logging.FileHandler("b.log", mode="w")': ("logging", "logging.FileHandler", None, "creates"),
     "tqdm(range(3))": ("tqdm", "tqdm", None, ""),
     'SummaryWriter("runs2")': ("TensorBoard", "SummaryWriter", None, "creates"),
     'writer.add_scalar("loss", 1.0)': ("TensorBoard", ".add_scalar", None, ""),

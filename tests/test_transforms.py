@@ -851,6 +851,27 @@ def test_a_training_forward_through_a_second_name_bound_before_the_wrap_is_refus
     assert "calls `net`, a second name for `model` bound at line" in result.reason
 
 
+def test_a_log_file_handler_is_made_on_rank_0_only() -> None:
+    """`fh = logging.FileHandler("train.log", mode="w")` on every rank: each truncated the file
+    rank 0 logs into (verify: side effects, 'written by more than one rank')."""
+    setup = 'logger = logging.getLogger("train")\nfh = logging.FileHandler("train.log", mode="w")\nlogger.addHandler(fh)\n'
+    loop = LOOP + '    logger.info("epoch %d", epoch)\n'
+    output = convert(standard(loop=loop).replace("def main():\n", "def main():\n" + textwrap.indent(setup, "    "))
+                     .replace("import torch\n", "import logging\nimport torch\n", 1)).output
+    assert '    fh = logging.FileHandler("train.log", mode="w") if rank == 0 else None\n    if rank == 0:\n        logger.addHandler(fh)\n' in output
+
+
+def test_an_averaged_model_averages_the_plain_model() -> None:
+    """`AveragedModel(model)` deep-copied the DDP wrapper: its state dict had a `module.` level."""
+    helper = "def fit(model, optimizer, loader):\n    swa_model = AveragedModel(model)\n" + textwrap.indent(LOOP, "    ") + "        swa_model.update_parameters(model)\n    return swa_model\n"
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nswa = fit(model, optimizer, loader)\n"
+    source = script(body, helpers=helper, imports="from torch.optim.swa_utils import AveragedModel\n")
+    result = convert(source)
+    assert "    swa_model = AveragedModel(model.module)\n" in result.output
+    assert "        swa_model.update_parameters(model.module)\n" in result.output
+    assert not any("update_parameters" in w for w in warnings(result))
+
+
 BN_NET = (
     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"

@@ -61,6 +61,10 @@ WRITE_METHODS: dict[str, tuple[int, str] | None] = {
 }
 FILE_METHODS = {"write", "writelines", "flush"}  # of a file object opened for writing
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
+FILE_HANDLERS = {
+    "logging.FileHandler", "logging.handlers.RotatingFileHandler", "logging.handlers.TimedRotatingFileHandler",
+    "logging.handlers.WatchedFileHandler",
+}  # fmt: skip
 STAR_REEXPORTED = {"sys", "logging"}  # modules a `from utils import *` brings along with the names it imports
 LOUD_LEVELS = {"error", "exception", "critical", "fatal"}  # a rank's own failure: every rank may report it
 # What another module's function or object does, known only by its name:
@@ -123,6 +127,11 @@ class Outputs:
             return None
         return dotted(func)
 
+    def _file_handlers(self, call: cst.Call) -> bool:
+        """`basicConfig(handlers=[logging.FileHandler("train.log"), ...])`."""
+        handlers = s.arg(call, None, "handlers")
+        return handlers is not None and any(self.tree.is_call_to(n, FILE_HANDLERS) for n in self.tree.walk(handlers.value))
+
     def _by_qualified_name(self, call: cst.Call, name: str, function: cst.FunctionDef | None) -> Output | None:
         found = self._named(call, name, function)
         return found._replace(label=code(call.func)) if found is not None else None  # rendered only for output
@@ -133,8 +142,10 @@ class Outputs:
             return Output(PRINT, label)
         if name in s.LOGGING_EMIT:
             return Output(LOGGING, label, loud=name.rsplit(".", 1)[-1] in LOUD_LEVELS)
-        if name == "logging.basicConfig" and s.arg(call, None, "filename") is not None:
+        if name == "logging.basicConfig" and (s.arg(call, None, "filename") is not None or self._file_handlers(call)):
             return Output(LOGGING, label, creates=True)  # the log file
+        if name in FILE_HANDLERS:
+            return Output(LOGGING, label, creates=True)  # opens (mode "w": truncates) the log file when made
         if name in s.TQDM:
             return Output(TQDM, label)
         if name in s.SUMMARY_WRITER:

@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.destinations import private_to_process
-from ddpify.analysis.output import FOLDER, TENSORBOARD, TQDM, WRITES
+from ddpify.analysis.output import FILE_HANDLERS, FOLDER, TENSORBOARD, TQDM, WRITES
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted, is_backward
@@ -234,7 +234,7 @@ class RankZeroGuards(Transform):
         return out.kind
 
     def _is_logger_object(self, value: cst.BaseExpression) -> bool:
-        return self.tree.is_call_to(value, s.SUMMARY_WRITER) or self.tree.is_call_to(value, {"wandb.init", "mlflow.start_run"})
+        return self.tree.is_call_to(value, s.SUMMARY_WRITER) or self.tree.is_call_to(value, {"wandb.init", "mlflow.start_run", *FILE_HANDLERS})
 
     def _uses_rank_zero_object(self, node: cst.CSTNode) -> bool:
         if not self.rank_zero_objects:

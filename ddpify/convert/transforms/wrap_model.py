@@ -18,6 +18,10 @@ from ddpify.syntax import code, dotted
 # Names of functions from other modules that use a model without training it: they get `model.module`.
 PLAIN_MODEL_USES = ("eval", "valid", "test", "predict", "infer", "score", "metric", "sample", "generate", "visual", "plot", "show", "save", "checkpoint", "export", "log", "print", "summary", "copy", "count", "flops", "ema", "swa", "average", "submi", "animation")  # EMA/SWA helpers read the weights
 
+# torch's weight averaging: AveragedModel deep-copies the module it is given (the wrapper would
+# put a `module.` level in its state dict and run DDP forwards in update_bn).
+AVERAGING = {"torch.optim.swa_utils.AveragedModel"}
+
 # Names of objects from other modules that watch the training from outside its loop (pytorchtools'
 # EarlyStopping keeps the best weights): handed the model there, they get the plain one.
 MONITOR_WORDS = ("stop", "monitor", "callback", "best", "patience")
@@ -89,7 +93,8 @@ class WrapModel(Transform):
                 if self.program.callee(call, function) is not None or self.facts.is_model(call.func, function):
                     continue
                 name = self.tree.qname(call.func) or dotted(call.func) or ""
-                if name.startswith(("torch.", "builtins.")) or name in {"print", "len", "isinstance", "id", "type", "DDP"}:
+                averaging = name in AVERAGING or self._of_averaging(call, function)
+                if not averaging and (name.startswith(("torch.", "builtins.")) or name in {"print", "len", "isinstance", "id", "type", "DDP"}):
                     continue
                 if isinstance(call.func, cst.Attribute) and self.facts.is_model(call.func.value, function):
                     continue  # the model's own method: `_uses_after_wrap`
@@ -98,7 +103,7 @@ class WrapModel(Transform):
                         continue
                     ref = code(a.value)
                     last = name.rsplit(".", 1)[-1].lower()
-                    if any(word in last for word in PLAIN_MODEL_USES) or self.tree.grad_disabled(call):
+                    if averaging or any(word in last for word in PLAIN_MODEL_USES) or self.tree.grad_disabled(call):
                         self.plan.replace(a.value, cst.parse_expression(self.plain(ref)))
                         self.change(call, f"`{name}(...)` from another module gets the plain model (`{ref}.module`): it may read attributes the DDP wrapper does not have")
                     elif self._outside_training(call, function):
@@ -114,6 +119,13 @@ class WrapModel(Transform):
                             ))
                     else:
                         self.warn(call, f"`{name}(...)` from another module is handed the DDP wrapper: if it reads the model's own attributes or methods, pass `{ref}.module` (its forward then skips DDP's gradient averaging, so only outside training)")
+
+    def _of_averaging(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """`swa_model.update_parameters(model)`: a method of an AveragedModel, which reads the
+        parameters it is handed (the plain model's are the wrapper's)."""
+        return type(call.func) is cst.Attribute and any(
+            self.tree.is_call_to(o.node, AVERAGING) for o in self.program.origins(call.func.value, function)
+        )
 
     def _outside_training(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """`early_stopping(valid_loss, model)` after the batch loop: a monitor that does not train
