@@ -872,6 +872,22 @@ def test_an_averaged_model_averages_the_plain_model() -> None:
     assert not any("update_parameters" in w for w in warnings(result))
 
 
+def test_a_model_moved_by_a_same_file_helper_is_judged_by_its_class() -> None:
+    """`model = to_device(Net(), device)` (the DeviceDataLoader tutorials' helper): the class was
+    lost, so a false "not in this file" warning and no find_unused_parameters for a head the
+    forward never uses (RuntimeError 'Expected to have finished reduction' on every rank)."""
+    helpers = (
+        "def to_device(data, device):\n    if isinstance(data, (list, tuple)):\n        return [to_device(x, device) for x in data]\n"
+        "    return data.to(device, non_blocking=True)\n\n\n"
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 1)\n        self.aux = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n        return self.fc(x)\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = to_device(Net(), device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    result = convert(script(body, helpers=helpers))
+    assert "    model = DDP(model, find_unused_parameters=True)\n" in result.output
+    assert not any("not in this file" in w for w in warnings(result))
+
+
 BN_NET = (
     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"

@@ -1654,7 +1654,35 @@ class Analyzer:
         node = unchained(value)
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in self.program.classes:
             return self.program.classes[node.func.value]
+        if isinstance(node, cst.Call) and (through := self._class_through_helper(node, function)) is not None:
+            return through
         return self._model_class(node, function) if follow else None  # a name, or a same-file factory
+
+    def _class_through_helper(self, call: cst.Call, function: cst.FunctionDef | None, depth: int = 2) -> cst.ClassDef | None:
+        """`model = to_device(Net(), device)`: a same-file function that returns (a move of) what
+        this call hands it; its returns of lists (`[to_device(x, device) for x in data]`) are for
+        batches, not models."""
+        target = self.program.callee(call, function)
+        if target is None or depth == 0:
+            return None
+        callee = target[0]
+        params = self.program.param_names(callee)
+        classes = set()
+        for value in self.program.returns(callee):
+            inner = unchained(value)
+            if isinstance(inner, (cst.List, cst.ListComp, cst.Tuple, cst.GeneratorExp, cst.Dict, cst.DictComp)):
+                continue
+            if isinstance(inner, cst.Name) and inner.value in params:
+                argument = self.program.argument_for(call, callee, inner.value)
+                cls = self._model_class_of_value(argument, function, follow=False) if argument is not None else None
+            elif isinstance(inner, cst.Call):
+                cls = self._model_class_of_value(inner, callee, follow=False) or self._class_through_helper(inner, callee, depth - 1)
+            else:
+                return None
+            if cls is None:
+                return None
+            classes.add(cls)
+        return classes.pop() if len(classes) == 1 else None
 
     # --- what takes part in collectives ---------------------------------------------
 
