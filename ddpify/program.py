@@ -18,7 +18,7 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from ddpify import syntax as s
-from ddpify.syntax import Tree, dotted, string_value
+from ddpify.syntax import Tree, code, dotted, string_value
 
 # Calls that wrap an iterable without changing what it yields batch by batch.
 ITERABLE_WRAPPERS = {"builtins.enumerate", "builtins.iter", "builtins.zip", "itertools.islice", *s.TQDM}
@@ -410,11 +410,12 @@ class Program:
         return node
 
     def loader(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
-        """The DataLoader an iterable comes from, as spelled in `function` (`pbar = tqdm(loader)` -> `loader`)."""
+        """The DataLoader an iterable comes from, as spelled in `function` (`pbar = tqdm(loader)` -> `loader`),
+        or the same-file object that iterates one (`train_dl = DeviceDataLoader(loader, device)`)."""
         for _ in range(5):
             expr = self.unwrap_iterable(expr)
             origins = self.origins(expr, function)
-            if any(self.tree.is_call_to(o.node, s.DATALOADER) for o in origins):
+            if any(self.tree.is_call_to(o.node, s.DATALOADER) or self._wrapped_loaders(o) for o in origins):
                 return expr
             wrapped = [o.node for o in origins if o.function is function and self.unwrap_iterable(o.node) is not o.node]
             if not wrapped:
@@ -423,11 +424,55 @@ class Program:
         return None
 
     def dataloaders(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> list[Origin]:
-        """The `DataLoader(...)` calls an iterable comes from."""
+        """The `DataLoader(...)` calls an iterable comes from (through a same-file wrapper too)."""
         loader = self.loader(expr, function)
         if loader is None:
             return []
-        return [o for o in self.origins(loader, function) if self.tree.is_call_to(o.node, s.DATALOADER)]
+        found = []
+        for o in self.origins(loader, function):
+            found += [o] if self.tree.is_call_to(o.node, s.DATALOADER) else self._wrapped_loaders(o)
+        return found
+
+    def loader_wrapper(self, origin: Origin) -> tuple[str, cst.BaseExpression] | None:
+        """`DeviceDataLoader(loader, device)`: a same-file class keeping an argument as
+        `self.<attr>` and iterating it in `__iter__` (moving each batch, say): the attribute, and
+        the argument at this call."""
+        call = origin.node
+        if not (type(call) is cst.Call and type(call.func) is cst.Name and call.func.value in self.classes):
+            return None
+        methods = self.class_methods(self.classes[call.func.value])
+        init, iterate = methods.get("__init__"), methods.get("__iter__")
+        if init is None or iterate is None:
+            return None
+        iterated = {
+            attr for node in self.scope_nodes(iterate) if type(node) is cst.For and (attr := dotted(self.unwrap_iterable(node.iter)))
+        } | {
+            attr for node in self.scope_nodes(iterate) if type(node) is cst.From and (attr := dotted(node.item))
+        }  # fmt: skip
+        for node in self.scope_nodes(init):
+            if type(node) is not cst.Assign or type(node.value) is not cst.Name:
+                continue
+            for target in node.targets:
+                attr = dotted(target.target)
+                if attr in iterated and attr.startswith("self.") and (argument := self.argument_for(call, init, node.value.value)) is not None:
+                    return attr[len("self."):], argument
+        return None
+
+    def _wrapped_loaders(self, origin: Origin) -> list[Origin]:
+        wrapped = self.loader_wrapper(origin)
+        if wrapped is None:
+            return []
+        return [o for o in self.origins(wrapped[1], origin.function) if self.tree.is_call_to(o.node, s.DATALOADER)]
+
+    def sampler_owner(self, loader: cst.BaseExpression, function: cst.FunctionDef | None, spelled: str | None = None) -> str:
+        """How `loader` (spelled so) reaches the DataLoader whose `.sampler` to use: itself, or the
+        attribute a same-file wrapper keeps it in (`train_dl.dl`)."""
+        spelled = spelled if spelled is not None else code(loader)
+        for origin in self.origins(loader, function):
+            wrapped = self.loader_wrapper(origin)
+            if wrapped is not None and self._wrapped_loaders(origin):
+                return f"{spelled}.{wrapped[0]}"
+        return spelled
 
     # --- following an object through the program ---------------------------------------
 

@@ -888,6 +888,32 @@ def test_a_model_moved_by_a_same_file_helper_is_judged_by_its_class() -> None:
     assert not any("not in this file" in w for w in warnings(result))
 
 
+WRAPPER = """\
+class DeviceDataLoader:
+    def __init__(self, dl, device):
+        self.dl = dl
+        self.device = device
+
+    def __iter__(self):
+        for b in self.dl:
+            yield [t.to(self.device) for t in b]
+
+    def __len__(self):
+        return len(self.dl)
+"""
+
+
+def test_a_loader_iterated_through_a_same_file_wrapper_is_sharded_inside_it() -> None:
+    """`train_dl = DeviceDataLoader(train_dl, device)` (a common tutorial idiom) was refused as
+    'the training data does not come from a DataLoader': the wrapped loader gets the sampler, and
+    set_epoch reaches it through the attribute the wrapper keeps it in."""
+    loader = LOADER + "\nloader = DeviceDataLoader(loader, device)"
+    result = convert(script(f"{DEVICE}\n{loader}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers=WRAPPER))
+    assert result.status == "converted", result.reason
+    assert "sampler=DistributedSampler(train_dataset, shuffle=True)" in result.output
+    assert "        loader.dl.sampler.set_epoch(epoch)\n" in result.output
+
+
 BN_NET = (
     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"

@@ -297,7 +297,7 @@ class Facts:
         for loop in self.train_loops:
             if loop.consumed_by != "next":
                 continue
-            if not (loop.external or any(id(o.node) in self.sharded_loaders for o in self.program.origins(loop.loader, loop.function))):
+            if not (loop.external or any(id(o.node) in self.sharded_loaders for o in self.program.dataloaders(loop.loader, loop.function))):
                 continue
             spelled = code(loop.loader)
             for call in self.program.calls_in(loop.function):
@@ -1328,9 +1328,8 @@ class Analyzer:
     def _train_loaders(self, loops: list[TrainLoop]) -> list[Origin]:
         loaders: dict[cst.CSTNode, Origin] = {}
         for loop in loops:
-            for origin in self.program.origins(loop.loader, loop.function):
-                if self.tree.is_call_to(origin.node, s.DATALOADER):
-                    loaders.setdefault(origin.node, origin)
+            for origin in self.program.dataloaders(loop.loader, loop.function):
+                loaders.setdefault(origin.node, origin)
         return list(loaders.values())
 
     def _sharded(self, loop: TrainLoop, plans: list[LoaderPlan]) -> bool:
@@ -1340,7 +1339,7 @@ class Analyzer:
         if loop.external:
             return True
         shard = {plan.call for plan in plans if plan.how == "shard"}
-        return any(origin.node in shard for origin in self.program.origins(loop.loader, loop.function))
+        return any(origin.node in shard for origin in self.program.dataloaders(loop.loader, loop.function))
 
     def _epoch_starts(self, loops: list[TrainLoop]) -> list[EpochStart]:
         starts: dict[cst.CSTNode, EpochStart] = {}
@@ -1356,8 +1355,8 @@ class Analyzer:
             if _phase_loop(loop) and len(outer) > 1:
                 # `for phase in ["train", "val"]:` inside the epoch loop: the loader may depend on
                 # the phase, so the call goes in the phase loop; the epoch loop numbers the epochs
-                return [EpochStart(loop, loader_code, self._epoch_counter(outer[1]))]
-            return [EpochStart(loop, loader_code, self._epoch_counter(loop))]
+                return [EpochStart(loop, self.program.sampler_owner(loader_node, function, loader_code), self._epoch_counter(outer[1]))]
+            return [EpochStart(loop, self.program.sampler_owner(loader_node, function, loader_code), self._epoch_counter(loop))]
         if function is None or function in seen:
             return []
         seen.add(function)
