@@ -914,6 +914,14 @@ def test_a_loader_iterated_through_a_same_file_wrapper_is_sharded_inside_it() ->
     assert "        loader.dl.sampler.set_epoch(epoch)\n" in result.output
 
 
+def test_a_pass_over_the_sharded_loader_before_training_reduces_its_totals() -> None:
+    """Class counts taken by a loop over the training loader before training (for the loss
+    weights) covered this rank's shard: each rank weighted its loss its own way."""
+    prepass = "counts = torch.zeros(2)\nfor _, y in loader:\n    counts += torch.bincount((y[:, 0] > 0).long(), minlength=2).float()\nweights = counts.sum() / counts\n"
+    output = convert(standard(model="model = nn.Linear(4, 1).to(device)\n" + prepass)).output
+    assert "        counts += torch.bincount((y[:, 0] > 0).long(), minlength=2).float()\n    # Each rank went over its own shard of the data: sum the totals over ranks.\n    dist.all_reduce(counts)\n    weights = " in output
+
+
 BN_NET = (
     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"

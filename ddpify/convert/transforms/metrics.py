@@ -44,6 +44,10 @@ class ReduceMetrics(Transform):
             totals = self._accumulators(loop)
             if totals:
                 self._reduce(loop, totals)
+        for loop in self._shard_passes():
+            totals = self._accumulators(loop)
+            if totals:
+                self._reduce(loop, totals, helper=True)
         for loop, every_caller_sharded in self._helper_loops():
             totals = self._accumulators(loop)
             if not totals:
@@ -51,6 +55,24 @@ class ReduceMetrics(Transform):
             # a helper some callers hand a whole loader (`check_accuracy(test_loader)`): reduced when the loader it is given is sharded
             sharded = None if every_caller_sharded else f"isinstance({code(loop.loader)}.sampler, DistributedSampler)"
             self._reduce(loop, totals, helper=True, sharded=sharded)
+
+    def _shard_passes(self) -> list[TrainLoop]:
+        """Loops without backward() over the sharded training loader in the entry function (or
+        the module): a pass before training that counts its classes or takes its mean sees this
+        rank's shard only (`for _, y in train_loader: counts += torch.bincount(y)`)."""
+        sharded = self.facts.sharded_loaders
+        training = {id(loop.loop) for loop in self.facts.train_loops}
+        found = []
+        for function in {None, self.facts.entry.function}:
+            for node in self.program.scope_nodes(function):
+                if type(node) is not cst.For or id(node) in training or any(is_backward(c) for c in self.tree.calls(node)):
+                    continue
+                if any(self.tree.inside(node, loop.loop) for loop in self.facts.train_loops):
+                    continue  # inside a training loop: its own totals are that loop's
+                loaders = self.program.dataloaders(node.iter, function)
+                if loaders and all(id(o.node) in sharded for o in loaders):
+                    found.append(TrainLoop(node, self.program.unwrap_iterable(node.iter), function))
+        return found
 
     def _helper_loops(self) -> list[tuple[TrainLoop, bool]]:
         """Loops of same-file functions without backward() over a loader parameter that some
