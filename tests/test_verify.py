@@ -446,6 +446,7 @@ facts = {
 }
 listed = [int(fd) for fd in os.listdir("/proc/self/fd")]  # the listing's own descriptor is closed by now
 facts["open_fds"] = [fd for fd in listed if fd > 2 and os.path.exists(f"/proc/self/fd/{fd}")]
+facts["torch_seed"] = sys.modules["torch"].initial_seed() if preloaded else None  # each rank's own, as in a fresh import
 here = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(here, "rank%s.json" % os.environ["RANK"]), "w") as out:
     json.dump(facts, out)
@@ -489,8 +490,11 @@ def test_direct_launcher_runs_each_rank_as_python_would(tmp_path: Path, flags: t
     )  # fmt: skip
     sigint_default = fresh.stdout.strip() == "True"
     assert sorted(proc.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
+    seeds = [json.loads((tmp_path / "prog" / f"rank{rank}.json").read_text()).pop("torch_seed") for rank in (0, 1)]
+    assert seeds == [None, None] if not preloaded else seeds[0] != seeds[1]  # forked ranks drew one seed each
     for rank in (0, 1):
         facts = json.loads((tmp_path / "prog" / f"rank{rank}.json").read_text())
+        facts.pop("torch_seed")
         assert facts == {
             "name": "__main__", "argv": ["prog/probe.py", "a", "b c"], "path0": str((tmp_path / "prog").resolve()),
             "preloaded": preloaded, "helper": 42,

@@ -20,6 +20,8 @@ thread pool (OMP_NUM_THREADS=1, the ranks' own default, is set before the import
 starts no threads either). Forking a process that has threads or CUDA is unsafe: in that case,
 and where torch cannot be imported, each rank is a fresh `python COMMAND...` instead.
 
+A forked rank reseeds torch's global generator from the OS, as a fresh import would (`random`
+reseeds itself after a fork, and numpy's global generator is made on first use, in the rank).
 What a forked rank does not get from a fresh interpreter: a hash seed of its own (all ranks share
 the launcher's, so str hashes and set orders agree across ranks where torchrun's would not);
 torch and what it imports come from where the launcher found them, even where the program's
@@ -152,6 +154,13 @@ def run_program(command: Sequence[str], env: Mapping[str, str], handlers: Mappin
     """Become `python COMMAND...` (session, environment, argv, path, signals) and run it as __main__."""
     try:
         os.setsid()
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            # A fresh interpreter seeds torch's generator from the OS at import; a fork would share
+            # the launcher's, so an unseeded draw (a split, a shuffle) would agree across ranks here
+            # and not under torchrun. (`random` reseeds itself after a fork; numpy.random is not
+            # imported yet.)
+            torch.seed()
         os.environ.clear()
         os.environ.update(env)
         for signum, handler in handlers.items():
