@@ -922,6 +922,16 @@ def test_a_pass_over_the_sharded_loader_before_training_reduces_its_totals() -> 
     assert "        counts += torch.bincount((y[:, 0] > 0).long(), minlength=2).float()\n    # Each rank went over its own shard of the data: sum the totals over ranks.\n    dist.all_reduce(counts)\n    weights = " in output
 
 
+def test_loads_into_a_model_that_was_data_parallel_take_its_old_checkpoints() -> None:
+    """The original saved through nn.DataParallel (`module.` keys): with DataParallel removed, a
+    resume from such a checkpoint crashed with missing/unexpected keys (helper corpus H)."""
+    model = 'model = nn.DataParallel(nn.Linear(4, 1).to(device))\nmodel.load_state_dict(torch.load("old.pt")["net"])'
+    output = convert(standard(model=model.replace("model = nn.DataParallel(", "model = nn.Linear(4, 1).to(device)\nmodel = nn.DataParallel(model")
+                              .replace("nn.DataParallel(modelnn.Linear(4, 1).to(device))", "nn.DataParallel(model)"))).output
+    assert 'model.load_state_dict({key.removeprefix("module."): value for key, value in torch.load("old.pt", map_location=device)["net"].items()})' in output
+    assert "nn.DataParallel" not in output
+
+
 BN_NET = (
     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"

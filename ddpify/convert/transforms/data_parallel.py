@@ -6,7 +6,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform
-from ddpify.syntax import dotted
+from ddpify.syntax import code, dotted
 
 
 FUNCTIONAL = {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
@@ -30,10 +30,35 @@ class RemoveDataParallel(Transform):
             else:
                 self.plan.replace(call, inner)
             self.change(call, "nn.DataParallel removed: DistributedDataParallel runs one process per GPU instead")
+            self._loads_take_old_checkpoints(inner, self.tree.function(call))
             name = self.tree.qname(call.func) or ""
             module, _, obj = name.rpartition(".")
             if isinstance(call.func, cst.Name):
                 self.plan.drop_import_if_unused(module, obj)
+
+    def _loads_take_old_checkpoints(self, model: cst.BaseExpression, function: cst.FunctionDef | None) -> None:
+        """The script saved `model.state_dict()` through DataParallel: `module.`-prefixed keys. Its
+        loads into the model, plain now, strip that prefix, so a run started before the conversion
+        resumes (a checkpoint the converted script saves has none: nothing to strip)."""
+        ref = dotted(model)
+        if ref is None:
+            return
+        refs = self.program.propagate([(ref, function)])
+        for scope, names in refs.items():
+            for call in self.program.calls_in(scope):
+                found = s.method_call(call)
+                if not (found and found[1] == "load_state_dict" and dotted(found[0]) in names and call.args):
+                    continue
+                state = call.args[0]
+                if state.keyword is not None or state.star:
+                    continue
+                self.plan.replace(state.value, lambda updated: cst.parse_expression(
+                    f'{{key.removeprefix("module."): value for key, value in {code(updated)}.items()}}'
+                ))
+                self.change(call, (
+                    "the state dict loses a leading `module.` from its keys: checkpoints this script saved through "
+                    "nn.DataParallel have it, the plain model's keys do not"
+                ))
 
     def _functional(self, call: cst.Call) -> None:
         """`nn.parallel.data_parallel(self.main, x, range(ngpu))` in a forward: the module on this
