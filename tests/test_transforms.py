@@ -932,6 +932,18 @@ def test_loads_into_a_model_that_was_data_parallel_take_its_old_checkpoints() ->
     assert "nn.DataParallel" not in output
 
 
+def test_a_model_unfrozen_after_the_wrap_is_wrapped_again() -> None:
+    """Gradual unfreezing after the wrap: DDP registered only the head, so the backbone trained
+    apart on every rank (helper corpus H, verify: replicas)."""
+    freeze = "for p in model[0].parameters():\n    p.requires_grad = False\n"
+    unfreeze = "    if epoch == 1:\n        for p in model[0].parameters():\n            p.requires_grad = True\n"
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n" + unfreeze)
+    output = convert(standard(model="model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)).to(device)\n" + freeze, loop=loop)).output
+    assert "                p.requires_grad = True\n            model = DDP(model.module)  # again:" in output
+    assert "            for p in model.module[0].parameters():\n" in output  # the wrapper cannot be indexed
+    assert output.count("DDP(model") == 2  # the freeze before the wrap needs nothing more
+
+
 BN_NET = (
     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"

@@ -13,7 +13,7 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, dotted
+from ddpify.syntax import code, dotted, unchained
 
 # Names of functions from other modules that use a model without training it: they get `model.module`.
 PLAIN_MODEL_USES = ("eval", "valid", "test", "predict", "infer", "score", "metric", "sample", "generate", "visual", "plot", "show", "save", "checkpoint", "export", "log", "print", "summary", "copy", "count", "flops", "ema", "swa", "average", "submi", "animation")  # EMA/SWA helpers read the weights
@@ -81,6 +81,7 @@ class WrapModel(Transform):
                     "in a step, pass find_unused_parameters=True to DDP",
                 )
         self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
+        self._rewrap_after_unfreezing()
         self._uses_after_wrap()
         self._handed_to_other_modules()
 
@@ -119,6 +120,52 @@ class WrapModel(Transform):
                             ))
                     else:
                         self.warn(call, f"`{name}(...)` from another module is handed the DDP wrapper: if it reads the model's own attributes or methods, pass `{ref}.module` (its forward then skips DDP's gradient averaging, so only outside training)")
+
+    def _rewrap_after_unfreezing(self) -> None:
+        """`for p in model.backbone.parameters(): p.requires_grad = True` after the wrap (gradual
+        unfreezing): DDP averages only the parameters that required a gradient when it wrapped
+        the model, so the unfrozen ones would train apart on every rank. The model is wrapped
+        again right after, where it is wrapped; elsewhere the report says so."""
+        for model in self.facts.models:
+            if model.element is not None:
+                continue
+            for node in self.tree.walk(self.tree.module):
+                if type(node) is not cst.For or not self._unfreezes(node):
+                    continue
+                function = self.tree.function(node)
+                owner = unchained(self.program.unwrap_iterable(node.iter))
+                found = s.method_call(owner)
+                root = found[0] if found else None
+                while type(root) in (cst.Attribute, cst.Subscript) and not self.facts.is_model(root, function):
+                    root = root.value
+                if root is None or not self.facts.is_model(root, function):
+                    continue
+                if function is model.function and (self.tree.order(node) < self.tree.order(model.anchor) or self.tree.inside(node, model.anchor)):
+                    continue  # a change before the wrap, which DDP sees
+                if function is not model.function or dotted(root) != model.ref or model.optional is not None:
+                    self.warn(node, (
+                        f"`requires_grad` turns on for parameters of `{dotted(root)}` after the DDP wrap: DDP averages only the "
+                        "parameters that required a gradient when it wrapped the model; wrap it again after this change"
+                    ))
+                    continue
+                flag = ", find_unused_parameters=True" if model.unused_parameters else ""
+                self.plan.insert_after(node, statements(
+                    f"{model.ref} = DDP({model.ref}.module{flag})  # again: DDP averages only the parameters that required a gradient when it wrapped the model\n"
+                ))
+                self.change(node, f"`{model.ref}` wrapped again after its parameters start requiring gradients: the first wrap left them out of the gradient averaging")
+
+    def _unfreezes(self, loop: cst.For) -> bool:
+        """`for p in ...parameters(): p.requires_grad = True` (or `p.requires_grad_()`)."""
+        found = s.method_call(unchained(self.program.unwrap_iterable(loop.iter)))
+        if not found or found[1] not in ("parameters", "named_parameters"):
+            return False
+        for node in self.tree.walk(loop.body):
+            if type(node) is cst.Assign and any(type(t.target) is cst.Attribute and t.target.attr.value == "requires_grad" for t in node.targets):
+                return not (type(node.value) is cst.Name and node.value.value == "False")
+            call = s.method_call(node)
+            if call and call[1] == "requires_grad_":
+                return not (node.args and type(node.args[0].value) is cst.Name and node.args[0].value.value == "False")
+        return False
 
     def _of_averaging(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """`swa_model.update_parameters(model)`: a method of an AveragedModel, which reads the
@@ -185,6 +232,12 @@ class WrapModel(Transform):
     def _uses_after_wrap(self) -> None:
         for function, refs in self.facts.model_refs.items():
             for node in self.program.scope_nodes(function):
+                if type(node) is cst.Subscript and self.facts.is_model(node.value, function):
+                    # `model[0]` of an nn.Sequential: the wrapper cannot be indexed
+                    ref = dotted(node.value)
+                    self.plan.replace(node.value, cst.parse_expression(self.plain(ref)))
+                    self.change(node, f"`{ref}[...]` indexes the plain model (`.module`): the DDP wrapper cannot be indexed")
+                    continue
                 if not isinstance(node, cst.Attribute) or not self.facts.is_model(node.value, function):
                     continue
                 attr = node.attr.value
