@@ -244,3 +244,11 @@ def test_process_group_teardown_is_not_required_after_a_stop() -> None:
     facts = {rank: rank_facts(pg_destroy=0, stopped=True) for rank in (0, 1)}
     check = checks.process_group(facts, {0: 0, 1: 0})
     assert check.status == OK and "teardown not reached: stopped at --steps" in check.detail
+
+
+def test_checkpoint_files_are_known_by_the_end_of_their_names() -> None:
+    """The ImageNet example's `checkpoint.pth.tar` was never loaded: only the last suffix counted."""
+    from ddpify.verify import checkpoint_files
+
+    paths = [Path(n) for n in ("a.pt", "b.PTH", "checkpoint.pth.tar", "model_best.pth.tar", "data.tar", "log.txt", "w.ckpt")]
+    assert [p.name for p in checkpoint_files(paths)] == ["a.pt", "b.PTH", "checkpoint.pth.tar", "model_best.pth.tar", "w.ckpt"]

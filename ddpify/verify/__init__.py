@@ -255,14 +255,20 @@ def verify_script(
                 single.join()  # one after the other: the plain run and the ranks would share GPU memory
         run = run_ranks(script, options, setup, root / "ranks", progress)
         duplicates = find_duplicate_lines({r.rank: r.stdout for r in run.ranks})
-        suffixes = tuple(s.lower() for s in options.checkpoint_suffixes)
-        written = [p for p in run.written_files if p.suffix.lower() in suffixes]
+        written = checkpoint_files(run.written_files, options.checkpoint_suffixes)
         checkpoints = checkpoint_reports(written, run, options) if written else ()
         single_run = single.join() if single is not None else None
     finally:
         if not options.keep:
             shutil.rmtree(root, ignore_errors=True)  # holds the workdirs unless one was given
     return VerifyResult(script, options, setup, run, duplicates, checkpoints, single_run)
+
+
+def checkpoint_files(paths: Sequence[Path], suffixes: Sequence[str] = CHECKPOINT_SUFFIXES) -> list[Path]:
+    """The written files verify loads as checkpoints: by the end of their names (`model.pt`, and
+    the ImageNet example's `checkpoint.pth.tar`, not any `.tar`)."""
+    endings = tuple(s.lower() for s in suffixes)
+    return [p for p in paths if p.name.lower().endswith(endings)]
 
 
 def _single_check(single: RunResult) -> Check:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin")
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".pth.tar", ".pt.tar")  # the ImageNet example's `checkpoint.pth.tar`
 SHIM = Path(__file__).resolve().with_name("rank_shim.py")
 LAUNCH = Path(__file__).resolve().with_name("launch.py")
 SHIM_NAME = "ddpify_rank_shim.py"
