@@ -69,6 +69,42 @@ def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
     return found
 
 
+# Draws of random data from a global generator (synthetic data sets built in the script).
+DATA_DRAWS = {
+    "torch.randn", "torch.rand", "torch.randint", "torch.normal", "torch.bernoulli", "torch.multinomial",
+    "numpy.random.randn", "numpy.random.rand", "numpy.random.randint", "numpy.random.normal", "numpy.random.uniform",
+    "numpy.random.random", "numpy.random.binomial",
+}  # fmt: skip
+
+
+def unseeded_data(tree: Tree, program: Program, dataset: cst.BaseExpression, function: cst.FunctionDef | None) -> list[cst.Call]:
+    """Random draws a training data set is made of (`TensorDataset(X, Y)`, `X = torch.randn(n, d)`),
+    from a global generator nothing seeded before them: each process draws its own data."""
+    found: list[cst.Call] = []
+    work = [(dataset, function)]
+    seen: set[int] = set()
+    while work and len(seen) < 64:
+        expr, scope = work.pop()
+        if id(expr) in seen:
+            continue
+        seen.add(id(expr))
+        for node in tree.walk(expr):
+            if type(node) is cst.Call:
+                name = tree.qname(node.func)
+                if name in DATA_DRAWS and not any(a.keyword is not None and a.keyword.value in OWN_GENERATOR for a in node.args):
+                    if not tree.loops(node) and not program.in_dataset(scope) and not _seeded_before(tree, program, node, scope, 2, _library(name)):
+                        found.append(node)
+            elif type(node) is cst.Name and not program.in_dataset(scope):
+                earlier = [v for v, i in program.assignments(scope, node.value) if i is None and tree.order(v) < tree.order(node)]
+                if earlier:  # the value the name holds here: its last assignment before, in this scope
+                    work.append((max(earlier, key=tree.order), scope))
+                    continue
+                for origin in program.origins(node, scope):
+                    if origin.node is not node:
+                        work.append((origin.node, origin.function))
+    return list(dict.fromkeys(found))
+
+
 def _library(draw: str) -> str:
     """Whose global generator a draw uses: `torch`, `numpy` or `random` (sklearn's: numpy's)."""
     root = draw.split(".", 1)[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.analysis.splits import training_split_test, unseeded_draws
+from ddpify.analysis.splits import training_split_test, unseeded_data, unseeded_draws
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
@@ -64,10 +64,31 @@ class Sampler(Transform):
                 self._shard(plan)
         for draw in unseeded_draws(self.tree, self.program):
             self._same_draw_on_every_rank(draw)
+        self._data_drawn_per_rank()
         if any(plan.how == "recreate" for plan in self.facts.loader_plans):
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(RECREATE_HELPER))
             self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+
+    def _data_drawn_per_rank(self) -> None:
+        """`X = torch.randn(512, 10)` with no seed before it, for the training data set: each
+        process draws its own data, so the ranks shard, train on and validate different data
+        sets (their decisions on it differ too). Said, not changed: which seed is the script's."""
+        draws: dict[int, cst.Call] = {}
+        for plan in self.facts.loader_plans:
+            dataset = s.arg(plan.call, 0, "dataset") if plan.call is not None else None
+            if dataset is not None:
+                draws.update((id(d), d) for d in unseeded_data(self.tree, self.program, dataset.value, plan.function))
+        if not draws:
+            return
+        first, *more = sorted(draws.values(), key=self.tree.order)
+        library = (self.tree.qname(first.func) or "").split(".", 1)[0]
+        lines = f" (and at line{'s' if len(more) > 1 else ''} {', '.join(str(self.tree.line(d)) for d in more)})" if more else ""
+        self.warn(first, (
+            f"the training data is drawn here{lines} from {library}'s global generator, which nothing seeds before it and which "
+            "starts from a random seed in each process: every rank makes its own data set; seed it alike on every rank "
+            f"before this line (`{'torch.manual_seed(0)' if library == 'torch' else 'np.random.seed(0)'}`)"
+        ))
 
     def _same_draw_on_every_rank(self, draw: cst.Call) -> None:
         """A split of the data drawn from a generator of its own, seeded alike on every rank."""
