@@ -957,6 +957,15 @@ def test_training_data_drawn_from_an_unseeded_generator_is_warned_about(seed: st
         assert "(and at line " in found[0] and "`torch.manual_seed(0)`" in found[0]
 
 
+def test_a_torch_model_built_by_a_same_file_factory_is_no_unknown_class() -> None:
+    """`teacher = to_device(mlp(64), device)` with `def mlp(h): return nn.Sequential(...)`: said to be
+    'built by a class that is not in this file'; it is torch's Sequential."""
+    helpers = "def mlp(hidden):\n    return nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, 1))\n"
+    result = convert(standard(model="model = mlp(8).to(device)").replace("\n\ndef main", "\n" + helpers + "\n\ndef main"))
+    assert "    model = DDP(model)\n" in result.output
+    assert not any("not in this file" in w for w in warnings(result)), warnings(result)
+
+
 BN_NET = (
     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))\n\n"

@@ -655,7 +655,7 @@ class Analyzer:
         self._judge_batch_norm(model, values)
         classes = {self._model_class_of_value(v, model.function) for v in values}
         if not classes or None in classes:
-            model.class_name = next((name for v in values if (name := self._constructor_name(v))), None)
+            model.class_name = next((name for v in values if (name := self._constructor_name(v, model.function))), None)
             model.unused_parameters = None
             return
         # a model chosen among several same-file classes (`if args.type == ...`): any of them may skip
@@ -775,9 +775,30 @@ class Analyzer:
     def _builds_same_file(self, value: cst.Call) -> bool:
         return isinstance(value.func, cst.Name) and (value.func.value in self.program.classes or value.func.value in self.program.functions)
 
-    def _constructor_name(self, value: cst.BaseExpression) -> str | None:
+    def _constructor_name(self, value: cst.BaseExpression, function: cst.FunctionDef | None = None, depth: int = 2) -> str | None:
+        """The qualified name a model is built by: `torchvision.models.resnet18(...)`; through a
+        same-file factory (`def mlp(h): return nn.Sequential(...)`) or a helper that returns (a move
+        of) its argument (`to_device(mlp(64), device)`), what they return."""
         value = unchained(value)
-        return self.tree.qname(value.func) if isinstance(value, cst.Call) else None
+        if not isinstance(value, cst.Call):
+            return None
+        name = self.tree.qname(value.func)
+        target = self.program.callee(value, function) if name is None and depth else None
+        if target is None or (isinstance(value.func, cst.Name) and value.func.value in self.program.classes):
+            return name
+        callee = target[0]
+        params = self.program.param_names(callee)
+        names = set()
+        for returned in self.program.returns(callee):
+            inner = unchained(returned)
+            if isinstance(inner, (cst.List, cst.ListComp, cst.Tuple, cst.GeneratorExp, cst.Dict, cst.DictComp)):
+                continue
+            if isinstance(inner, cst.Name) and inner.value in params:
+                argument = self.program.argument_for(value, callee, inner.value)
+                names.add(self._constructor_name(argument, function, depth - 1) if argument is not None else None)
+            else:
+                names.add(self._constructor_name(inner, callee, depth - 1))
+        return names.pop() if len(names) == 1 else None
 
     def _forward_may_skip(self, cls: cst.ClassDef) -> str:
         """Why a step may leave some of the model's parameters without a gradient, from its source."""
