@@ -422,6 +422,11 @@ class Tree:
                 found.append(parent)
         return found
 
+    def end_order(self, node: cst.CSTNode) -> int:
+        """Where `node` ends in a preorder walk: calls sorted by it come in the order they run
+        (a call ends after the calls in its arguments), with no rendering."""
+        return self._end(node)
+
     def order(self, node: cst.CSTNode) -> int:
         """Where `node` comes in a preorder walk: among nodes none of which holds another, source
         order, with no rendering."""

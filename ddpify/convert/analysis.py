@@ -756,12 +756,10 @@ class Analyzer:
         """The model's forwards ("forward", or "nograd" with gradients off) and the backward()
         calls under `root`, in the order they run (a call ends after the calls in its arguments),
         with those of the same-file functions called there in place of the call."""
-        positions = self.tree.positions
         names = refs.get(function, set())
-        events: list[tuple[tuple[int, int], int, str, cst.Call]] = []
+        events: list[tuple[int, int, str, cst.Call]] = []
         for call in self.tree.calls(root):
-            end = positions[call].end
-            at = (end.line, end.column)
+            at = self.tree.end_order(call)
             if dotted(call.func) in names:
                 events.append((at, 0, "nograd" if grad_off or self.tree.grad_disabled(call) else "forward", call))
             elif is_backward(call):
