@@ -433,29 +433,52 @@ class Program:
             found += [o] if self.tree.is_call_to(o.node, s.DATALOADER) else self._wrapped_loaders(o)
         return found
 
+    def kept_arguments(self, call: cst.CSTNode) -> dict[str, cst.BaseExpression]:
+        """`Flow(model)`, `DeviceDataLoader(loader, device)`: for a call of a same-file class, the
+        attributes its `__init__` keeps an argument in (`self.model = model`), with the argument
+        at this call."""
+        if not (type(call) is cst.Call and type(call.func) is cst.Name and call.func.value in self.classes):
+            return {}
+        init = self.class_methods(self.classes[call.func.value]).get("__init__")
+        kept: dict[str, cst.BaseExpression] = {}
+        for node in self.scope_nodes(init) if init is not None else ():
+            if type(node) is not cst.Assign or type(node.value) is not cst.Name:
+                continue
+            argument = self.argument_for(call, init, node.value.value)
+            if argument is not None:
+                kept.update((attr, argument) for t in node.targets if (attr := dotted(t.target)) and attr.startswith("self."))
+        return kept
+
+    def helper_returns(self, call: cst.Call, function: cst.FunctionDef | None) -> list[Origin] | None:
+        """What a call of a same-file function (not a class) returns, a returned parameter read
+        as this call's argument (`to_device(Net(), device)` -> `Net()`); returns of lists and
+        dicts (`[to_device(x, device) for x in data]`, for batches) are left out. None: no such call."""
+        target = self.callee(call, function)
+        if target is None or (type(call.func) is cst.Name and call.func.value in self.classes):
+            return None
+        callee = target[0]
+        params = self.param_names(callee)
+        found = []
+        for value in self.returns(callee):
+            inner = s.unchained(value)
+            if isinstance(inner, (cst.List, cst.ListComp, cst.Tuple, cst.GeneratorExp, cst.Dict, cst.DictComp)):
+                continue
+            argument = self.argument_for(call, callee, inner.value) if type(inner) is cst.Name and inner.value in params else None
+            found.append(Origin(argument, function) if argument is not None else Origin(inner, callee))
+        return found
+
     def loader_wrapper(self, origin: Origin) -> tuple[str, cst.BaseExpression] | None:
         """`DeviceDataLoader(loader, device)`: a same-file class keeping an argument as
         `self.<attr>` and iterating it in `__iter__` (moving each batch, say): the attribute, and
         the argument at this call."""
-        call = origin.node
-        if not (type(call) is cst.Call and type(call.func) is cst.Name and call.func.value in self.classes):
+        kept = self.kept_arguments(origin.node)
+        if not kept:
             return None
-        methods = self.class_methods(self.classes[call.func.value])
-        init, iterate = methods.get("__init__"), methods.get("__iter__")
-        if init is None or iterate is None:
-            return None
-        iterated = {
-            attr for node in self.scope_nodes(iterate) if type(node) is cst.For and (attr := dotted(self.unwrap_iterable(node.iter)))
-        } | {
-            attr for node in self.scope_nodes(iterate) if type(node) is cst.From and (attr := dotted(node.item))
-        }  # fmt: skip
-        for node in self.scope_nodes(init):
-            if type(node) is not cst.Assign or type(node.value) is not cst.Name:
-                continue
-            for target in node.targets:
-                attr = dotted(target.target)
-                if attr in iterated and attr.startswith("self.") and (argument := self.argument_for(call, init, node.value.value)) is not None:
-                    return attr[len("self."):], argument
+        iterate = self.class_methods(self.classes[origin.node.func.value]).get("__iter__")  # type: ignore[attr-defined]
+        for node in self.scope_nodes(iterate) if iterate is not None else ():
+            attr = dotted(self.unwrap_iterable(node.iter)) if type(node) is cst.For else dotted(node.item) if type(node) is cst.From else None
+            if attr in kept:
+                return attr[len("self."):], kept[attr]
         return None
 
     def _wrapped_loaders(self, origin: Origin) -> list[Origin]:

@@ -945,6 +945,24 @@ def test_a_model_unfrozen_after_the_wrap_is_wrapped_again() -> None:
     assert output.count("DDP(model") == 2  # the freeze before the wrap needs nothing more
 
 
+def test_unfreezing_one_of_two_models_rewraps_that_one_only() -> None:
+    """With a second trained model, the unfreezing was also warned about once per other model."""
+    unfreeze = "for epoch in range(2):\n    if epoch == 1:\n        for p in model[0].parameters():\n            p.requires_grad = True"
+    loop = LOOP.replace("for epoch in range(2):", unfreeze).replace("model(x)", "head(model(x))")
+    body = f"""{DEVICE}
+{LOADER}
+model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)).to(device)
+head = nn.Linear(1, 1).to(device)
+for p in model[0].parameters():
+    p.requires_grad = False
+optimizer = torch.optim.SGD(list(model.parameters()) + list(head.parameters()), lr=0.1)
+{loop}"""
+    result = convert(script(body))
+    assert result.output.count("model = DDP(model.module)  # again") == 1
+    assert "head = DDP(head.module" not in result.output
+    assert not any("requires_grad" in w for w in warnings(result)), warnings(result)
+
+
 @pytest.mark.parametrize("seed", ["", "torch.manual_seed(0)\n"], ids=["unseeded", "seeded"])
 def test_training_data_drawn_from_an_unseeded_generator_is_warned_about(seed: str) -> None:
     """`X = torch.randn(...)` with no seed before it: every rank made its own data set (helper

@@ -781,21 +781,10 @@ class Analyzer:
         if not isinstance(value, cst.Call):
             return None
         name = self.tree.qname(value.func)
-        target = self.program.callee(value, function) if name is None and depth else None
-        if target is None or (isinstance(value.func, cst.Name) and value.func.value in self.program.classes):
+        returned = self.program.helper_returns(value, function) if name is None and depth else None
+        if returned is None:
             return name
-        callee = target[0]
-        params = self.program.param_names(callee)
-        names = set()
-        for returned in self.program.returns(callee):
-            inner = unchained(returned)
-            if isinstance(inner, (cst.List, cst.ListComp, cst.Tuple, cst.GeneratorExp, cst.Dict, cst.DictComp)):
-                continue
-            if isinstance(inner, cst.Name) and inner.value in params:
-                argument = self.program.argument_for(value, callee, inner.value)
-                names.add(self._constructor_name(argument, function, depth - 1) if argument is not None else None)
-            else:
-                names.add(self._constructor_name(inner, callee, depth - 1))
+        names = {self._constructor_name(o.node, o.function, depth - 1) for o in returned}
         return names.pop() if len(names) == 1 else None
 
     def _forward_may_skip(self, cls: cst.ClassDef) -> str:
@@ -1033,15 +1022,10 @@ class Analyzer:
         methods = self.program.class_methods(self.program.classes[call.func.value])
         if any(self._reaches_training(method) for method in methods.values()):
             return True
-        init = methods.get("__init__")
-        params = [p for value in handed if init is not None and (p := self.program.parameter_for(call, init, value))]
-        kept = {
-            name for node in (self.program.scope_nodes(init) if params else ()) if isinstance(node, cst.Assign) and dotted(node.value) in params
-            for t in node.targets if (name := dotted(t.target)) and name.startswith("self.")
-        }  # fmt: skip
+        kept = {attr for attr, argument in self.program.kept_arguments(call).items() if any(argument is value for value in handed)}
         return any(
             dotted(c.func) in kept and not self.tree.grad_disabled(c)
-            for method in methods.values() if method is not init for c in self.program.calls_in(method)
+            for name, method in methods.items() if name != "__init__" for c in self.program.calls_in(method)
         )  # fmt: skip
 
     def _trains_with(self, call: cst.Call, target: cst.FunctionDef, ref: str) -> bool:
@@ -1672,31 +1656,24 @@ class Analyzer:
         node = unchained(value)
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in self.program.classes:
             return self.program.classes[node.func.value]
+        if not follow:
+            return None
         if isinstance(node, cst.Call) and (through := self._class_through_helper(node, function)) is not None:
             return through
-        return self._model_class(node, function) if follow else None  # a name, or a same-file factory
+        return self._model_class(node, function)  # a name, or a same-file factory
 
     def _class_through_helper(self, call: cst.Call, function: cst.FunctionDef | None, depth: int = 2) -> cst.ClassDef | None:
-        """`model = to_device(Net(), device)`: a same-file function that returns (a move of) what
-        this call hands it; its returns of lists (`[to_device(x, device) for x in data]`) are for
-        batches, not models."""
-        target = self.program.callee(call, function)
-        if target is None or depth == 0:
+        """`model = to_device(Net(), device)`: the same-file class of what a same-file helper
+        returns (what this call hands it, or a model it builds)."""
+        returned = self.program.helper_returns(call, function) if depth else None
+        if not returned:
             return None
-        callee = target[0]
-        params = self.program.param_names(callee)
         classes = set()
-        for value in self.program.returns(callee):
-            inner = unchained(value)
-            if isinstance(inner, (cst.List, cst.ListComp, cst.Tuple, cst.GeneratorExp, cst.Dict, cst.DictComp)):
-                continue
-            if isinstance(inner, cst.Name) and inner.value in params:
-                argument = self.program.argument_for(call, callee, inner.value)
-                cls = self._model_class_of_value(argument, function, follow=False) if argument is not None else None
-            elif isinstance(inner, cst.Call):
-                cls = self._model_class_of_value(inner, callee, follow=False) or self._class_through_helper(inner, callee, depth - 1)
-            else:
-                return None
+        for origin in returned:
+            node = unchained(origin.node)
+            cls = self._model_class_of_value(node, origin.function, follow=False)
+            if cls is None and isinstance(node, cst.Call):
+                cls = self._class_through_helper(node, origin.function, depth - 1)
             if cls is None:
                 return None
             classes.add(cls)

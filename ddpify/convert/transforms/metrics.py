@@ -64,15 +64,20 @@ class ReduceMetrics(Transform):
         training = {id(loop.loop) for loop in self.facts.train_loops}
         found = []
         for function in {None, self.facts.entry.function}:
-            for node in self.program.scope_nodes(function):
-                if type(node) is not cst.For or id(node) in training or any(is_backward(c) for c in self.tree.calls(node)):
-                    continue
+            for node in self._passes_without_backward(function, training):
                 if any(self.tree.inside(node, loop.loop) for loop in self.facts.train_loops):
                     continue  # inside a training loop: its own totals are that loop's
                 loaders = self.program.dataloaders(node.iter, function)
                 if loaders and all(id(o.node) in sharded for o in loaders):
                     found.append(TrainLoop(node, self.program.unwrap_iterable(node.iter), function))
         return found
+
+    def _passes_without_backward(self, function: cst.FunctionDef | None, training: set[int]) -> list[cst.For]:
+        """The `for` loops of a scope that are no training loop and call no backward()."""
+        return [
+            node for node in self.program.scope_nodes(function)
+            if type(node) is cst.For and id(node) not in training and not any(is_backward(c) for c in self.tree.calls(node))
+        ]  # fmt: skip
 
     def _helper_loops(self) -> list[tuple[TrainLoop, bool]]:
         """Loops of same-file functions without backward() over a loader parameter that some
@@ -86,9 +91,7 @@ class ReduceMetrics(Transform):
             if function not in self.facts.syncing or self.facts.in_dataset(function):
                 continue
             params = set(self.program.param_names(function))
-            for node in self.program.scope_nodes(function):
-                if type(node) is not cst.For or id(node) in training or any(is_backward(c) for c in self.tree.calls(node)):
-                    continue
+            for node in self._passes_without_backward(function, training):
                 iterable = self.program.unwrap_iterable(node.iter)
                 if not (isinstance(iterable, cst.Name) and iterable.value in params):
                     continue
@@ -146,7 +149,7 @@ class ReduceMetrics(Transform):
         for name in [n for n, values in appended.items() if not any(self._from_batch(loop, v) for v in values)]:
             del appended[name]  # `img_list.append(netG(fixed_noise))`: the same on every rank, no shard's values
         totals: dict[str, Kind] = {}
-        windows = {n for found in (added, appended) for n in found if restarts_inside(self.tree, self.program, loop.loop, loop.function, n)}
+        windows = {n for found in (added, appended, keyed) for n in found if restarts_inside(self.tree, self.program, loop.loop, loop.function, n)}
         for name in [*added, *appended]:
             if name not in windows and self._across_epochs(loop, name) and self._read_after(loop, name):
                 self.warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
@@ -171,11 +174,10 @@ class ReduceMetrics(Transform):
                 else:
                     totals[name] = "tensor"
         for name, values in keyed.items():
-            initial = self._initial_values(loop, name)
-            if initial and all(map(self._numbers_under_fixed_keys, initial)) and self._read_after(loop, name) and not restarts_inside(
-                self.tree, self.program, loop.loop, loop.function, name
-            ):
-                counts = all(self._int_values(v) for v in initial) and all(isinstance(v, cst.Integer) or self._is_count(v) for v in values)
+            starts = [self._fixed_key_values(v) for v in self._initial_values(loop, name)]
+            if starts and all(v is not None for v in starts) and name not in windows and self._read_after(loop, name):
+                ints = all(isinstance(v, cst.Integer) for start in starts for v in start)  # type: ignore[union-attr]
+                counts = ints and all(isinstance(v, cst.Integer) or self._is_count(v) for v in values)
                 totals[name] = "dict count" if counts else "dict"
         for name, values in appended.items():
             initial = self._initial_values(loop, name)
@@ -217,27 +219,21 @@ class ReduceMetrics(Transform):
             values.append(value.elements[index].value if index is not None and isinstance(value, (cst.Tuple, cst.List)) else value)
         return values
 
-    def _numbers_under_fixed_keys(self, value: cst.CSTNode) -> bool:
-        """`{i: 0 for i in range(10)}`, `{"real": 0.0, "fake": 0.0}`: the same keys on every rank,
-        in the same order, each holding a number."""
+    def _fixed_key_values(self, value: cst.CSTNode) -> list[cst.BaseExpression] | None:
+        """The starting numbers of a dict with the same keys on every rank, in the same order
+        (`{i: 0 for i in range(10)}`, `{"real": 0.0, "fake": 0.0}`); None for any other value."""
+        numbers = (cst.Integer, cst.Float)
         if isinstance(value, cst.DictComp):
-            (comp,) = [value.for_in] if value.for_in.inner_for_in is None else [None]
-            return (
-                comp is not None and isinstance(value.value, (cst.Integer, cst.Float)) and not value.for_in.ifs
-                and self.tree.is_builtin_call(comp.iter, "range") and all(isinstance(a.value, cst.Integer) for a in comp.iter.args)
-            )  # fmt: skip
-        if isinstance(value, cst.Dict):
-            return bool(value.elements) and all(
-                isinstance(e, cst.DictElement) and isinstance(e.key, (cst.Integer, cst.SimpleString)) and isinstance(e.value, (cst.Integer, cst.Float))
-                for e in value.elements
-            )
-        return False
-
-    @staticmethod
-    def _int_values(value: cst.CSTNode) -> bool:
-        if isinstance(value, cst.DictComp):
-            return isinstance(value.value, cst.Integer)
-        return isinstance(value, cst.Dict) and all(isinstance(e, cst.DictElement) and isinstance(e.value, cst.Integer) for e in value.elements)
+            comp = value.for_in
+            fixed = comp.inner_for_in is None and not comp.ifs and self.tree.is_builtin_call(comp.iter, "range")
+            fixed = fixed and all(isinstance(a.value, cst.Integer) for a in comp.iter.args)  # type: ignore[attr-defined]
+            return [value.value] if fixed and isinstance(value.value, numbers) else None
+        if isinstance(value, cst.Dict) and value.elements and all(
+            isinstance(e, cst.DictElement) and isinstance(e.key, (cst.Integer, cst.SimpleString)) and isinstance(e.value, numbers)
+            for e in value.elements
+        ):
+            return [e.value for e in value.elements]  # type: ignore[union-attr]
+        return None
 
     def _clock(self, value: cst.BaseExpression) -> bool:
         return any(isinstance(n, cst.Call) and (self.tree.qname(n.func) or "").startswith(("time.", "timeit.", "datetime.")) for n in self.tree.walk(value))

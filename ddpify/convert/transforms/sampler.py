@@ -83,7 +83,8 @@ class Sampler(Transform):
             return
         first, *more = sorted(draws.values(), key=self.tree.order)
         library = (self.tree.qname(first.func) or "").split(".", 1)[0]
-        lines = f" (and at line{'s' if len(more) > 1 else ''} {', '.join(str(self.tree.line(d)) for d in more)})" if more else ""
+        others = sorted({self.tree.line(d) for d in more} - {self.tree.line(first)})
+        lines = f" (and at line{'s' if len(others) > 1 else ''} {', '.join(map(str, others))})" if others else ""
         self.warn(first, (
             f"the training data is drawn here{lines} from {library}'s global generator, which nothing seeds before it and which "
             "starts from a random seed in each process: every rank makes its own data set; seed it alike on every rank "

@@ -123,7 +123,7 @@ class StopTogether(Transform):
                 found.append(node)
         return found
 
-    def _leaves(self, node: cst.If, flags: set[str] = frozenset()) -> bool:
+    def _leaves(self, node: cst.If, flags: frozenset[str] | set[str] = frozenset()) -> bool:
         for inner in self.tree.walk(node.body):
             if type(inner) is cst.Assign and any(name in flags for t in inner.targets for name in self.program.names_in(t.target)):
                 return True  # the `while` around stops on it

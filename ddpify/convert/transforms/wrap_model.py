@@ -126,33 +126,28 @@ class WrapModel(Transform):
         unfreezing): DDP averages only the parameters that required a gradient when it wrapped
         the model, so the unfrozen ones would train apart on every rank. The model is wrapped
         again right after, where it is wrapped; elsewhere the report says so."""
-        for model in self.facts.models:
-            if model.element is not None:
+        for node in self.tree.of_type(cst.For):
+            if not self._unfreezes(node):
                 continue
-            for node in self.tree.walk(self.tree.module):
-                if type(node) is not cst.For or not self._unfreezes(node):
-                    continue
-                function = self.tree.function(node)
-                owner = unchained(self.program.unwrap_iterable(node.iter))
-                found = s.method_call(owner)
-                root = found[0] if found else None
-                while type(root) in (cst.Attribute, cst.Subscript) and not self.facts.is_model(root, function):
-                    root = root.value
-                if root is None or not self.facts.is_model(root, function):
-                    continue
-                if function is model.function and (self.tree.order(node) < self.tree.order(model.anchor) or self.tree.inside(node, model.anchor)):
-                    continue  # a change before the wrap, which DDP sees
-                if function is not model.function or dotted(root) != model.ref or model.optional is not None:
-                    self.warn(node, (
-                        f"`requires_grad` turns on for parameters of `{dotted(root)}` after the DDP wrap: DDP averages only the "
-                        "parameters that required a gradient when it wrapped the model; wrap it again after this change"
-                    ))
-                    continue
-                flag = ", find_unused_parameters=True" if model.unused_parameters else ""
-                self.plan.insert_after(node, statements(
-                    f"{model.ref} = DDP({model.ref}.module{flag})  # again: DDP averages only the parameters that required a gradient when it wrapped the model\n"
+            function = self.tree.function(node)
+            found = s.method_call(unchained(self.program.unwrap_iterable(node.iter)))
+            root = found[0] if found else None
+            while type(root) in (cst.Attribute, cst.Subscript) and not self.facts.is_model(root, function):
+                root = root.value
+            if root is None or not self.facts.is_model(root, function):
+                continue  # before the wrap (which sees it), or no model's parameters
+            model = next((m for m in self.facts.models if m.ref == dotted(root) and m.function is function and m.element is None), None)
+            if model is None or model.optional is not None:
+                self.warn(node, (
+                    f"`requires_grad` turns on for parameters of `{dotted(root)}` after the DDP wrap: DDP averages only the "
+                    "parameters that required a gradient when it wrapped the model; wrap it again after this change"
                 ))
-                self.change(node, f"`{model.ref}` wrapped again after its parameters start requiring gradients: the first wrap left them out of the gradient averaging")
+                continue
+            flag = ", find_unused_parameters=True" if model.unused_parameters else ""
+            self.plan.insert_after(node, statements(
+                f"{model.ref} = DDP({model.ref}.module{flag})  # again: DDP averages only the parameters that required a gradient when it wrapped the model\n"
+            ))
+            self.change(node, f"`{model.ref}` wrapped again after its parameters start requiring gradients: the first wrap left them out of the gradient averaging")
 
     def _unfreezes(self, loop: cst.For) -> bool:
         """`for p in ...parameters(): p.requires_grad = True` (or `p.requires_grad_()`)."""
