@@ -66,6 +66,7 @@ class Program:
         self._loop_target_cache: dict[cst.FunctionDef | None, set[str]] = {}
         self._augmented_cache: dict[cst.FunctionDef | None, dict[str, list[cst.BaseExpression]]] = {}
         self._calls_cache: dict[cst.FunctionDef, list[tuple[cst.Call, cst.FunctionDef | None]]] = {}
+        self._returns_cache: dict[cst.FunctionDef, list[cst.BaseExpression]] = {}
         # by id, holding the call so that the id stays its own: (call, what it runs)
         self._callee_cache: dict[tuple[int, int], tuple[cst.Call, tuple[cst.FunctionDef, int] | None]] = {}
 
@@ -275,7 +276,11 @@ class Program:
         return None
 
     def returns(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
-        return [n.value for n in self.scope_nodes(function) if isinstance(n, cst.Return) and n.value is not None]
+        values = self._returns_cache.get(function)
+        if values is None:
+            nodes = self.scope_nodes(function)
+            values = self._returns_cache[function] = [n.value for n in nodes if type(n) is cst.Return and n.value is not None]
+        return values
 
     # --- value origins ---------------------------------------------------------------
 

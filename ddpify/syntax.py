@@ -529,6 +529,24 @@ class Tree:
         first = bisect_left(positions, start)
         return iter(calls[first : bisect_left(positions, self._end(root), first)])
 
+    @cached_property
+    def _calls_by_name(self) -> dict[str, list[cst.Call]]:
+        by_name: dict[str, list[cst.Call]] = {}
+        for call in self._index.calls:
+            name = self.qname(call.func)
+            if name is not None:
+                by_name.setdefault(name, []).append(call)
+        return by_name
+
+    def calls_to(self, names: set[str] | frozenset[str]) -> list[cst.Call]:
+        """The calls of the whole tree to one of the qualified `names`, in preorder (each call's
+        name is resolved once per tree)."""
+        by_name = self._calls_by_name
+        found = [c for name in names for c in by_name.get(name, [])]
+        if len(found) > 1:
+            found.sort(key=lambda n: self._position_of[id(n)])
+        return found
+
     def _end(self, node: cst.CSTNode) -> int:
         return self._index.end(node)
 

@@ -294,7 +294,7 @@ class Script:
         return sampler is not None and self.is_distributed_sampler(sampler, self.tree.function(loader))
 
     def calls(self, names: set[str]) -> list[cst.Call]:
-        return [c for c in self.tree.calls() if self.tree.is_call_to(c, names)]
+        return self.tree.calls_to(names)
 
 
 def _runs_forward(call: cst.Call, forward_methods: set[str]) -> bool:

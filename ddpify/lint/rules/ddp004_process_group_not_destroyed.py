@@ -7,7 +7,7 @@ import libcst as cst
 from ddpify.edit import Plan, statements
 from ddpify.lint.rule import Rule
 from ddpify.lint.rules._setup_and_data import DESTROY, facts
-from ddpify.syntax import code
+from ddpify.syntax import code, dotted
 
 
 class ProcessGroupNotDestroyed(Rule):
@@ -75,9 +75,15 @@ class ProcessGroupNotDestroyed(Rule):
 
     def _destroys(self) -> bool:
         """Any call or reference (`atexit.register(dist.destroy_process_group)`) counts."""
-        return any(
-            self.tree.qname(n) in DESTROY for n in self.tree.of_type(cst.Name, cst.Attribute)
-        )
+        leaves = {name.rpartition(".")[2] for name in DESTROY}
+        aliases = leaves | {
+            a.asname.name.value
+            for a in self.tree.of_type(cst.ImportAlias)
+            if a.asname is not None and isinstance(a.asname.name, cst.Name) and (dotted(a.name) or "").rpartition(".")[2] in leaves
+        }
+        candidates = [n for n in self.tree.of_type(cst.Attribute) if n.attr.value in leaves]
+        candidates += [n for n in self.tree.of_type(cst.Name) if n.value in aliases]
+        return any(self.tree.qname(n) in DESTROY for n in candidates)
 
     # --- fix ---------------------------------------------------------------------------
 
