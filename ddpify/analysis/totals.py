@@ -34,3 +34,5 @@ def bounded(tree: Tree, program: Program, function: cst.FunctionDef | None, name
 
 
 DEQUE = {"collections.deque"}
+# Methods that collect a value into a container (`recent.append(loss.item())`).
+COLLECTS = {"append", "appendleft", "extend", "add", "insert"}

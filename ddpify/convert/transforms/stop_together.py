@@ -11,6 +11,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.batches import batch_names, reads
+from ddpify.analysis.exits import leaves
+from ddpify.analysis.totals import COLLECTS
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
@@ -36,8 +38,6 @@ def rank_mean(value):
     dist.all_reduce(value)
     return value.item() / dist.get_world_size()
 '''
-# Methods that collect a value into a container (`recent.append(loss.item())`).
-COLLECTS = {"append", "appendleft", "extend", "add", "insert"}
 # Schedulers whose step decides on a value it is given.
 PLATEAU = {"torch.optim.lr_scheduler.ReduceLROnPlateau"}
 
@@ -114,21 +114,12 @@ class StopTogether(Transform):
         (`break`, `return`, or setting a flag a `while` test of those loops reads: `done = True`
         for `while step < n and not done:`), in the batch loop's body or after it in the
         enclosing loops."""
-        found: list[cst.If] = []
         loops = [loop.loop, *(outer for outer in self.tree.loops(loop.loop) if outer is not loop.loop)]
         scopes: list[cst.CSTNode] = [lp.body for lp in loops]
-        flags = {n.value for lp in loops if type(lp) is cst.While for n in self.tree.walk(lp.test) if type(n) is cst.Name}
-        for node in self.tree.of_type(cst.If):
-            if any(self.tree.inside(node, scope) for scope in scopes) and self.tree.function(node) is loop.function and self._leaves(node, flags):
-                found.append(node)
-        return found
-
-    def _leaves(self, node: cst.If, flags: frozenset[str] | set[str] = frozenset()) -> bool:
-        for inner in self.tree.walk(node.body):
-            if type(inner) is cst.Assign and any(name in flags for t in inner.targets for name in self.program.names_in(t.target)):
-                return True  # the `while` around stops on it
-            if isinstance(inner, cst.Return) and self.tree.function(inner) is self.tree.function(node):
-                return True
-            if isinstance(inner, cst.Break) and not any(self.tree.inside(lp, node.body) for lp in self.tree.loops(inner)):
-                return True  # a break of a loop around the `if`, not of one inside it
-        return False
+        return [
+            node
+            for node in self.tree.of_type(cst.If)
+            if any(self.tree.inside(node, scope) for scope in scopes)
+            and self.tree.function(node) is loop.function
+            and leaves(self.tree, self.program, node, loops)
+        ]

@@ -25,7 +25,8 @@ import libcst as cst
 
 from ddpify import nodes
 from ddpify import syntax as s
-from ddpify.analysis.totals import restarts_inside
+from ddpify.analysis.exits import flag_stops
+from ddpify.analysis.totals import COLLECTS, restarts_inside
 from ddpify.lint.script import Script
 from ddpify.syntax import BLOCKS, code, dotted, method_call
 
@@ -146,7 +147,7 @@ class Report:
 @dataclass(frozen=True)
 class DivergentExit:
     statement: cst.If
-    exit: cst.Break | cst.Continue | cst.Return
+    exit: cst.Break | cst.Continue | cst.Return | cst.Assign  # an assignment: to a flag its `while` stops on
     local: bool  # decided on a local value (else on the rank)
     reason: str
 
@@ -256,6 +257,10 @@ class Scope:
                     self.collected += [(name, self.pos(call)) for name in reads(a.value)]
         elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward" and self.tree.qname(call.func) is None:
             self.sources.update(loss_names(call.func.value))
+        elif (found := method_call(call)) and found[1] in COLLECTS and type(found[0]) is cst.Name and self.tree.qname(call.func) is None:
+            # `recent.append(loss.item())`: the container holds what it is given
+            read = set().union(*(reads(a.value) for a in call.args))
+            self.deps.setdefault(found[0].value, set()).update(read)
         else:
             callee = self.program.callee(call, self.function)
             if callee is not None:
@@ -568,16 +573,21 @@ class Flow:
     @cached_property
     def divergent_exits(self) -> list[DivergentExit]:
         found: dict[cst.If, DivergentExit] = {}
-        for node in self.tree.of_type(*EXITS):
-            if isinstance(node, EXITS):
-                hit = self._divergent_exit(node)
-                if hit is not None and hit.statement not in found:
-                    found[hit.statement] = hit
+        exits: list[tuple[cst.CSTNode, cst.For | cst.While | None]] = [(node, None) for node in self.tree.of_type(*EXITS)]
+        exits += [(flag, loop) for flag, loop in flag_stops(self.tree, self.program, self.tree.module) if loop in self.training_loops]
+        for node, loop in exits:
+            hit = self._divergent_exit(node, loop)
+            if hit is not None and hit.statement not in found:
+                found[hit.statement] = hit
         return sorted(found.values(), key=lambda d: self.tree.positions[d.statement].start.line)
 
-    def _divergent_exit(self, exit: cst.Break | cst.Continue | cst.Return) -> DivergentExit | None:
+    def _divergent_exit(self, exit: cst.CSTNode, flagged: cst.For | cst.While | None) -> DivergentExit | None:
+        """The `if` that takes `exit` on one rank's say; `flagged`: the `while` loop that `exit`,
+        an assignment to its flag, stops."""
         loops = self.tree.loops(exit)
-        if isinstance(exit, cst.Return):
+        if flagged is not None:
+            stop = flagged
+        elif isinstance(exit, cst.Return):
             training = [loop for loop in loops if loop in self.training_loops]
             if not training:
                 return None

@@ -6,12 +6,14 @@ import libcst as cst
 
 from ddpify.lint.rule import Rule
 from ddpify.lint.rules._divergence import flow
+from ddpify.syntax import code
 
 
 class RankDivergentExit(Rule):
     """## What it does
     Flags an `if` inside a training loop that leaves the loop (`break`, `return`, or a
-    `continue` that skips the backward) when its test is decided on one rank: a rank check
+    `continue` that skips the backward, or a flag the loop's `while` test reads: `done = True`)
+    when its test is decided on one rank: a rank check
     (`rank == 0`, `is_main_process()`, `master_process`), or a value local to each rank that
     no collective reduced, such as the loss, the batch of a sharded loader, or `loss.item()`.
 
@@ -58,8 +60,11 @@ class RankDivergentExit(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         for found in flow(self.script).divergent_exits:
-            keyword = type(found.exit).__name__.lower()
-            what = EFFECT[keyword]
+            if isinstance(found.exit, cst.Assign):  # `done = True` under `while not done:`
+                keyword, what = code(found.exit), "stops the training loop"
+            else:
+                keyword = type(found.exit).__name__.lower()
+                what = EFFECT[keyword]
             if found.local:
                 message = (
                     f"`{keyword}` {what} on a per-rank value (`{found.reason}`, never all-reduced): "
