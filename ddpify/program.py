@@ -406,6 +406,33 @@ class Program:
                         break
         return found
 
+    # --- training ----------------------------------------------------------------------
+
+    @cached_property
+    def backward_calls(self) -> list[cst.Call]:
+        """`loss.backward()` calls, in preorder."""
+        return [c for c in self.tree.calls() if s.is_backward(c)]
+
+    @cached_property
+    def training_functions(self) -> set[cst.FunctionDef]:
+        """Same-file functions that call backward(), directly or through same-file functions."""
+        return self.reaching(lambda call, _function: s.is_backward(call))
+
+    @cached_property
+    def training_loops(self) -> list[cst.For | cst.While]:
+        """Loops (batch and epoch loops alike) whose body calls backward(), directly or through
+        same-file functions, in preorder."""
+        backward, trains = set(self.backward_calls), self.training_functions
+        loops = []
+        for node in self.tree.of_type(cst.For, cst.While):
+            function = self.tree.function(node)
+            for call in self.tree.calls(node.body):
+                target = self.callee(call, function)
+                if call in backward or (target is not None and target[0] in trains):
+                    loops.append(node)
+                    break
+        return loops
+
     # --- data loaders ----------------------------------------------------------------
 
     def unwrap_iterable(self, node: cst.BaseExpression) -> cst.BaseExpression:

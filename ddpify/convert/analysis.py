@@ -374,7 +374,7 @@ class Analyzer:
 
     def run(self) -> Facts:
         self._check_not_distributed()
-        backward_calls = [c for c in self.tree.calls() if is_backward(c)]
+        backward_calls = self.program.backward_calls
         if not backward_calls:
             self._explain_nothing_to_train()
         models = self._models()
@@ -518,12 +518,8 @@ class Analyzer:
         nodes += [c for c in self.program.calls_in(None) if s.arg(c, None, "download") is not None]
         return any(not self.tree.inside(node, guard) for node in nodes)
 
-    @cached_property
-    def _training_functions(self) -> set[cst.FunctionDef]:
-        return self.program.reaching(lambda call, _function: is_backward(call))
-
     def _reaches_training(self, function: cst.FunctionDef) -> bool:
-        return function in self._training_functions
+        return function in self.program.training_functions
 
     # --- models --------------------------------------------------------------------
 

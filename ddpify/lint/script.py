@@ -256,30 +256,17 @@ class Script:
 
     # --- data and training -------------------------------------------------------------
 
-    @cached_property
+    @property
     def backward_calls(self) -> list[cst.Call]:
-        return [c for c in self.tree.calls() if s.is_backward(c)]
+        return self.program.backward_calls
 
-    @cached_property
+    @property
     def training_loops(self) -> list[cst.For | cst.While]:
-        """Loops whose body calls backward(), directly or through same-file functions."""
-        trains = self.training_functions
-        loops = []
-        for node in self.tree.of_type(cst.For, cst.While):
-            if isinstance(node, (cst.For, cst.While)):
-                function = self.tree.function(node)
-                for call in self.tree.calls(node.body):
-                    target = self.program.callee(call, function)
-                    if call in self.backward_calls or (target is not None and target[0] in trains):
-                        loops.append(node)
-                        break
-        return loops
+        return self.program.training_loops
 
-    @cached_property
+    @property
     def training_functions(self) -> set[cst.FunctionDef]:
-        """Same-file functions that (transitively) call backward()."""
-        backward = set(self.backward_calls)
-        return self.program.reaching(lambda call, _function: call in backward)
+        return self.program.training_functions
 
     def sampler_of(self, loader: cst.Call) -> cst.BaseExpression | None:
         argument = s.arg(loader, 3, "sampler")

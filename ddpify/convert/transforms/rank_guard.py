@@ -16,7 +16,7 @@ from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.output import FILE_HANDLERS, FOLDER, TENSORBOARD, TQDM, WRITES
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
-from ddpify.syntax import code, dotted, is_backward
+from ddpify.syntax import code, dotted
 
 
 class RankZeroGuards(Transform):
@@ -61,7 +61,7 @@ class RankZeroGuards(Transform):
         if not handed:
             return
         writers = self.program.reaching(lambda call, function: (out := self.facts.outputs.of(call, function)) is not None and out.kind in WRITES)
-        trainers = self.program.reaching(lambda call, function: is_backward(call))
+        trainers = self.program.training_functions
         for call, function, loader in handed:
             callee = self.program.callee(call, function)
             if callee is not None:
