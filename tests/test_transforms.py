@@ -2210,6 +2210,44 @@ while step < 50 and not {"done" if "done" in setup else "False"}:
     assert "keeps adding up" not in "".join(n.message for n in convert(script(body, imports="from collections import deque\n")).warnings)
 
 
+def test_a_step_skipped_on_this_ranks_loss_is_skipped_by_every_rank() -> None:
+    """Helper corpus J: `if not torch.isfinite(loss): continue` before backward() kept a rank
+    whose shard held a corrupt row out of one gradient all-reduce: the others waited for it (a
+    crash under gloo, a hang under NCCL). A `continue` after the backward() skips no collective."""
+    skip = "        if not torch.isfinite(loss):\n            continue\n"
+    loop = LOOP.replace("        optimizer.zero_grad()\n", skip + "        optimizer.zero_grad()\n")
+    loop += "        if loss.item() > 10:\n            continue\n        print(loss.item())\n"
+    output = convert(standard(loop=loop)).output
+    assert "            if any_rank(not torch.isfinite(loss)):\n                continue\n" in output
+    assert "            if loss.item() > 10:\n                continue\n" in output
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        pytest.param("        if time.time() - start > 3600:\n            break\n", id="a-clock-in-the-test"),
+        pytest.param("        elapsed = time.perf_counter() - start\n        if elapsed > 3600:\n            break\n", id="a-name-bound-from-a-clock"),
+    ],
+)  # fmt: skip
+def test_a_time_budget_is_spent_together(budget: str) -> None:
+    """Helper corpus J: a Kaggle kernel's `if time.time() - start > limit: break`; each rank
+    reads its own clock, leaves after its own step, and the others wait in backward()."""
+    loop = "start = time.time()\n" + LOOP + budget
+    output = convert(standard(loop=loop).replace("import torch\n", "import time\nimport torch\n", 1)).output
+    test = budget.strip().splitlines()[-2].strip()[3:-1]
+    assert f"if any_rank({test}):" in output
+
+
+def test_a_skip_inside_a_per_rank_branch_is_taken_together_at_both_levels() -> None:
+    """`any_rank(...)` is a collective: under an `if` on this rank's own numbers only some ranks
+    would call it. The outer test leaves the step too, so it is taken together first, and every
+    rank then asks the inner one."""
+    skip = "        if loss.item() > 1:\n            if not torch.isfinite(loss):\n                continue\n"
+    loop = LOOP.replace("        optimizer.zero_grad()\n", skip + "        optimizer.zero_grad()\n")
+    output = convert(standard(loop=loop)).output
+    assert "            if any_rank(loss.item() > 1):\n                if any_rank(not torch.isfinite(loss)):\n" in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -1,9 +1,11 @@
-"""A loop that one rank leaves, every rank leaves.
+"""A loop that one rank leaves, every rank leaves; a step one rank skips, every rank skips.
 
 `if loss.item() < 0.01: break` decides on this rank's batch: under DDP another rank sees another
 batch, keeps training, and its next backward() waits forever for the rank that left. Such a test
 is taken by all ranks together: `if any_rank(loss.item() < 0.01):`, where `any_rank` (emitted
-once) all-reduces the flag, so every rank leaves when one would have.
+once) all-reduces the flag, so every rank leaves when one would have. The same holds for a
+`continue` before backward() (`if not torch.isfinite(loss): continue`) and for a time budget
+(`if time.time() - start > limit: break`): each rank reads its own clock.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.batches import batch_names, reads
-from ddpify.analysis.exits import leaves
+from ddpify.analysis.exits import clock_names, continues, leaves, reads_clock, skips
 from ddpify.analysis.totals import COLLECTS
 from ddpify.convert.analysis import TrainLoop
 from ddpify.convert.transforms.base import Transform
@@ -21,8 +23,9 @@ from ddpify.syntax import code, method_call
 HELPER = '''
 
 def any_rank(flag):
-    """True on every rank when `flag` is true on any rank: a loop that one rank leaves on its own
-    batch's numbers, all ranks leave together (the others would wait for it in backward())."""
+    """True on every rank when `flag` is true on any rank: a loop that one rank would leave (or a
+    step it would skip) on its own numbers, all ranks leave (skip) together; the others would
+    wait for it in backward()."""
     flag = torch.tensor(float(bool(flag)))  # a CPU tensor: the process group's gloo part carries it
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
@@ -50,22 +53,49 @@ class StopTogether(Transform):
         rewritten: set[int] = set()
         for loop in self.facts.train_loops:
             exits = self._exits(loop)
-            local = self._local_names(loop) if exits else set()  # counters are the same on every rank
-            if not local:
+            if not exits:
                 continue
+            local = self._local_names(loop)  # counters are the same on every rank
+            clocks = clock_names(self.tree, self.program, loop.function)
             for node in exits:
                 test = node.test
-                if id(node) in rewritten or not reads(self.tree, test, local):
+                if id(node) in rewritten or not self._per_rank(test, local, clocks):
                     continue
                 rewritten.add(id(node))
+                outer = self._decided_above(node, loop, local, clocks, rewritten)
+                if outer is not None:
+                    self.warn(node, (
+                        f"`{code(test)}` is this rank's own, and only ranks where `{code(outer.test)}` get to ask it: "
+                        "the ranks leave or skip at different steps and hang; decide both on values every rank shares"
+                    ))
+                    continue
                 self.plan.replace(test, cst.parse_expression(f"any_rank({code(test)})"))
-                self.change(node, f"`{code(test)}` is this rank's own: every rank leaves the loop when any rank would (any_rank)")
+                effect = "skips the step" if self._skips_step(node, loop) else "leaves the loop"
+                self.change(node, f"`{code(test)}` is this rank's own: every rank {effect} when any rank would (any_rank)")
         if rewritten:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(HELPER))
         if self._plateaus_decide_together():
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(MEAN_HELPER))
+
+    def _per_rank(self, test: cst.BaseExpression, local: set[str], clocks: set[str]) -> bool:
+        """A test on this rank's batch, on what it collects from it, or on its clock."""
+        return reads(self.tree, test, local | clocks) or reads_clock(self.tree, test)
+
+    def _decided_above(self, node: cst.If, loop: TrainLoop, local: set[str], clocks: set[str], rewritten: set[int]) -> cst.If | None:
+        """An `if` around `node`, inside the loops, whose own test is this rank's and not taken
+        together: only some ranks would reach `any_rank(...)`, and a collective that some ranks
+        skip hangs."""
+        for parent in self.tree.ancestors(node):
+            if parent is loop.loop or parent is loop.function:
+                return None
+            if type(parent) is cst.If and id(parent) not in rewritten and self._per_rank(parent.test, local, clocks):
+                return parent
+        return None
+
+    def _skips_step(self, node: cst.If, loop: TrainLoop) -> bool:
+        return continues(self.tree, node, loop.loop)
 
     def _plateaus_decide_together(self) -> bool:
         """`scheduler.step(loss)` on a ReduceLROnPlateau, with this rank's batch's loss: each rank
@@ -113,13 +143,18 @@ class StopTogether(Transform):
         """`if` statements that leave the batch loop or an enclosing loop of the same function
         (`break`, `return`, or setting a flag a `while` test of those loops reads: `done = True`
         for `while step < n and not done:`), in the batch loop's body or after it in the
-        enclosing loops."""
+        enclosing loops; and those that skip the rest of a step that synchronizes (`if not
+        torch.isfinite(loss): continue` before backward())."""
         loops = [loop.loop, *(outer for outer in self.tree.loops(loop.loop) if outer is not loop.loop)]
         scopes: list[cst.CSTNode] = [lp.body for lp in loops]
+        syncs = lambda statement: self.facts.syncs(statement, loop.function)  # noqa: E731
         return [
             node
             for node in self.tree.of_type(cst.If)
             if any(self.tree.inside(node, scope) for scope in scopes)
             and self.tree.function(node) is loop.function
-            and leaves(self.tree, self.program, node, loops)
+            and (
+                leaves(self.tree, self.program, node, loops)
+                or (continues(self.tree, node, loop.loop) and skips(self.tree, node, loop.loop, syncs))
+            )
         ]

@@ -25,7 +25,7 @@ import libcst as cst
 
 from ddpify import nodes
 from ddpify import syntax as s
-from ddpify.analysis.exits import flag_stops
+from ddpify.analysis.exits import CLOCKS, clock_names, flag_stops
 from ddpify.analysis.totals import COLLECTS, restarts_inside
 from ddpify.lint.script import Script
 from ddpify.syntax import BLOCKS, code, dotted, method_call
@@ -456,6 +456,7 @@ class Flow:
         self.tree = script.tree
         self.program = script.program
         self._scopes: dict[Function, Scope] = {}
+        self._clocks: dict[Function, set[str]] = {}
         self._busy: set[tuple[str, Function]] = set()
         self._memo: dict[tuple[str, Function], object] = {}
 
@@ -616,7 +617,25 @@ class Flow:
         local = self.scope(function).local_names(test)
         if local:
             return True, local[0]
-        return None
+        # each rank's own clock (`time.time() - start > budget`), unless a reducer is handed it
+        shared = [call.args for call in self.tree.calls(test) if self._reduces_call(call, function)]
+        clocks = [
+            code(n) if type(n) is cst.Call else n.value
+            for n in self.tree.walk(test)
+            if (self.tree.is_call_to(n, CLOCKS) or (type(n) is cst.Name and n.value in self._clock_names(function)))
+            and not any(self.tree.inside(n, a) for args in shared for a in args)
+        ]
+        return (True, clocks[0]) if clocks else None
+
+    def _reduces_call(self, call: cst.Call, function: Function) -> bool:
+        """`any_rank(flag)`: a same-file function that returns a reduced value, or a reducer by its name."""
+        callee = self.program.callee(call, function)
+        return self.reducing(callee[0]) if callee is not None else self.is_foreign_reducer(call)
+
+    def _clock_names(self, function: Function) -> set[str]:
+        if function not in self._clocks:
+            self._clocks[function] = clock_names(self.tree, self.program, function)
+        return self._clocks[function]
 
     def _every_branch_exits(self, statement: cst.If, exit: cst.CSTNode) -> bool:
         """`if rank == 0: ...; break` / `else: break`: every rank leaves."""
