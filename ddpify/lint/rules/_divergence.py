@@ -25,7 +25,7 @@ import libcst as cst
 
 from ddpify import nodes
 from ddpify import syntax as s
-from ddpify.analysis.exits import CLOCKS, clock_names, flag_stops
+from ddpify.analysis.exits import CLOCKS, clock_names, flag_stops, skips
 from ddpify.analysis.totals import COLLECTS, restarts_inside
 from ddpify.lint.script import Script
 from ddpify.syntax import BLOCKS, code, dotted, method_call
@@ -645,19 +645,9 @@ class Flow:
         branches = [statement.body, statement.orelse]
         return all(any(isinstance(n, kind) for n in self.tree.walk(b)) for b in branches)
 
-    def _skips_sync(self, statement: cst.If, loop: cst.CSTNode, function: Function) -> bool:
+    def _skips_sync(self, statement: cst.If, loop: cst.For | cst.While, function: Function) -> bool:
         """Whether `continue` under `statement` skips a sync point later in the iteration."""
-        child: cst.CSTNode = statement
-        for parent in self.tree.ancestors(statement):
-            if parent is loop:
-                return False
-            if isinstance(parent, cst.IndentedBlock):
-                body = list(parent.body)
-                later = body[body.index(child) + 1 :] if child in body else []
-                if any(self.syncs(st, function) for st in later):
-                    return True
-            child = parent
-        return False
+        return skips(self.tree, statement, loop, lambda later: self.syncs(later, function))
 
 
 def flow(script: Script) -> Flow:
