@@ -200,6 +200,21 @@ def test_training_through_a_custom_method_is_refused() -> None:
     assert result.reason.startswith("`model.features(...)` (line ") and "runs the model for training outside its forward()" in result.reason
 
 
+def test_training_through_a_custom_method_inside_a_loss_helper_is_refused() -> None:
+    """Helper corpus J: `loss = vae_loss(model, x)`, whose `model.encode(x)` computes what it
+    returns, trained outside DDP's forward (replicas diverged) while the direct call was refused.
+    A helper whose custom call does not reach its result (a log line) is no training forward."""
+    helper = "def vae_loss(model, x):\n    z = model.encode(x)\n    return nn.functional.mse_loss(z, x)\n\n\n"
+    loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = vae_loss(model, x)")
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    result = convert(script(body + loop, helpers=helper))
+    assert result.status == "unchanged"
+    assert result.reason.startswith("`model.encode(...)` (line ") and "runs the model for training outside its forward()" in result.reason
+    logging = "def fit_loss(model, x, y):\n    print(model.summary())\n    return nn.functional.mse_loss(model(x), y)\n\n\n"
+    loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = fit_loss(model, x, y)")
+    assert convert(script(body + loop, helpers=logging)).status == "converted"
+
+
 @pytest.mark.parametrize(
     ("returns", "refused"),
     [

@@ -371,6 +371,7 @@ class Analyzer:
         self.outputs = Outputs(tree, self.program)
         self.warnings: list[tuple[cst.CSTNode | None, str]] = []
         self._sources_cache: dict[cst.FunctionDef | None, set[int]] = {}
+        self._return_sources_cache: dict[cst.FunctionDef, set[int]] = {}
 
     def run(self) -> Facts:
         self._check_not_distributed()
@@ -1553,26 +1554,42 @@ class Analyzer:
                                     f"model and skip DDP's gradient averaging; call the model through one name (`{model.ref}`), then convert"
                                 )
 
-    def _feeds_backward(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
-        """Whether a value `backward()` is called on comes from `call` (`loss = model.loss(x)`)."""
+    def _feeds_backward(self, call: cst.Call, function: cst.FunctionDef | None, depth: int = 0) -> bool:
+        """Whether a value `backward()` is called on comes from `call` (`loss = model.loss(x)`),
+        also through what a same-file function returns (`loss = vae_loss(model, x)`, whose
+        `model.encode(x)` computes its result)."""
         if self.tree.grad_disabled(call):
             return False
-        sources = self._backward_sources(function)
-        return any(id(node) in sources for node in (call, *self.tree.ancestors(call)))
+        lineage = (call, *self.tree.ancestors(call))
+        if any(id(node) in self._backward_sources(function) for node in lineage):
+            return True
+        if function is None or depth >= 3 or not any(id(node) in self._return_sources(function) for node in lineage):
+            return False
+        return any(self._feeds_backward(site, caller, depth + 1) for site, caller in self.program.call_sites(function))
 
     def _backward_sources(self, function: cst.FunctionDef | None) -> set[int]:
         """Ids of the expressions a function's backward() receivers are computed from: the
         receivers and, through local names, the values assigned to them. Computed once."""
         cached = self._sources_cache.get(function)
-        if cached is not None:
-            return cached
+        if cached is None:
+            receivers = [node.func.value for node in self.program.calls_in(function) if is_backward(node)]  # type: ignore[attr-defined]
+            cached = self._sources_cache[function] = self._computed_from(function, receivers)
+        return cached
+
+    def _return_sources(self, function: cst.FunctionDef) -> set[int]:
+        """Ids of the expressions what `function` returns is computed from."""
+        cached = self._return_sources_cache.get(function)
+        if cached is None:
+            cached = self._return_sources_cache[function] = self._computed_from(function, self.program.returns(function))
+        return cached
+
+    def _computed_from(self, function: cst.FunctionDef | None, values: list[cst.BaseExpression]) -> set[int]:
+        """Ids of `values` and, through the local names they read, of the values assigned to those."""
         sources: set[int] = set()
         names: list[str] = []
-        for node in self.program.calls_in(function):
-            if is_backward(node):
-                receiver = node.func.value  # type: ignore[attr-defined]
-                sources.add(id(receiver))
-                names += [n.value for n in self.tree.walk(receiver) if type(n) is cst.Name]
+        for value in values:
+            sources.add(id(value))
+            names += [n.value for n in self.tree.walk(value) if type(n) is cst.Name]
         seen: set[str] = set()
         while names:
             name = names.pop()
@@ -1582,7 +1599,6 @@ class Analyzer:
             for value in self._values_of(function, name):
                 sources.add(id(value))
                 names += [n.value for n in self.tree.walk(value) if type(n) is cst.Name]
-        self._sources_cache[function] = sources
         return sources
 
     def _values_of(self, function: cst.FunctionDef | None, name: str) -> list[cst.CSTNode]:
