@@ -2263,6 +2263,20 @@ def test_a_skip_inside_a_per_rank_branch_is_taken_together_at_both_levels() -> N
     assert "            if any_rank(loss.item() > 1):\n                if any_rank(not torch.isfinite(loss)):\n" in output
 
 
+def test_a_file_kept_open_for_writing_is_opened_on_rank_0_only() -> None:
+    """Helper corpus J: `log_file = open("log.csv", "w")` and `csv.writer(log_file)` before the
+    epoch loop were opened and written by every rank (one file, truncated twice, rows of both).
+    The handle and what is built on it are None off rank 0, and every use of them is guarded. A
+    temporary file is each process's own: its handle is opened on every rank."""
+    loop = LOOP.replace("for epoch in range(2):\n", 'log_file = open("log.csv", "w", newline="")\nwriter = csv.writer(log_file)\nscratch = open(tempfile.mktemp(), "w")\nfor epoch in range(2):\n')
+    loop += "    writer.writerow([epoch, loss.item()])\n    log_file.flush()\n    scratch.write('x')\nlog_file.close()\n"
+    output = convert(standard(loop=loop).replace("import torch\n", "import csv\nimport tempfile\nimport torch\n", 1)).output
+    assert '    log_file = open("log.csv", "w", newline="") if rank == 0 else None\n    writer = csv.writer(log_file) if rank == 0 else None\n' in output
+    assert "        if rank == 0:\n            writer.writerow([epoch, loss.item()])\n            log_file.flush()\n" in output
+    assert "    if rank == 0:\n        log_file.close()\n" in output
+    assert '    scratch = open(tempfile.mktemp(), "w")\n' in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

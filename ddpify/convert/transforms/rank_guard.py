@@ -25,11 +25,18 @@ class RankZeroGuards(Transform):
 
     def run(self) -> None:
         # Objects made on rank 0 only (None elsewhere): statements that use them run on rank 0 too.
+        self._derived: set[int] = set()
         self.rank_zero_objects = {
             dotted(small.targets[0].target)
             for small in self.tree.of_type(cst.Assign)
             if len(small.targets) == 1 and self._is_logger_assignment(small)
         } - {None}
+        self.rank_zero_objects |= {
+            item.asname.name.value
+            for item in self.tree.of_type(cst.WithItem)
+            if item.asname is not None and type(item.asname.name) is cst.Name and self._opens_around_training(item)
+        }
+        self._derive_rank_zero_objects()
         self._block(self.tree.module, None)
         for function in self.program.all_functions:
             # Dataset code also runs in DataLoader workers; data preparation helpers run on rank 0 only.
@@ -182,8 +189,8 @@ class RankZeroGuards(Transform):
                 if isinstance(small, cst.Pass):
                     continue
                 kind = self._output_call(small.value, function) if isinstance(small, cst.Expr) else None
-                if kind is None and self._uses_rank_zero_object(small) and not self._is_logger_assignment(small):
-                    kind = "use of an object made on rank 0 only"
+                if kind is None and (used := self._rank_zero_object_used(small)) is not None and not self._is_logger_assignment(small):
+                    kind = f"use of `{used}` (None on the other ranks)"
                 if kind is None:
                     return []
                 kinds.append(kind)
@@ -234,15 +241,60 @@ class RankZeroGuards(Transform):
         return out.kind
 
     def _is_logger_object(self, value: cst.BaseExpression) -> bool:
-        return self.tree.is_call_to(value, s.SUMMARY_WRITER) or self.tree.is_call_to(value, {"wandb.init", "mlflow.start_run", *FILE_HANDLERS})
+        return (
+            self.tree.is_call_to(value, s.SUMMARY_WRITER)
+            or self.tree.is_call_to(value, {"wandb.init", "mlflow.start_run", *FILE_HANDLERS})
+            or self._is_shared_file(value)
+        )
 
-    def _uses_rank_zero_object(self, node: cst.CSTNode) -> bool:
-        if not self.rank_zero_objects:
+    def _is_shared_file(self, value: cst.BaseExpression) -> bool:
+        """`open("log.csv", "w")` kept open (`log_file = open(...)`, or a `with` around the
+        training): every rank would truncate and write the same file."""
+        if not self.tree.opens_for_writing(value):
             return False
-        return any(
-            (type(n) is cst.Name or type(n) is cst.Attribute) and dotted(n) in self.rank_zero_objects and not self._handed_on(n)
-            and not isinstance(self.tree.parent(n), cst.AssignTarget)  # `writer = None` before it is made: no use of it
-            for n in self.tree.walk(node)
+        assert isinstance(value, cst.Call)
+        path = s.arg(value, 0, "file")
+        return path is not None and not private_to_process(self.tree, self.program, path.value, self.tree.function(value))
+
+    def _opens_around_training(self, item: cst.WithItem) -> bool:
+        """`with open("log.csv", "w") as f:` around code that syncs the ranks (the training
+        loop): the file is opened on rank 0 only, a nullcontext elsewhere (`f` is None there)."""
+        statement = self.tree.parent(item)
+        return (
+            isinstance(statement, cst.With)
+            and self._is_shared_file(item.item)
+            and self.facts.syncs(statement.body, self.tree.function(statement))
+        )
+
+    def _derive_rank_zero_objects(self) -> None:
+        """`writer = csv.writer(log_file)` with `log_file` made on rank 0 only: the object built
+        from it is made on rank 0 only too (None elsewhere), and so are its uses."""
+        grown = True
+        while grown:
+            grown = False
+            for small in self.tree.of_type(cst.Assign):
+                if id(small) in self._derived or len(small.targets) != 1 or type(small.value) is not cst.Call:
+                    continue
+                name = dotted(small.targets[0].target)
+                if name is None or name in self.rank_zero_objects or self.facts.syncs(small.value, self.tree.function(small)):
+                    continue
+                if any(dotted(a.value) in self.rank_zero_objects for a in small.value.args):
+                    self._derived.add(id(small))
+                    self.rank_zero_objects.add(name)
+                    grown = True
+
+    def _rank_zero_object_used(self, node: cst.CSTNode) -> str | None:
+        """The first object made on rank 0 only that `node` uses."""
+        if not self.rank_zero_objects:
+            return None
+        return next(
+            (
+                name
+                for n in self.tree.walk(node)
+                if (type(n) is cst.Name or type(n) is cst.Attribute) and (name := dotted(n)) in self.rank_zero_objects and not self._handed_on(n)
+                and not isinstance(self.tree.parent(n), cst.AssignTarget)  # `writer = None` before it is made: no use of it
+            ),
+            None,
         )
 
     def _handed_on(self, name: cst.CSTNode) -> bool:
@@ -271,7 +323,7 @@ class RankZeroGuards(Transform):
         `vis = Visualizer(...)` from another module whose every use is a call of it or of its methods."""
         if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
             return False
-        if self._is_logger_object(small.value):
+        if self._is_logger_object(small.value) or id(small) in self._derived:
             return True
         target = small.targets[0].target
         if not isinstance(target, cst.Name) or not isinstance(small.value, cst.Call):
@@ -299,12 +351,13 @@ class RankZeroGuards(Transform):
         condition = self.is_main_process(function, item)
         if isinstance(value, cst.IfExp) and self._is_logger_object(value.body):
             self.plan.replace(value.test, cst.BooleanOperation(left=_and_operand(value.test), operator=cst.And(), right=cst.parse_expression(condition)))
-        elif self._is_logger_object(value):
+        elif self._is_logger_object(value) and (not self.tree.opens_for_writing(value) or self._opens_around_training(item)):
             self.plan.replace(value, cst.parse_expression(f"{code(value)} if {condition} else contextlib.nullcontext()"))
             self.plan.add_import("contextlib")
         else:
             return
-        self.change(item, f"`{code(value.body if isinstance(value, cst.IfExp) else value)}` opens its run on rank 0 only (a nullcontext elsewhere)")
+        what = "the file" if self.tree.opens_for_writing(value) else "its run"
+        self.change(item, f"`{code(value.body if isinstance(value, cst.IfExp) else value)}` opens {what} on rank 0 only (a nullcontext elsewhere)")
 
     # --- folders -----------------------------------------------------------------------
 
