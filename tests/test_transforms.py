@@ -2277,6 +2277,26 @@ def test_a_file_kept_open_for_writing_is_opened_on_rank_0_only() -> None:
     assert '    scratch = open(tempfile.mktemp(), "w")\n' in output
 
 
+def test_a_loader_built_anew_each_epoch_gets_set_epoch_once_it_exists() -> None:
+    """Helper corpus I: a loader made inside the epoch loop (fresh negative samples each epoch)
+    got `train_loader.sampler.set_epoch(epoch)` at the top of the epoch, before it existed: an
+    UnboundLocalError on every rank and in the plain run."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    epoch_loader = DataLoader(loader.dataset, batch_size=8, shuffle=True)\n")
+    loop = loop.replace("    for x, y in loader:\n", "    for x, y in epoch_loader:\n")
+    output = convert(standard(loop=loop)).output
+    assert "shuffle=True))\n        epoch_loader.sampler.set_epoch(epoch)\n        for x, y in epoch_loader:\n" in output
+
+
+def test_tqdm_write_and_an_optional_summary_writer_run_on_rank_0() -> None:
+    """Helper corpus I: `tqdm.write(...)` printed on every rank, and `SummaryWriter(...) if
+    SummaryWriter is not None else None` (tensorboard optional) made an event file per rank."""
+    loop = "writer = SummaryWriter('runs') if SummaryWriter is not None else None\n" + LOOP + "    tqdm.write(f'epoch {epoch}')\n"
+    imports = "from tqdm import tqdm\ntry:\n    from torch.utils.tensorboard import SummaryWriter\nexcept ImportError:\n    SummaryWriter = None\n"
+    output = convert(standard(loop=loop).replace("from torch.utils.data import", imports + "from torch.utils.data import", 1)).output
+    assert "        if rank == 0:\n            tqdm.write(f'epoch {epoch}')\n" in output
+    assert "    writer = SummaryWriter('runs') if SummaryWriter is not None and rank == 0 else None\n" in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -60,7 +60,8 @@ WRITE_METHODS: dict[str, tuple[int, str] | None] = {
     "write_bytes": None,
 }
 FILE_METHODS = {"write", "writelines", "flush"}  # of a file object opened for writing
-STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
+# `tqdm.write(...)` prints a line above the bars, like print.
+STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write", *(f"{bar}.write" for bar in s.TQDM)}
 FILE_HANDLERS = {
     "logging.FileHandler", "logging.handlers.RotatingFileHandler", "logging.handlers.TimedRotatingFileHandler",
     "logging.handlers.WatchedFileHandler",

@@ -130,6 +130,7 @@ class EpochStart:
     loop: cst.For | cst.While
     loader: str  # the loader, spelled for the loop's scope
     epoch: str | None
+    batches: cst.CSTNode | None = None  # the loop over the loader's batches, when inside `loop` in the same function
 
 
 @dataclass
@@ -1355,8 +1356,8 @@ class Analyzer:
             if _phase_loop(loop) and len(outer) > 1:
                 # `for phase in ["train", "val"]:` inside the epoch loop: the loader may depend on
                 # the phase, so the call goes in the phase loop; the epoch loop numbers the epochs
-                return [EpochStart(loop, self.program.sampler_owner(loader_node, function, loader_code), self._epoch_counter(outer[1]))]
-            return [EpochStart(loop, self.program.sampler_owner(loader_node, function, loader_code), self._epoch_counter(loop))]
+                return [EpochStart(loop, self.program.sampler_owner(loader_node, function, loader_code), self._epoch_counter(outer[1]), node)]
+            return [EpochStart(loop, self.program.sampler_owner(loader_node, function, loader_code), self._epoch_counter(loop), node)]
         if function is None or function in seen:
             return []
         seen.add(function)

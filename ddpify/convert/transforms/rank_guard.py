@@ -241,6 +241,8 @@ class RankZeroGuards(Transform):
         return out.kind
 
     def _is_logger_object(self, value: cst.BaseExpression) -> bool:
+        if type(value) is cst.IfExp and _is_none(value.orelse):  # `SummaryWriter(...) if SummaryWriter else None`
+            value = value.body
         return (
             self.tree.is_call_to(value, s.SUMMARY_WRITER)
             or self.tree.is_call_to(value, {"wandb.init", "mlflow.start_run", *FILE_HANDLERS})
@@ -314,7 +316,11 @@ class RankZeroGuards(Transform):
         if not self._is_logger_assignment(small):
             return False
         condition = self.is_main_process(function, statement)
-        self.plan.replace(small.value, cst.parse_expression(f"{code(small.value)} if {condition} else None"))
+        value = small.value
+        if type(value) is cst.IfExp and _is_none(value.orelse):  # already None on one side: one test for both
+            self.plan.replace(value.test, cst.BooleanOperation(left=_and_operand(value.test), operator=cst.And(), right=cst.parse_expression(condition)))
+        else:
+            self.plan.replace(value, cst.parse_expression(f"{code(value)} if {condition} else None"))
         self.change(statement, f"`{code(small.targets[0].target)}` is created on rank 0 only (None elsewhere)")
         return True
 
@@ -414,3 +420,7 @@ def _and_operand(test: cst.BaseExpression) -> cst.BaseExpression:
     ):
         return test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return test
+
+
+def _is_none(node: cst.BaseExpression) -> bool:
+    return type(node) is cst.Name and node.value == "None"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpify.convert.analysis import EpochStart
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 
@@ -29,9 +30,28 @@ class SetEpoch(Transform):
             if not isinstance(start.loop.body, cst.IndentedBlock):
                 self.warn(start.loop, f"one-line loop: call `{start.loader}.sampler.set_epoch({start.epoch})` at the start of each epoch")
                 continue
-            self.plan.prepend(start.loop.body, statements(f"{start.loader}.sampler.set_epoch({start.epoch})\n"))
+            line = statements(f"{start.loader}.sampler.set_epoch({start.epoch})\n")
+            rebuilt = self._rebuilt_in(start)
+            if rebuilt is not None:  # a loader made anew each epoch (fresh negatives): once it exists
+                self.plan.insert_before(rebuilt, line)
+            else:
+                self.plan.prepend(start.loop.body, line)
             self.change(start.loop, f"`{start.loader}.sampler.set_epoch({start.epoch})` each epoch, so every epoch shuffles differently")
         for call, loader in self.facts.refills():
             statement = self.tree.statement(call)
             self.plan.insert_before(statement, statements(f"{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)  # a new pass shuffles differently\n"))
             self.change(call, f"`{loader}` is iterated again: its sampler moves to the next epoch first")
+
+    def _rebuilt_in(self, start: EpochStart) -> cst.BaseStatement | None:
+        """The statement of the epoch loop's body that holds the batch loop, when the loader is
+        bound inside the epoch loop (built anew each epoch): set_epoch goes right before it."""
+        if start.batches is None:
+            return None
+        function = self.tree.function(start.loop)
+        name = start.loader.split(".")[0]
+        if not any(self.tree.inside(value, start.loop.body) for value, _ in self.program.assignments(function, name)):
+            return None
+        for statement in start.loop.body.body:
+            if self.tree.inside(start.batches, statement):
+                return statement
+        return None
