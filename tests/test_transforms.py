@@ -2297,6 +2297,43 @@ def test_tqdm_write_and_an_optional_summary_writer_run_on_rank_0() -> None:
     assert "    writer = SummaryWriter('runs') if SummaryWriter is not None and rank == 0 else None\n" in output
 
 
+def test_an_average_meter_over_the_shard_sums_its_totals_over_ranks() -> None:
+    """Helper corpus I: pytorch/examples' AverageMeter (`update(val, n)` adds to `sum` and
+    `count`, `avg` derived) averaged each rank's shard alone; a ReduceLROnPlateau and an early
+    stop decided on it per rank, and the rank that stopped first left the other hanging. Its
+    totals are summed over ranks after the loop and `avg` is derived again as update() does."""
+    meter = """\
+class AverageMeter:
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.val = 0
+        self.avg = 0
+        self.sum = 0
+        self.count = 0
+
+    def update(self, val, n=1):
+        self.val = val
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+"""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    losses = AverageMeter()\n")
+    loop += "        losses.update(loss.item(), x.size(0))\n    print(losses.avg)\n"
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
+    output = convert(script(body, helpers=meter)).output
+    expected = (
+        "        losses_totals = torch.tensor([losses.sum, losses.count], dtype=torch.float64)\n"
+        "        dist.all_reduce(losses_totals)\n"
+        "        losses.sum = losses_totals[0].item()\n"
+        "        losses.count = int(losses_totals[1].item())\n"
+        "        losses.avg = losses.sum / losses.count\n"
+        "        if rank == 0:\n            print(losses.avg)\n"
+    )
+    assert expected in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

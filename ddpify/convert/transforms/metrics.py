@@ -30,7 +30,10 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # then, so it goes through float()); tensor: reduced in place; list: per-step values, gathered;
 # dict: numbers under fixed keys (`lossbin[int(t * 10)] += loss`), reduced key by key ("dict
 # count": ints counted up, `losscnt[bin] += 1`, ints again).
-Kind = Literal["count", "number", "number?", "tensor", "list", "dict", "dict count"]
+# meter: an object of a same-file class whose `update(value, n)` adds to its own totals
+# (`self.sum += value * n; self.count += n`): those totals are summed, what update() derives
+# from them (`self.avg = self.sum / self.count`) derived again.
+Kind = Literal["count", "number", "number?", "tensor", "list", "dict", "dict count", "meter"]
 
 
 class ReduceMetrics(Transform):
@@ -128,6 +131,7 @@ class ReduceMetrics(Transform):
         added: dict[str, list[cst.BaseExpression]] = {}  # name -> increments
         appended: dict[str, list[cst.BaseExpression]] = {}  # name -> appended values
         keyed: dict[str, list[cst.BaseExpression]] = {}  # name -> increments of `name[key] += value`
+        updated: set[str] = set()  # `meter.update(loss.item(), n)`
         for node in self.tree.walk(loop.loop.body):
             if (
                 isinstance(node, cst.AugAssign)
@@ -146,6 +150,8 @@ class ReduceMetrics(Transform):
             found = method_call(node)
             if found and found[1] == "append" and isinstance(found[0], cst.Name) and node.args:  # type: ignore[union-attr]
                 appended.setdefault(found[0].value, []).append(node.args[0].value)  # type: ignore[union-attr]
+            if found and found[1] == "update" and type(found[0]) is cst.Name and node.args and self._from_batch(loop, node.args[0].value):  # type: ignore[union-attr]
+                updated.add(found[0].value)
         for name in [n for n, values in appended.items() if not any(self._from_batch(loop, v) for v in values)]:
             del appended[name]  # `img_list.append(netG(fixed_noise))`: the same on every rank, no shard's values
         totals: dict[str, Kind] = {}
@@ -179,6 +185,9 @@ class ReduceMetrics(Transform):
                 ints = all(isinstance(v, cst.Integer) for start in starts for v in start)  # type: ignore[union-attr]
                 counts = ints and all(isinstance(v, cst.Integer) or self._is_count(v) for v in values)
                 totals[name] = "dict count" if counts else "dict"
+        for name in sorted(updated, key=lambda n: n):
+            if self._meter_class(loop, name) is not None and self._read_after(loop, name):
+                totals[name] = "meter"
         for name, values in appended.items():
             initial = self._initial_values(loop, name)
             if not (initial and all(isinstance(v, cst.List) and not v.elements for v in initial) and self._read_after(loop, name)):
@@ -188,6 +197,78 @@ class ReduceMetrics(Transform):
             else:
                 self.warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
         return totals
+
+    def _meter_class(self, loop: TrainLoop, name: str) -> cst.ClassDef | None:
+        """The same-file class `name` is made from before the loop (each pass of the loop around
+        it starts a new one), when its update() adds to totals of its own."""
+        initial = self._initial_values(loop, name)
+        classes = {
+            value.func.value for value in initial if type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in self.program.classes
+        }
+        if len(initial) != 1 or len(classes) != 1:
+            return None
+        cls = self.program.classes[classes.pop()]
+        update = self.program.class_methods(cls).get("update")
+        return cls if update is not None and self._meter_totals(update) else None
+
+    def _meter_totals(self, update: cst.FunctionDef) -> list[str]:
+        """The attributes update() adds to (`self.sum += val * n`), in its order."""
+        found = []
+        for node in self.program.scope_nodes(update):
+            if type(node) is cst.AugAssign and type(node.operator) is cst.AddAssign and (target := dotted(node.target)) is not None:
+                if target.startswith("self.") and target.count(".") == 1 and target[5:] not in found:
+                    found.append(target[5:])
+        return found
+
+    def _meter_lines(self, loop: TrainLoop, name: str) -> list[str]:
+        """The meter's totals summed over ranks (counts as ints again), then what update() derives
+        from them alone, assigned again (`meter.avg = meter.sum / meter.count`)."""
+        cls = self._meter_class(loop, name)
+        assert cls is not None
+        methods = self.program.class_methods(cls)
+        update = methods["update"]
+        attributes = self._meter_totals(update)
+        tensor = self._free(loop.function, f"{name}_totals", f"reduced_{name}")
+        lines = [
+            f"{tensor} = torch.tensor([{', '.join(f'{name}.{a}' for a in attributes)}], dtype=torch.float64)",
+            f"dist.all_reduce({tensor})",
+        ]
+        starts = {}
+        for method in (methods.get("__init__"), methods.get("reset")):
+            for a in attributes:
+                for value, index in self.program.assignments(method, f"self.{a}") if method is not None else []:
+                    if index is not None and isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
+                        value = value.elements[index].value
+                    starts[a] = value
+        counts = self._meter_counts(update, attributes)
+        for i, a in enumerate(attributes):
+            value = f"{tensor}[{i}].item()"
+            lines.append(f"{name}.{a} = int({value})" if isinstance(starts.get(a), cst.Integer) and a in counts else f"{name}.{a} = {value}")
+        for node in self.program.scope_nodes(update):
+            if type(node) is not cst.Assign or len(node.targets) != 1 or (target := dotted(node.targets[0].target)) is None or not target.startswith("self."):
+                continue
+            attributes_read = [dotted(n) for n in self.tree.walk(node.value) if type(n) is cst.Attribute]
+            names = {
+                n.value for n in self.tree.walk(node.value)
+                if type(n) is cst.Name and not (type(parent := self.tree.parent(n)) is cst.Attribute and parent.attr is n)
+            } - {"self", "max", "min", "float", "int", "round"}  # fmt: skip
+            if not names and attributes_read and all(r is not None and r.startswith("self.") and r[5:] in attributes for r in attributes_read):
+                lines.append(f"{name}.{target[5:]} = {code(node.value).replace('self.', f'{name}.')}")
+        return lines
+
+    def _meter_counts(self, update: cst.FunctionDef, attributes: list[str]) -> set[str]:
+        """The totals update() counts with whole numbers: `self.count += n` (n defaults to an int)
+        or `+= 1`; `self.sum += val * n` is a float even when it starts from 0."""
+        defaults = {p.name.value for p in update.params.params if isinstance(p.default, cst.Integer)}
+        counts = set()
+        for a in attributes:
+            increments = [
+                node.value for node in self.program.scope_nodes(update)
+                if type(node) is cst.AugAssign and dotted(node.target) == f"self.{a}"
+            ]  # fmt: skip
+            if increments and all(isinstance(v, cst.Integer) or (type(v) is cst.Name and v.value in defaults) for v in increments):
+                counts.add(a)
+        return counts
 
     def _from_batch(self, loop: TrainLoop, value: cst.CSTNode) -> bool:
         """Something of this rank's batch, or what another module computed over the sharded
@@ -294,8 +375,8 @@ class ReduceMetrics(Transform):
         function = loop.function
         of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("count", "number", "number?", "tensor", "list")}
         numbers = [name for name, kind in totals.items() if kind in ("count", "number", "number?")]  # in the script's order
-        summed = {name for name in totals if self._summed(loop, name, totals)}
-        reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith("dict")]
+        summed = {name for name in totals if totals[name] == "meter" or self._summed(loop, name, totals)}
+        reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith("dict") or kind == "meter"]
         how = "sum" if set(reduced) <= summed else "average" if not summed & set(reduced) else "sum or average"
         what = f"{how} the totals" if reduced else "gather the values"
         lines = [f"# Each rank {'went over' if helper else 'trained on'} its own shard of the data: {what} over ranks."]
@@ -313,6 +394,8 @@ class ReduceMetrics(Transform):
                 f"{name} = {{key: int(value) for key, value in zip({name}, {values})}}" if totals[name] == "dict count" and name in summed
                 else f"{name} = dict(zip({name}, {values}))",
             ]
+        for name in [n for n, kind in totals.items() if kind == "meter"]:
+            lines += self._meter_lines(loop, name)
         for name in of_kind["tensor"]:
             lines.append(f"dist.all_reduce({name})")
             if name not in summed:  # not in place: an integer tensor (a count of hits) divides into floats
