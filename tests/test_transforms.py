@@ -2334,6 +2334,18 @@ class AverageMeter:
     assert expected in output
 
 
+def test_a_training_function_run_per_trial_leaves_the_setup_to_the_main_block() -> None:
+    """Helper corpus I: `for lr in grid: train(lr)` under `__main__` got init and destroy inside
+    `train`: the group was made again each trial (verify: initialized twice; hung 3 runs in 6).
+    The setup goes into the block that runs the trials, once."""
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=lr)\n{LOOP}"
+    source = script(body).replace("def main():", "def train(lr):").replace("    main()\n", "    for lr in [0.01, 0.1]:\n        train(lr)\n")
+    output = convert(source).output
+    main_block = output[output.index('if __name__ == "__main__":'):]
+    assert output.count("dist.init_process_group(backend)") == 1 and "dist.init_process_group(backend)" in main_block
+    assert main_block.rstrip().endswith("dist.destroy_process_group()")
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -484,7 +484,9 @@ class Analyzer:
             training = [f for f in called if self._reaches_training(f)]
             # the block itself builds what trains (the model it wraps, the loader it shards): set up there
             builds = any(m.function is None for m in models) or any(o.function is None for o in loaders)
-            if len(training) == 1 and not builds:
+            # `for lr in grid: train(lr)`: a function run more than once would set the group up again
+            repeated = len(training) == 1 and self._called_repeatedly(training[0], guard.body)
+            if len(training) == 1 and not builds and not repeated:
                 f = training[0]
                 return Entry("function", f, f.body, None, f"{f.name.value}()")  # type: ignore[arg-type]
             return Entry("main-block", None, guard.body, None, "the __main__ block")
@@ -494,6 +496,11 @@ class Analyzer:
         if guard is None and not self._trains_at_import():
             return Entry("library", None, module, last_import, "the first use")
         return Entry("module", None, module, last_import, "the module")
+
+    def _called_repeatedly(self, function: cst.FunctionDef, block: cst.IndentedBlock) -> bool:
+        """Whether `block` calls `function` more than once: in a loop, or at several places."""
+        calls = [c for c in self.tree.calls(block) if type(c.func) is cst.Name and c.func.value == function.name.value]
+        return len(calls) > 1 or any(self.tree.loops(c) for c in calls)
 
     def _trains_at_import(self) -> bool:
         """Whether module-level code trains: a loop calling backward(), or a call that reaches one."""
