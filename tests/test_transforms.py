@@ -318,13 +318,18 @@ DATA = "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
         ),
         pytest.param(
             DATA + "weights = torch.ones(64)\nsampler = torch.utils.data.WeightedRandomSampler(weights, 64)\nloader = DataLoader(data, batch_size=8, sampler=sampler)",
-            "sampler = torch.utils.data.WeightedRandomSampler(weights, 64, generator=torch.Generator().manual_seed(torch.initial_seed() + rank))",
+            "sampler = torch.utils.data.WeightedRandomSampler(weights, math.ceil(64 / world_size), generator=torch.Generator().manual_seed(torch.initial_seed() + rank))",
             False, id="weighted-keeps-its-weights",
         ),
         pytest.param(
             DATA + "loader = DataLoader(data, batch_size=8, sampler=torch.utils.data.RandomSampler(data, replacement=True, num_samples=10**6))",
-            "sampler=torch.utils.data.RandomSampler(data, replacement=True, num_samples=10**6, generator=torch.Generator().manual_seed(torch.initial_seed() + rank))",
+            "sampler=torch.utils.data.RandomSampler(data, replacement=True, num_samples=math.ceil(10**6 / world_size), generator=torch.Generator().manual_seed(torch.initial_seed() + rank))",
             False, id="with-replacement",
+        ),
+        pytest.param(
+            DATA + "loader = DataLoader(data, batch_size=8, sampler=torch.utils.data.RandomSampler(data, replacement=True))",
+            "sampler=torch.utils.data.RandomSampler(data, replacement=True, generator=torch.Generator().manual_seed(torch.initial_seed() + rank), num_samples=math.ceil(len(data) / world_size))",
+            False, id="with-replacement-a-dataset-long",
         ),
         pytest.param(
             DATA + "train_idx = list(range(48))\nloader = DataLoader(data, batch_size=8, sampler=torch.utils.data.SubsetRandomSampler(train_idx))",
@@ -340,6 +345,8 @@ DATA = "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
     ],
 )  # fmt: skip
 def test_existing_samplers_are_split_by_rank(loader: str, expected: str, set_epoch: bool) -> None:
+    """Samplers drawing with replacement keep their weights and draw each rank's share of an
+    epoch (helper corpus I: each rank drew the whole `num_samples`, world_size epochs' worth)."""
     output = convert(standard(loader=loader)).output
     assert expected in output
     assert ("loader.sampler.set_epoch(epoch)" in output) is set_epoch

@@ -265,8 +265,41 @@ class Sampler(Transform):
             self.warn(sampler, "the training sampler has its own generator: seed it differently on each rank, or every rank draws the same samples")
             return
         seed = f"torch.initial_seed() + {self.rank(function)}"
-        self.plan.replace(sampler, add_keyword("generator", f"torch.Generator().manual_seed({seed})"))
+        edits = [add_keyword("generator", f"torch.Generator().manual_seed({seed})")]
+        share = None if self._drawn_by_next(plan) else self._draws_per_rank(sampler, function)
+        if share is not None:
+            edits.append(share)
+        self.plan.replace(sampler, lambda updated: _apply(updated, edits))
         self.change(sampler, "the sampler draws with replacement: each rank draws its own samples from a generator seeded by rank")
+
+    def _drawn_by_next(self, plan: LoaderPlan) -> bool:
+        """Batches drawn with next() as a stream (makemore's `num_samples=int(1e10)`): no epoch ends."""
+        return any(
+            loop.consumed_by == "next" and any(o.node is plan.call for o in self.program.dataloaders(loop.loader, loop.function))
+            for loop in self.facts.train_loops
+        )
+
+    def _draws_per_rank(self, sampler: cst.Call, function: cst.FunctionDef | None):
+        """An epoch of draws split between the ranks, as a DistributedSampler splits a dataset:
+        `num_samples` (or the dataset's length it defaults to) over world_size, rounded up; each
+        rank drawing the whole count made every epoch world_size times longer."""
+        weighted = self.tree.is_call_to(sampler, {"torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler"})
+        count = s.arg(sampler, 1 if weighted else 2, "num_samples")
+        if count is None:
+            source = s.arg(sampler, 0, "data_source")
+            if weighted or source is None:
+                return None
+            total = f"len({code(source.value)})"
+            keyword = "num_samples"
+        else:
+            total, keyword = code(count.value), None
+        share = f"math.ceil({total} / {self.world_size(function)})"
+        self.plan.add_import("math")
+        self.change(sampler, f"each rank draws its share of an epoch ({share}): together they draw {total}, as one process did")
+        if keyword is not None:
+            return add_keyword(keyword, share)
+        value = count.value
+        return lambda updated: updated.deep_replace(_find_equal(updated, value), cst.parse_expression(share))
 
     def _split_subset(self, plan: LoaderPlan) -> None:
         sampler = plan.sampler
@@ -360,3 +393,17 @@ def _is_shuffle(a: cst.Arg, index: int) -> bool:
     if a.keyword is not None:
         return a.keyword.value == "shuffle"
     return index == 2 and not a.star
+
+
+def _apply(node: cst.CSTNode, edits) -> cst.CSTNode:
+    for edit in edits:
+        node = edit(node)
+    return node
+
+
+def _find_equal(root: cst.CSTNode, original: cst.CSTNode) -> cst.CSTNode:
+    """The node of `root` (an updated copy) that is `original` or renders like it."""
+    for arg in getattr(root, "args", ()):
+        if arg.value is original or arg.value.deep_equals(original):
+            return arg.value
+    return original
