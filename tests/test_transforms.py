@@ -2353,6 +2353,17 @@ def test_a_training_function_run_per_trial_leaves_the_setup_to_the_main_block() 
     assert main_block.rstrip().endswith("dist.destroy_process_group()")
 
 
+def test_loaders_zipped_in_the_training_loop_are_all_sharded() -> None:
+    """Helper corpus I: `for (xl, yl), (xu,) in zip(labeled_loader, unlabeled_loader)` sharded
+    only the first loader: every rank trained on the same unlabeled batches (verify: data
+    sharding). Each zipped loader gets a sampler and its set_epoch."""
+    loader = LOADER + "\nunlabeled = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, shuffle=True)"
+    loop = LOOP.replace("    for x, y in loader:\n", "    for i, ((x, y), (u,)) in enumerate(zip(loader, unlabeled)):\n")
+    output = convert(standard(loader=loader, loop=loop)).output
+    assert output.count("DistributedSampler(") == 2
+    assert "        loader.sampler.set_epoch(epoch)\n        unlabeled.sampler.set_epoch(epoch)\n" in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

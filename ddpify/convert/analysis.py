@@ -17,7 +17,7 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.analysis import sync
 from ddpify.analysis.output import FILE_WRITE, Outputs
-from ddpify.program import Origin, Program
+from ddpify.program import ITERABLE_WRAPPERS, Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value, unchained
 
 ENTRY_NAMES = ("local_rank", "rank", "world_size", "backend")
@@ -1336,9 +1336,23 @@ class Analyzer:
     def _train_loaders(self, loops: list[TrainLoop]) -> list[Origin]:
         loaders: dict[cst.CSTNode, Origin] = {}
         for loop in loops:
-            for origin in self.program.dataloaders(loop.loader, loop.function):
-                loaders.setdefault(origin.node, origin)
+            for loader in [loop.loader, *self._zipped_with(loop)]:
+                for origin in self.program.dataloaders(loader, loop.function):
+                    loaders.setdefault(origin.node, origin)
         return list(loaders.values())
+
+    def _zipped_with(self, loop: TrainLoop) -> list[cst.BaseExpression]:
+        """The other loaders a training loop draws from in step with its own: `for (xl, yl), (xu,)
+        in zip(labeled_loader, unlabeled_loader)` trains on both, so both are sharded."""
+        if loop.consumed_by != "for" or type(loop.loop) is not cst.For:
+            return []
+        node = loop.loop.iter
+        while type(node) is cst.Call and node.args and self.tree.qname(node.func) in ITERABLE_WRAPPERS:
+            if self.tree.qname(node.func) == "builtins.zip":
+                others = [a.value for a in node.args[1:] if not a.star]
+                return [found for other in others if (found := self.program.loader(other, loop.function)) is not None]
+            node = node.args[0].value
+        return []
 
     def _sharded(self, loop: TrainLoop, plans: list[LoaderPlan]) -> bool:
         """Whether a `for` loop iterates a loader that gets a DistributedSampler (which needs set_epoch)."""
@@ -1350,10 +1364,11 @@ class Analyzer:
         return any(origin.node in shard for origin in self.program.dataloaders(loop.loader, loop.function))
 
     def _epoch_starts(self, loops: list[TrainLoop]) -> list[EpochStart]:
-        starts: dict[cst.CSTNode, EpochStart] = {}
+        starts: dict[tuple[cst.CSTNode, str], EpochStart] = {}
         for loop in loops:
-            for start in self._epoch_start(loop.loop, code(loop.loader), loop.loader, loop.function, set()):
-                starts.setdefault(start.loop, start)
+            for loader in [loop.loader, *self._zipped_with(loop)]:
+                for start in self._epoch_start(loop.loop, code(loader), loader, loop.function, set()):
+                    starts.setdefault((start.loop, start.loader), start)
         return list(starts.values())
 
     def _epoch_start(self, node, loader_code, loader_node, function, seen) -> list[EpochStart]:
