@@ -78,6 +78,8 @@ class SyncbnAfterWrap(Rule):
             wrap = facts.wrapped_at(name, node, function)
             if wrap is None:
                 continue
+            if self._wrapped_again(node, name, function):
+                return  # `model = DDP(model.module)` after it: the new wrapper sees the change
             if "requires_grad" in what:
                 why = "DDP only syncs the parameters that required grad when it was built; freeze before wrapping"
             else:
@@ -86,6 +88,18 @@ class SyncbnAfterWrap(Rule):
             fix = (lambda plan, order=order: self._before_wrap(plan, order)) if order is not None else None
             self.report(node, f"{what} after the DDP wrap (line {self.tree.line(wrap)}): {why}", fix=fix)
             return
+
+    def _wrapped_again(self, node: cst.Call, name: str, function: cst.FunctionDef | None) -> bool:
+        """A wrap of the same model that runs after `node` in its function (gradual unfreezing
+        re-wraps the plain model once its parameters change)."""
+        facts = devices_and_output(self.script)
+        for wrap in facts.wraps_in(function):
+            if self.tree.order(wrap) <= self.tree.order(node) or not self.tree.may_follow(node, wrap):
+                continue
+            target, inner = wrap_target(self.tree, wrap), wrapped_module(wrap)
+            if (target is not None and dotted(target) == name) or (inner is not None and dotted(inner) in (name, f"{name}.module")):
+                return True
+        return False
 
     def _surgery(self, node: cst.Call) -> tuple[str | None, str]:
         """The model a call changes, and how: convert_sync_batchnorm(m), m.x = Layer(),
