@@ -2364,6 +2364,24 @@ def test_loaders_zipped_in_the_training_loop_are_all_sharded() -> None:
     assert "        loader.sampler.set_epoch(epoch)\n        unlabeled.sampler.set_epoch(epoch)\n" in output
 
 
+def test_a_per_step_history_kept_across_epochs_is_averaged_step_by_step() -> None:
+    """Helper corpus J: a DCGAN's `G_losses, D_losses = [], []` before the epochs, one value
+    appended per step, printed and plotted at the end: convert warned and left rank 0's shard
+    (our own lint then failed its output, DDP403). Gathered once after the epoch loop, as the
+    mean over ranks of each step."""
+    loop = "history, other = [], []\n" + LOOP + "        history.append(loss.item())\nprint(sum(history) / len(history))\n"
+    result = convert(standard(loop=loop))
+    expected = (
+        "        history.append(loss.item())\n"
+        "    # Each rank recorded its own steps: `history` becomes the mean over ranks, step by step.\n"
+        "    gathered = [None] * world_size\n"
+        "    dist.all_gather_object(gathered, history)\n"
+        "    history = [sum(step) / len(step) for step in zip(*gathered)]\n"
+    )
+    assert expected in result.output
+    assert not any("keeps adding up" in w.message for w in result.warnings)
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""
@@ -2462,9 +2480,12 @@ class Trainer:
 
 def test_a_history_kept_across_epochs_is_not_gathered_every_epoch() -> None:
     """`losses = []` before the epoch loop, appended to in the batch loop: gathering it after
-    each epoch would gather the earlier epochs again; it is warned about instead."""
+    each epoch would gather the earlier epochs again; it is gathered once, after the epoch loop.
+    Appended to with a tensor (no number to average), it is warned about instead."""
     loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        history.append(loss.item())\n") + "print(len(history))\n"
-    result = convert(standard(loop="history = []\n" + loop))
+    output = convert(standard(loop="history = []\n" + loop)).output
+    assert output.count("dist.all_gather_object(") == 1 and "\n    dist.all_gather_object(gathered, history)\n" in output
+    result = convert(standard(loop="history = []\n" + loop.replace("loss.item()", "loss.detach()")))
     assert "all_gather_object" not in result.output
     assert any(w.startswith("`history` keeps adding up this rank's shard across epochs") for w in warnings(result))
 
@@ -2670,12 +2691,12 @@ def test_an_export_over_the_sharded_training_loader_on_rank_0_is_warned_about() 
 def test_values_the_same_on_every_rank_are_no_shard_history() -> None:
     """`img_list.append(netG(fixed_noise))` in the step (the DCGAN tutorial): made from fixed
     noise and the replicated weights, the same on every rank, so no warning that it adds up a
-    shard; `losses.append(loss.item())` across epochs still gets one."""
+    shard; `losses.append(loss.item())` across epochs is averaged over ranks step by step."""
     loop = LOOP + "        with torch.no_grad():\n            fake = model(fixed)\n        img_list.append(fake)\n        losses.append(loss.item())\n"
     source = standard(loop="fixed = torch.randn(2, 4)\nimg_list = []\nlosses = []\n" + loop + "print(len(img_list), losses[-1])\n")
-    found = warnings(convert(source))
-    assert not any(w.startswith("`img_list`") for w in found)
-    assert any(w.startswith("`losses` keeps adding up this rank's shard across epochs") for w in found)
+    result = convert(source)
+    assert not any(w.startswith("`img_list`") for w in warnings(result))
+    assert "dist.all_gather_object(gathered, losses)" in result.output and "img_list)" not in result.output.split("def main")[1].split("print(")[0]
 
 
 def test_a_note_quoting_code_over_several_lines_stays_one_line() -> None:

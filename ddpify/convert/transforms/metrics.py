@@ -158,6 +158,8 @@ class ReduceMetrics(Transform):
         windows = {n for found in (added, appended, keyed) for n in found if restarts_inside(self.tree, self.program, loop.loop, loop.function, n)}
         for name in [*added, *appended]:
             if name not in windows and self._across_epochs(loop, name) and self._read_after(loop, name):
+                if name in appended and self._step_history(loop, name, appended[name]):
+                    continue
                 self.warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
         for name in [n for n, values in added.items() if any(self._clock(v) for v in values)]:
             del added[name]  # `total_time += time.time() - start`: this rank's own wall time, no metric
@@ -269,6 +271,40 @@ class ReduceMetrics(Transform):
             if increments and all(isinstance(v, cst.Integer) or (type(v) is cst.Name and v.value in defaults) for v in increments):
                 counts.add(a)
         return counts
+
+    def _step_history(self, loop: TrainLoop, name: str, values: list[cst.BaseExpression]) -> bool:
+        """`G_losses = []` before the epochs, `G_losses.append(errG.item())` at each step, read
+        once training is over (a plot, a mean): every rank runs as many steps, so the history
+        becomes the mean over ranks step by step, gathered once after the outermost loop it grows
+        in. Emitted here; False when the shape is not that one (then a warning)."""
+        if not all(map(self._is_number, values)):
+            return False
+        starts = [
+            v.elements[i].value if i is not None and isinstance(v, (cst.Tuple, cst.List)) and i < len(v.elements) else v
+            for v, i in self.program.assignments(loop.function, name)
+            if self.tree.order(v) < self.tree.order(loop.loop)
+        ]
+        if len(starts) != 1 or not (isinstance(starts[0], cst.List) and not starts[0].elements):
+            return False
+        around = [lp for lp in self.tree.loops(loop.loop) if self.tree.function(lp) is loop.function and not self.tree.inside(starts[0], lp)]
+        if not around:
+            return False
+        outer = around[-1]
+        end = self.tree.last_line(outer)
+        reads = [n for n in self.program.scope_nodes(loop.function) if type(n) is cst.Name and n.value == name and not self._is_target(n)]
+        if not any(self.tree.line(n) > end for n in reads) or not isinstance(self.tree.parent(outer), (cst.IndentedBlock, cst.Module)):
+            return False
+        function = loop.function
+        gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
+        lines = [
+            f"# Each rank recorded its own steps: `{name}` becomes the mean over ranks, step by step.",
+            f"{gathered} = [None] * {self.world_size(function)}",
+            f"dist.all_gather_object({gathered}, {name})",
+            f"{name} = [sum(step) / len(step) for step in zip(*{gathered})]",
+        ]
+        self.plan.insert_after(outer, statements("\n".join(lines) + "\n"))
+        self.change(outer, f"`{name}` (a value per step, on each rank's shard) is averaged over ranks step by step once the loop ends")
+        return True
 
     def _from_batch(self, loop: TrainLoop, value: cst.CSTNode) -> bool:
         """Something of this rank's batch, or what another module computed over the sharded
