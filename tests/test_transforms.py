@@ -2382,6 +2382,46 @@ def test_a_per_step_history_kept_across_epochs_is_averaged_step_by_step() -> Non
     assert not any("keeps adding up" in w.message for w in result.warnings)
 
 
+TOPLEVEL = """\
+import torch
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True, num_workers=2)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+if __name__ == "__main__":
+    START
+    for epoch in range(2):
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def test_a_module_level_script_tears_down_in_its_main_block() -> None:
+    """The group is set up at import when the loader is built there; the program ends in its
+    `__main__` block, so the teardown goes there, not at the end of the module (a worker or an
+    importer would run it)."""
+    output = convert(TOPLEVEL.replace("    START\n", "")).output
+    assert output.endswith("            optimizer.step()\n    dist.destroy_process_group()\n")
+
+
+@pytest.mark.parametrize("start", ["mp.set_start_method('spawn')", "mp.set_start_method('forkserver', force=True)"])
+def test_workers_that_import_the_script_again_are_refused_with_a_group_set_up_at_import(start: str) -> None:
+    """Helper corpus J: the loader and the group at module level, and DataLoader workers started
+    by spawn: every worker imported the script and set up the group again (verify: workers
+    exited; torchrun hung). Refused, saying where to move the code."""
+    result = convert(TOPLEVEL.replace("START", start))
+    assert result.status == "unchanged"
+    assert "starts the DataLoader workers (line 7) by importing the script again" in result.reason
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -390,6 +390,7 @@ class Analyzer:
         if not loader_plans:
             raise NotConvertible(self._no_loader_reason(backward_calls))
         entry = self._entry(loaders, models)
+        self._check_spawned_workers(entry)
         device = self._device(entry, models)
         refs = self._model_refs(models)
         facts = Facts(
@@ -496,6 +497,34 @@ class Analyzer:
         if guard is None and not self._trains_at_import():
             return Entry("library", None, module, last_import, "the first use")
         return Entry("module", None, module, last_import, "the module")
+
+    def _check_spawned_workers(self, entry: Entry) -> None:
+        """The group set up at import, and DataLoader workers the script starts with spawn or
+        forkserver: each worker imports the script again and would set up the group again (a
+        hang, or workers that die). Refused: the module-level training code belongs in a function
+        or under `if __name__ == "__main__":`."""
+        if entry.kind != "module":
+            return
+        started = None
+        for call in self.tree.calls():
+            name = self.tree.qname(call.func) or ""
+            method = s.arg(call, 0, "method") if name.endswith("set_start_method") else s.arg(call, None, "multiprocessing_context")
+            if method is not None and string_value(method.value) in ("spawn", "forkserver"):
+                started = call
+                break
+        if started is None:
+            return
+        workers = [
+            c for c in self.tree.calls_to(s.DATALOADER)
+            if (n := s.arg(c, 7, "num_workers")) is not None and not (isinstance(n.value, cst.Integer) and n.value.value == "0")
+        ]
+        if workers:
+            raise NotConvertible(
+                f"the process group would be set up at import, and `{code(started.func)}(...)` (line {self.tree.line(started)}) starts "
+                f"the DataLoader workers (line {self.tree.line(workers[0])}) by importing the script again: each worker "
+                "would set up the group again; move the module-level training code into a function or under "
+                "`if __name__ == \"__main__\":`, then convert"
+            )
 
     def _called_repeatedly(self, function: cst.FunctionDef, block: cst.IndentedBlock) -> bool:
         """Whether `block` calls `function` more than once: in a loop, or at several places."""

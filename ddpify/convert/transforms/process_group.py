@@ -100,7 +100,11 @@ class Teardown(Transform):
         if entry.kind == "library":
             return  # init_distributed() registered the teardown at exit
         teardown = "dist.destroy_process_group()\n"
-        body = entry.block.body
+        block = entry.block
+        if entry.kind == "module" and block.body and self.tree.is_main_guard(block.body[-1]):
+            # the program ends in its `__main__` block: tear down there, not when the module is imported
+            block = block.body[-1].body  # type: ignore[attr-defined]
+        body = block.body
         last = body[-1]
         if entry.function is not None:
             for node in self.program.scope_nodes(entry.function):
@@ -109,8 +113,9 @@ class Teardown(Transform):
                     self.plan.insert_before(statement, statements(teardown))
                     self.change(statement, "process group destroyed before returning")
         if not _exits(last):
-            self.plan.append(entry.block, statements(teardown))
-            self.change(last, f"process group destroyed at the end of {entry.label}")
+            self.plan.append(block, statements(teardown))
+            where = "the __main__ block" if block is not entry.block else entry.label
+            self.change(last, f"process group destroyed at the end of {where}")
 
 
 def _exits(statement: cst.BaseStatement) -> bool:
