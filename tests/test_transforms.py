@@ -2422,6 +2422,26 @@ def test_workers_that_import_the_script_again_are_refused_with_a_group_set_up_at
     assert "starts the DataLoader workers (line 7) by importing the script again" in result.reason
 
 
+@pytest.mark.parametrize(
+    "draw",
+    [
+        'os.path.join("runs", uuid.uuid4().hex[:8])',
+        'os.path.join("runs", datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))',
+        'f"runs/{time.strftime(\'%H%M%S\')}"',
+    ],
+)
+def test_a_run_folder_named_per_process_is_rank_0s_on_every_rank(draw: str) -> None:
+    """Helper corpus I: `run_dir` from a uuid (or a timestamp) was each rank's own: rank 0 saved
+    best.pt in its folder, and rank 1 loaded from another one after the barrier and crashed.
+    Rank 0's name is broadcast right after it is drawn; a name drawn but never a path is left."""
+    loop = f"run_dir = {draw}\nos.makedirs(run_dir, exist_ok=True)\nstamp = time.time()\n" + LOOP
+    loop += '    torch.save(model.state_dict(), os.path.join(run_dir, "last.pt"))\nmodel.load_state_dict(torch.load(os.path.join(run_dir, "last.pt")))\nprint(time.time() - stamp)\n'
+    source = standard(loop=loop).replace("import torch\n", "import datetime\nimport os\nimport time\nimport uuid\nimport torch\n", 1)
+    output = convert(source).output
+    assert f"    run_dir = {draw}\n    run_dir = rank0_value(run_dir)  # one run: the same name on every rank\n    os.makedirs(" in output
+    assert "stamp = rank0_value" not in output and output.count("def rank0_value(value):") == 1
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

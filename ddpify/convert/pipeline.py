@@ -19,6 +19,7 @@ from ddpify.convert.transforms.metrics import ReduceMetrics
 from ddpify.convert.transforms.no_sync import GradientSync
 from ddpify.convert.transforms.process_group import ProcessGroup, Teardown
 from ddpify.convert.transforms.rank_guard import RankZeroGuards
+from ddpify.convert.transforms.run_names import SharedRunNames
 from ddpify.convert.transforms.sampler import Sampler
 from ddpify.convert.transforms.seeds import SeedPerRank
 from ddpify.convert.transforms.set_epoch import SetEpoch
@@ -35,6 +36,7 @@ PIPELINE = (
     SyncBatchNorm,  # before the wrap: its statements go right before DDP(...)
     WrapModel,
     Downloads,
+    SharedRunNames,
     Sampler,
     SeedPerRank,  # after the sampler: a loader made again before the training loop comes first
     SetEpoch,

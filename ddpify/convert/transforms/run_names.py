@@ -1,0 +1,74 @@
+"""A run's name drawn per process (a uuid, a timestamp) is rank 0's on every rank.
+
+`run_dir = os.path.join("runs", uuid.uuid4().hex[:8])` gives each rank a folder of its own:
+rank 0 saves `best.pt` into its folder, and another rank, loading it back after the barrier,
+looks in a folder nothing was written to. A timestamp differs too when the ranks start a second
+apart. Rank 0 broadcasts its value (`rank0_value`, emitted once) right after the assignment.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.analysis.exits import CLOCKS
+from ddpify.convert.transforms.base import Transform
+from ddpify.edit import statements
+from ddpify.syntax import code
+
+HELPER = '''
+
+def rank0_value(value):
+    """Rank 0's `value` on every rank: a name drawn in each process (a uuid, a timestamp)
+    names one run, whose files every rank then finds in the same place."""
+    values = [value]
+    dist.broadcast_object_list(values, src=0)
+    return values[0]
+'''
+
+# Draws that differ from process to process: uuids, and clocks read as text or numbers.
+DRAWS = CLOCKS | {
+    "uuid.uuid1", "uuid.uuid4", "time.strftime", "time.localtime", "time.ctime", "time.asctime",
+    "datetime.datetime.today", "datetime.date.today", "os.getpid", "socket.gethostname",
+}  # fmt: skip
+# Calls whose arguments name a file or folder.
+PATH_CALLS = ("os.", "pathlib.", "shutil.", "glob.", "builtins.open", "torch.save", "torch.load", "torch.utils.tensorboard.")
+
+
+class SharedRunNames(Transform):
+    name = "run-name"
+    DESCRIPTION = "a run name drawn per process (uuid, timestamp) is rank 0's on every rank"
+
+    def run(self) -> None:
+        done = False
+        entry = self.facts.entry
+        if entry.kind == "library":
+            return
+        for assign in self.program.scope_nodes(entry.function):
+            if type(assign) is not cst.Assign or len(assign.targets) != 1 or type(assign.targets[0].target) is not cst.Name:
+                continue
+            if not isinstance(self.tree.parent(assign), cst.SimpleStatementLine) or not self._draws(assign.value):
+                continue
+            name = assign.targets[0].target.value
+            if not self._names_files(name, entry.function) or self.tree.loops(assign):
+                continue
+            statement = self.tree.statement(assign)
+            self.plan.insert_after(statement, statements(f"{name} = rank0_value({name})  # one run: the same name on every rank\n"))
+            self.change(statement, f"`{name}` is drawn in each process (`{code(assign.value)}`): every rank takes rank 0's (rank0_value)")
+            done = True
+        if done:
+            assert self.facts.imports_end is not None
+            self.plan.insert_after(self.facts.imports_end, statements(HELPER))
+
+    def _draws(self, value: cst.BaseExpression) -> bool:
+        return any(self.tree.is_call_to(call, DRAWS) for call in self.tree.calls(value))
+
+    def _names_files(self, name: str, function: cst.FunctionDef | None) -> bool:
+        """`name` is read in the arguments of a call that takes paths (`os.path.join(run_dir, ...)`,
+        `torch.save(..., run_dir + "/best.pt")`, `open(f"{run_dir}/log.txt")`)."""
+        for call in self.program.calls_in(function):
+            qualified = self.tree.qname(call.func) or ""
+            if not qualified.startswith(PATH_CALLS):
+                continue
+            if any(type(n) is cst.Name and n.value == name for a in call.args for n in self.tree.walk(a.value)):
+                return True
+        return False
