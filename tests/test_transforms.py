@@ -713,9 +713,9 @@ def test_training_loop_in_another_module_is_named() -> None:
 
 
 def test_names_the_setup_needs_are_not_taken_over() -> None:
-    source = standard(device=DEVICE + "\nrank = 3")
+    source = standard(device=DEVICE + "\nlocal_rank = 3")
     result = convert(source)
-    assert result.status == "unchanged" and "`rank`" in result.reason
+    assert result.status == "unchanged" and "`local_rank`" in result.reason
 
 
 def test_comments_and_formatting_survive() -> None:
@@ -2440,6 +2440,18 @@ def test_a_run_folder_named_per_process_is_rank_0s_on_every_rank(draw: str) -> N
     output = convert(source).output
     assert f"    run_dir = {draw}\n    run_dir = rank0_value(run_dir)  # one run: the same name on every rank\n    os.makedirs(" in output
     assert "stamp = rank0_value" not in output and output.count("def rank0_value(value):") == 1
+
+
+def test_a_script_that_names_its_own_rank_asks_dist_for_the_process_rank() -> None:
+    """Helper corpus I: a latent dimension (or a LoRA rank) called `rank` in main() got the whole
+    script refused. Its `rank` stays the script's; the guards ask `dist.get_rank()`. A `backend`
+    of its own is still refused, naming the line."""
+    loop = "rank = 16  # latent factors\n" + LOOP + '    print(epoch, rank)\ntorch.save(model.state_dict(), f"mf_rank{rank}.pt")\n'
+    output = convert(standard(loop=loop)).output
+    assert "    rank = 16  # latent factors\n" in output and "rank = dist.get_rank()" not in output
+    assert '    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), f"mf_rank{rank}.pt")\n' in output
+    refused = convert(standard(loop='backend = "resnet"\n' + LOOP))
+    assert refused.status == "unchanged" and "the name `backend` (line " in refused.reason
 
 
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:

@@ -149,6 +149,8 @@ class Facts:
     syncing: set[cst.FunctionDef]
     outputs: Outputs  # what a call outputs: the analyzer's own classification, shared
     warnings: list[tuple[cst.CSTNode | None, str]] = field(default_factory=list)
+    # `rank`, `world_size` the script binds itself in its entry (a LoRA rank): asked of dist there.
+    taken: set[str] = field(default_factory=set)
     # Statements of the entry that prepare data files through same-file helpers (download, unzip,
     # write csv): they run on rank 0, then a barrier; the helpers they alone call are left as is.
     preparation: list[cst.BaseStatement] = field(default_factory=list)
@@ -201,14 +203,14 @@ class Facts:
         """How code in `function` (at `at`, where given) asks for this process's rank."""
         if self.before_setup(function, at):
             return 'int(os.environ.get("RANK", 0))'
-        if self._in_entry_scope(function):
+        if self._in_entry_scope(function) and "rank" not in self.taken:
             return "rank"
         if not self.runs_after_setup(function):  # the group may not exist yet (or ever, on that path)
             return 'int(os.environ.get("RANK", 0))'
         return "dist.get_rank()"
 
     def world_size_expr(self, function: cst.FunctionDef | None) -> str:
-        if self.sees_entry_names(function):
+        if self.sees_entry_names(function) and "world_size" not in self.taken:
             return "world_size"
         if not self.runs_after_setup(function):
             return 'int(os.environ.get("WORLD_SIZE", 1))'
@@ -411,7 +413,7 @@ class Analyzer:
         )
         facts.syncing = self._syncing(facts)
         facts.preparation, facts.prepared_functions = self._data_preparation(facts)
-        self._check_names(entry)
+        facts.taken = self._check_names(entry)
         self._check_custom_methods(facts)
         self._check_aliases(facts)
         return facts
@@ -1497,14 +1499,23 @@ class Analyzer:
             return True
         return isinstance(node, cst.Call) and self.tree.qname(node.func) in s.TORCH_DEVICE and bool(node.args) and string_value(node.args[0].value) == "cpu"
 
-    def _check_names(self, entry: Entry) -> None:
-        """The setup defines `local_rank`, `rank`, `world_size` and `backend` in the entry point."""
+    def _check_names(self, entry: Entry) -> set[str]:
+        """The setup defines `local_rank` and `backend` in the entry point, and `rank` and
+        `world_size` where no name of the script's own is called so (then the code asks
+        `dist.get_rank()` where it needs the rank). Returns the latter names the script binds."""
+        taken = set()
         for name in ENTRY_NAMES:
             values = self.program.assignments(entry.function, name)
             if name == "local_rank" and values and all(code(v).endswith("local_rank") for v, _ in values):
                 continue  # `local_rank = args.local_rank`: replaced by the environment variable
-            if self.program.binds(entry.function, name):
-                raise NotConvertible(f"the script already uses the name `{name}` that the DDP setup needs; rename it first")
+            if not self.program.binds(entry.function, name):
+                continue
+            if name in ("rank", "world_size"):
+                taken.add(name)
+                continue
+            where = next((f" (line {self.tree.line(v)})" for v, _ in values), "")
+            raise NotConvertible(f"the script already uses the name `{name}`{where} that the DDP setup needs; rename it first")
+        return taken
 
     # --- data preparation ---------------------------------------------------------------
 
