@@ -2454,6 +2454,19 @@ def test_a_script_that_names_its_own_rank_asks_dist_for_the_process_rank() -> No
     assert refused.status == "unchanged" and "the name `backend` (line " in refused.reason
 
 
+def test_totals_under_keys_met_in_the_loop_are_gathered_and_added_up_key_by_key() -> None:
+    """Helper corpus I: `running = defaultdict(float)`, `running[name] += value.item()` for each
+    loss of a multi-task model, averaged over `len(loader)` for the log and the best checkpoint:
+    left as rank 0's shard. The keys need not be the same on every rank, so the dicts are
+    gathered and added up key by key."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    running = defaultdict(float)\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        for k, v in {'mse': loss}.items():\n            running[k] += v.item()\n"
+    ) + "    print({k: v / len(loader) for k, v in running.items()})\n"
+    output = convert(standard(loop=loop).replace("import torch\n", "from collections import defaultdict\nimport torch\n", 1)).output
+    assert "        dist.all_gather_object(running_by_rank, dict(running))\n" in output
+    assert "        running = {key: sum(totals.get(key, 0) for totals in running_by_rank) / world_size for key in running_keys}\n" in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

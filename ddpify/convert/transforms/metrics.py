@@ -33,7 +33,9 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # meter: an object of a same-file class whose `update(value, n)` adds to its own totals
 # (`self.sum += value * n; self.count += n`): those totals are summed, what update() derives
 # from them (`self.avg = self.sum / self.count`) derived again.
-Kind = Literal["count", "number", "number?", "tensor", "list", "dict", "dict count", "meter"]
+# dict keys: numbers under keys the loop meets as it goes (`running = defaultdict(float)`,
+# `running[name] += value.item()`): gathered, and added up key by key.
+Kind = Literal["count", "number", "number?", "tensor", "list", "dict", "dict count", "dict keys", "meter"]
 
 
 class ReduceMetrics(Transform):
@@ -182,11 +184,15 @@ class ReduceMetrics(Transform):
                 else:
                     totals[name] = "tensor"
         for name, values in keyed.items():
-            starts = [self._fixed_key_values(v) for v in self._initial_values(loop, name)]
+            initial = self._initial_values(loop, name)
+            starts = [self._fixed_key_values(v) for v in initial]
             if starts and all(v is not None for v in starts) and name not in windows and self._read_after(loop, name):
                 ints = all(isinstance(v, cst.Integer) for start in starts for v in start)  # type: ignore[union-attr]
                 counts = ints and all(isinstance(v, cst.Integer) or self._is_count(v) for v in values)
                 totals[name] = "dict count" if counts else "dict"
+            elif initial and all(map(self._empty_mapping, initial)) and name not in windows and self._read_after(loop, name):
+                if all(map(self._is_number, values)):
+                    totals[name] = "dict keys"  # keys met as the loop goes (`running[k] += v.item()`)
         for name in sorted(updated, key=lambda n: n):
             if self._meter_class(loop, name) is not None and self._read_after(loop, name):
                 totals[name] = "meter"
@@ -336,6 +342,16 @@ class ReduceMetrics(Transform):
             values.append(value.elements[index].value if index is not None and isinstance(value, (cst.Tuple, cst.List)) else value)
         return values
 
+    def _empty_mapping(self, value: cst.CSTNode) -> bool:
+        """`defaultdict(float)`, `defaultdict(int)`, `{}` or `dict()`: keys come as the loop meets them."""
+        if isinstance(value, cst.Dict):
+            return not value.elements
+        if not isinstance(value, cst.Call):
+            return False
+        if self.tree.is_builtin_call(value, "dict"):
+            return not value.args
+        return self.tree.is_call_to(value, {"collections.defaultdict"}) and len(value.args) == 1 and code(value.args[0].value) in ("float", "int")
+
     def _fixed_key_values(self, value: cst.CSTNode) -> list[cst.BaseExpression] | None:
         """The starting numbers of a dict with the same keys on every rank, in the same order
         (`{i: 0 for i in range(10)}`, `{"real": 0.0, "fake": 0.0}`); None for any other value."""
@@ -421,7 +437,17 @@ class ReduceMetrics(Transform):
             values = ", ".join(f"float({n})" if totals[n] == "number?" else n for n in numbers)
             lines += [f"{tensor} = torch.tensor([{values}], dtype=torch.float64)", f"dist.all_reduce({tensor})"]
             lines += self._unpack(tensor, numbers, totals, summed, function)
-        for name in [n for n, kind in totals.items() if kind.startswith("dict")]:
+        for name in [n for n, kind in totals.items() if kind == "dict keys"]:
+            gathered = self._free(function, f"{name}_by_rank", f"gathered_{name}")
+            keys = self._free(function, f"{name}_keys", f"keys_of_{name}")
+            scale = "" if name in summed else f" / {self.world_size(function)}"
+            lines += [
+                f"{gathered} = [None] * {self.world_size(function)}",
+                f"dist.all_gather_object({gathered}, dict({name}))",
+                f"{keys} = dict.fromkeys(key for totals in {gathered} for key in totals)  # every rank's keys, in order",
+                f"{name} = {{key: sum(totals.get(key, 0) for totals in {gathered}){scale} for key in {keys}}}",
+            ]
+        for name in [n for n, kind in totals.items() if kind in ("dict", "dict count")]:
             tensor = self._free(function, f"{name}_totals", f"reduced_{name}")
             values = f"{tensor}.tolist()" if name in summed else f"({tensor} / {self.world_size(function)}).tolist()"
             lines += [
