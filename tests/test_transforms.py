@@ -2467,6 +2467,18 @@ def test_totals_under_keys_met_in_the_loop_are_gathered_and_added_up_key_by_key(
     assert "        running = {key: sum(totals.get(key, 0) for totals in running_by_rank) / world_size for key in running_keys}\n" in output
 
 
+def test_predictions_extended_and_a_confusion_matrix_over_the_shard_are_gathered_and_summed() -> None:
+    """Helper corpus J: in a phase-dict loop (every phase sharded) `all_preds.extend(...)` and a
+    numpy confusion matrix (`confusion[t, p] += 1`) covered rank 0's shard: the validation
+    accuracy counted half the set. The lists are gathered; the matrix is summed in place."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    preds = []\n    confusion = np.zeros((2, 2), dtype=np.int64)\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        preds.extend(y.view(-1).tolist())\n        confusion[0, int(y[0] > 0)] += 1\n"
+    ) + "    print(len(preds), confusion)\n"
+    output = convert(standard(loop=loop).replace("import torch\n", "import numpy as np\nimport torch\n", 1)).output
+    assert "        dist.all_reduce(torch.from_numpy(confusion))  # in place: the tensor shares the array's memory\n        gathered" in output
+    assert "        dist.all_gather_object(gathered, preds)\n        preds = [value for values in gathered for value in values]\n" in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

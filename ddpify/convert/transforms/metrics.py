@@ -35,7 +35,11 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # from them (`self.avg = self.sum / self.count`) derived again.
 # dict keys: numbers under keys the loop meets as it goes (`running = defaultdict(float)`,
 # `running[name] += value.item()`): gathered, and added up key by key.
-Kind = Literal["count", "number", "number?", "tensor", "list", "dict", "dict count", "dict keys", "meter"]
+# array: a numpy array of counts or sums (`confusion[t, p] += 1`), reduced in place through a
+# tensor that shares its memory.
+Kind = Literal["count", "number", "number?", "tensor", "list", "dict", "dict count", "dict keys", "meter", "array"]
+NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
+ZEROS = NUMPY_ZEROS | {"torch.zeros", "torch.zeros_like"}
 
 
 class ReduceMetrics(Transform):
@@ -150,7 +154,7 @@ class ReduceMetrics(Transform):
             ):
                 added.setdefault(node.target.value, []).append(node.value)
             found = method_call(node)
-            if found and found[1] == "append" and isinstance(found[0], cst.Name) and node.args:  # type: ignore[union-attr]
+            if found and found[1] in ("append", "extend") and isinstance(found[0], cst.Name) and node.args:  # type: ignore[union-attr]
                 appended.setdefault(found[0].value, []).append(node.args[0].value)  # type: ignore[union-attr]
             if found and found[1] == "update" and type(found[0]) is cst.Name and node.args and self._from_batch(loop, node.args[0].value):  # type: ignore[union-attr]
                 updated.add(found[0].value)
@@ -193,6 +197,9 @@ class ReduceMetrics(Transform):
             elif initial and all(map(self._empty_mapping, initial)) and name not in windows and self._read_after(loop, name):
                 if all(map(self._is_number, values)):
                     totals[name] = "dict keys"  # keys met as the loop goes (`running[k] += v.item()`)
+            elif initial and all(self.tree.is_call_to(v, ZEROS) for v in initial) and name not in windows and self._read_after(loop, name):
+                # `confusion = np.zeros((k, k))`, `confusion[t, p] += 1`: reduced in place
+                totals[name] = "array" if all(self.tree.is_call_to(v, NUMPY_ZEROS) for v in initial) else "tensor"
         for name in sorted(updated, key=lambda n: n):
             if self._meter_class(loop, name) is not None and self._read_after(loop, name):
                 totals[name] = "meter"
@@ -428,7 +435,7 @@ class ReduceMetrics(Transform):
         of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("count", "number", "number?", "tensor", "list")}
         numbers = [name for name, kind in totals.items() if kind in ("count", "number", "number?")]  # in the script's order
         summed = {name for name in totals if totals[name] == "meter" or self._summed(loop, name, totals)}
-        reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith("dict") or kind == "meter"]
+        reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith("dict") or kind in ("meter", "array")]
         how = "sum" if set(reduced) <= summed else "average" if not summed & set(reduced) else "sum or average"
         what = f"{how} the totals" if reduced else "gather the values"
         lines = [f"# Each rank {'went over' if helper else 'trained on'} its own shard of the data: {what} over ranks."]
@@ -458,6 +465,10 @@ class ReduceMetrics(Transform):
             ]
         for name in [n for n, kind in totals.items() if kind == "meter"]:
             lines += self._meter_lines(loop, name)
+        for name in [n for n, kind in totals.items() if kind == "array"]:
+            lines.append(f"dist.all_reduce(torch.from_numpy({name}))  # in place: the tensor shares the array's memory")
+            if name not in summed:
+                lines.append(f"{name} = {name} / {self.world_size(function)}")
         for name in of_kind["tensor"]:
             lines.append(f"dist.all_reduce({name})")
             if name not in summed:  # not in place: an integer tensor (a count of hits) divides into floats
@@ -504,7 +515,7 @@ class ReduceMetrics(Transform):
                 by_dataset = self.facts.counts_whole_dataset(denominator, loop.function)
                 modes.add("sum" if by_dataset or by_total else "average")
         if not modes:
-            return totals[name] in ("count", "dict count")
+            return totals[name] in ("count", "dict count", "array")  # an array of counts (a confusion matrix) is summed
         return modes == {"sum"}
 
     def _unpack(self, tensor: str, numbers: list[str], totals: dict[str, Kind], summed: set[str], function) -> list[str]:
