@@ -2479,6 +2479,30 @@ def test_predictions_extended_and_a_confusion_matrix_over_the_shard_are_gathered
     assert "        dist.all_gather_object(gathered, preds)\n        preds = [value for values in gathered for value in values]\n" in output
 
 
+def test_a_model_a_trainer_moves_to_its_device_is_moved_before_the_wrap() -> None:
+    """Helper corpus I: `Trainer(model, optimizer, loader, device)` whose `__init__` does
+    `self.model = model.to(device)`: the model was wrapped on the CPU and moved after, which
+    DDP's reducer does not allow on a GPU. The same move runs right before the wrap."""
+    helpers = """\
+class Trainer:
+    def __init__(self, model, optimizer, loader, device):
+        self.model = model.to(device)
+        self.optimizer = optimizer
+        self.loader = loader
+
+    def fit(self):
+        for epoch in range(2):
+            for x, y in self.loader:
+                loss = nn.functional.mse_loss(self.model(x), y)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+"""
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nTrainer(model, optimizer, loader, device).fit()\n"
+    output = convert(script(body, helpers=helpers)).output
+    assert "    model.to(device)  # `Trainer` moves it there: DDP wraps a model already on its device\n    model = DDP(model)\n" in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

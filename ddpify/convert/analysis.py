@@ -92,6 +92,9 @@ class TrainedModel:
     optional: str | None = None
     # Buffers the model registers itself (`self.register_buffer(...)` in a same-file class).
     registers_buffers: bool = False
+    # A same-file object or function handed the model after the wrap moves it (`self.model =
+    # model.to(device)` in a Trainer): the move spelled for the wrap's scope, and who moves it.
+    moved_by: tuple[str, str] | None = None
     # Where the model runs forward again before the backward() of an earlier forward (a GAN's
     # discriminator on real, then on fake images): "" when it does not, or holds no buffers. DDP
     # broadcasts buffers in place at each forward, and cuDNN's BatchNorm backward needs the
@@ -966,7 +969,59 @@ class Analyzer:
                     found = self._anchor_in(list(block.body), ref, function)
                     if found is not None:
                         break
-        return TrainedModel(ref, function, found[0], found[1]) if found is not None else None
+        if found is None:
+            return None
+        model = TrainedModel(ref, function, found[0], found[1])
+        if not found[1]:
+            model.moved_by = self._moved_by_receiver(ref, function, found[0])
+        return model
+
+    def _moved_by_receiver(self, ref: str, function: cst.FunctionDef | None, anchor: cst.BaseStatement) -> tuple[str, str] | None:
+        """`Trainer(model, ..., device)` whose `__init__` does `self.model = model.to(device)`:
+        the model reaches its device only after the wrap, and DDP must wrap a model already on
+        it. Returns the move spelled for the wrap's scope (`model.to(device)`) and the receiver."""
+        statements = _flatten_main_block(self.tree, function.body if function is not None else self.tree.module)
+        after = [st for st in statements if self.tree.order(st) > self.tree.order(anchor)]
+        for statement in after:
+            for call in self.tree.calls(statement):
+                target = self.program.callee(call, function)
+                handed = [a for a in call.args if dotted(a.value) == ref]
+                if target is None or len(handed) != 1:
+                    continue
+                callee = target[0]
+                param = self.program.parameter_for(call, callee, handed[0].value)
+                if param is None:
+                    continue
+                for move in self.program.calls_in(callee):
+                    found = s.method_call(move)
+                    if found is None or found[1] != "to" or dotted(found[0]) != param:  # `.cuda()` may be rewritten there
+                        continue
+                    arguments = []
+                    for a in move.args:
+                        names = {n.value for n in self.tree.walk(a.value) if type(n) is cst.Name}
+                        if names - set(self.program.param_names(callee)):
+                            return None  # `self.device`: not spelled at the wrap
+                        value = a.value
+                        if type(value) is cst.Name:
+                            argument = self.program.argument_for(call, callee, value.value)
+                            if argument is None or not self._bound_before(argument, function, anchor):
+                                return None
+                            value = argument
+                        elif names:
+                            return None
+                        arguments.append((f"{a.keyword.value}=" if a.keyword is not None else "") + code(value))
+                    return f"{ref}.{found[1]}({', '.join(arguments)})", code(call.func)
+        return None
+
+    def _bound_before(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, anchor: cst.BaseStatement) -> bool:
+        """Every name `expr` reads is bound before `anchor` (or is a parameter or a global)."""
+        for n in self.tree.walk(expr):
+            if type(n) is not cst.Name:
+                continue
+            values = self.program.assignments(function, n.value)
+            if values and not any(self.tree.order(v) < self.tree.order(anchor) for v, _ in values):
+                return False
+        return True
 
     def _anchor_in(self, statements: list[cst.BaseStatement], ref: str, function: cst.FunctionDef | None) -> tuple[cst.BaseStatement, bool] | None:
         anchor: cst.BaseStatement | None = None

@@ -71,7 +71,11 @@ class WrapModel(Transform):
                     f"its plain model is `{self.plain(model.ref)}` either way"
                 ))
             else:
-                self.plan.insert_after(model.anchor, statements(f"{model.ref} = DDP({model.ref}{flag})\n" + keep_buffers))
+                move = ""
+                if model.moved_by is not None:
+                    move = f"{model.moved_by[0]}  # `{model.moved_by[1]}` moves it there: DDP wraps a model already on its device\n"
+                    self.change(model.anchor, f"`{model.moved_by[1]}` moves `{model.ref}` after the wrap point: moved first, with the same call")
+                self.plan.insert_after(model.anchor, statements(move + f"{model.ref} = DDP({model.ref}{flag})\n" + keep_buffers))
                 self.change(model.anchor, f"`{model.ref}` wrapped in DistributedDataParallel once it is on its device and its weights are final")
             if unused is None and not (model.class_name or "").startswith(("torch.", "torchvision.", "timm.")):
                 built = f"`{model.class_name}`" if model.class_name else "a class that is not in this file"
