@@ -2503,6 +2503,20 @@ class Trainer:
     assert "    model.to(device)  # `Trainer` moves it there: DDP wraps a model already on its device\n    model = DDP(model)\n" in output
 
 
+def test_a_loss_over_in_batch_negatives_is_warned_about() -> None:
+    """Helper corpus J: SimCLR's NT-Xent (`sim = z @ z.t()`, `torch.arange` targets) compares
+    each sample with the rest of its batch; on N ranks each sees 1/N of the global batch, a
+    different objective, silently. A hand-written linear layer (`x @ self.weight.t()`) or an
+    attention product over sequence positions is no such comparison."""
+    helpers = "def nt_xent(z):\n    sim = z @ z.t()\n    return nn.functional.cross_entropy(sim, torch.arange(z.size(0)))\n"
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = nt_xent(model(x))")
+    result = convert(script(body + loop, helpers=helpers))
+    assert any(w.startswith("`z @ z.t()` compares each sample with the rest of its batch") for w in warnings(result))
+    layer = "def attend(q, k):\n    return torch.softmax(q @ k.transpose(-2, -1), -1), torch.arange(3)\n"
+    assert not any("compares each sample" in w for w in warnings(convert(script(body + LOOP, helpers=layer))))
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -18,6 +18,7 @@ class BatchSize(Transform):
     DESCRIPTION = "batch size per process, or divided by the world size with --keep-global-batch"
 
     def run(self) -> None:
+        self._in_batch_comparisons()
         for origin in self.facts.train_loaders:
             call = origin.node
             assert isinstance(call, cst.Call)
@@ -34,3 +35,47 @@ class BatchSize(Transform):
             divided = f"{value} // {world_size}" if isinstance(batch.value, SIMPLE) else f"({value}) // {world_size}"
             self.plan.replace(batch.value, cst.parse_expression(divided))
             self.change(call, f"batch_size divided by the world size: the global batch stays {value}")
+
+    def _in_batch_comparisons(self) -> None:
+        """A loss that compares each sample with the others of its batch (SimCLR's NT-Xent,
+        CLIP, triplet mining: `sim = z @ z.t()` with `torch.arange` targets) now sees only this
+        rank's batch: world_size times fewer negatives, another objective. Warned about once."""
+        for function in self.program.all_functions:
+            nodes = self.program.scope_nodes(function)
+            products = [n for n in nodes if self._compares_rows(n)]
+            if products and any(self.tree.is_call_to(n, BATCH_INDEX) for n in nodes):
+                self.warn(products[0], (
+                    f"`{code(products[0])}` compares each sample with the rest of its batch: each rank now sees only its "
+                    "own batch (world_size times fewer negatives, another objective); gather the embeddings from every "
+                    "rank with gradients (torch.distributed.nn.functional.all_gather) to keep the objective"
+                ))
+                return
+
+    def _compares_rows(self, node: cst.CSTNode) -> bool:
+        """`a @ b.t()`, `a @ b.T`, `torch.mm(a, b.t())`, `torch.matmul(a, b.transpose(0, 1))` with
+        `a` and `b` plain names (embeddings, not a layer's weights)."""
+        if type(node) is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
+            left, right = node.left, node.right
+        elif self.tree.is_call_to(node, MATMUL) and len(node.args) == 2:  # type: ignore[union-attr]
+            left, right = node.args[0].value, node.args[1].value  # type: ignore[union-attr]
+        else:
+            return False
+        return type(left) is cst.Name and _transposed_name(right)
+
+
+# Calls that build per-sample targets or masks over a batch (`torch.arange(n)`, `torch.eye(n)`).
+BATCH_INDEX = {"torch.arange", "torch.eye"}
+MATMUL = {"torch.mm", "torch.matmul"}
+
+
+def _transposed_name(node: cst.BaseExpression) -> bool:
+    """`b.T`, `b.t()`, `b.transpose(0, 1)` of a plain name."""
+    if type(node) is cst.Attribute and node.attr.value == "T":
+        return type(node.value) is cst.Name
+    if type(node) is cst.Call and type(node.func) is cst.Attribute and type(node.func.value) is cst.Name:
+        method = node.func.attr.value
+        if method == "t" and not node.args:
+            return True
+        if method == "transpose" and [code(a.value) for a in node.args] in (["0", "1"], ["1", "0"]):
+            return True
+    return False
