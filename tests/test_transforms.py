@@ -2517,6 +2517,15 @@ def test_a_loss_over_in_batch_negatives_is_warned_about() -> None:
     assert not any("compares each sample" in w for w in warnings(convert(script(body + LOOP, helpers=layer))))
 
 
+def test_a_choice_on_being_a_data_parallel_keeps_its_other_branch() -> None:
+    """Helper corpus J: `net.module.state_dict() if isinstance(net, nn.DataParallel) else
+    net.state_dict()` became two identical branches once DataParallel was removed."""
+    model = "model = nn.Linear(4, 1).to(device)\nif torch.cuda.device_count() > 1:\n    model = nn.DataParallel(model)"
+    after = 'torch.save(model.module.state_dict() if isinstance(model, nn.DataParallel) else model.state_dict(), "m.pt")\n'
+    output = convert(standard(model=model, after=after)).output
+    assert '        torch.save(model.module.state_dict(), "m.pt")\n' in output and "isinstance(" not in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

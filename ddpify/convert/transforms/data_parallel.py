@@ -31,10 +31,24 @@ class RemoveDataParallel(Transform):
                 self.plan.replace(call, inner)
             self.change(call, "nn.DataParallel removed: DistributedDataParallel runs one process per GPU instead")
             self._loads_take_old_checkpoints(inner, self.tree.function(call))
+            self._never_data_parallel(inner)
             name = self.tree.qname(call.func) or ""
             module, _, obj = name.rpartition(".")
             if isinstance(call.func, cst.Name):
                 self.plan.drop_import_if_unused(module, obj)
+
+    def _never_data_parallel(self, model: cst.BaseExpression) -> None:
+        """`a if isinstance(net, nn.DataParallel) else b`: `net` is never a DataParallel now, so
+        the expression is `b` (which reaches the plain model through `.module` once wrapped)."""
+        ref = dotted(model)
+        for node in self.tree.of_type(cst.IfExp):
+            test = node.test
+            if not (self.tree.is_builtin_call(test, "isinstance") and len(test.args) == 2):  # type: ignore[union-attr]
+                continue
+            obj, kind = test.args[0].value, test.args[1].value  # type: ignore[union-attr]
+            if dotted(obj) == ref and self.tree.qname(kind) in s.DATA_PARALLEL:
+                self.plan.replace(node, lambda updated: updated.orelse)  # type: ignore[attr-defined]
+                self.change(node, f"`{code(test)}` is never true once nn.DataParallel is gone: its other branch stays")
 
     def _loads_take_old_checkpoints(self, model: cst.BaseExpression, function: cst.FunctionDef | None) -> None:
         """The script saved `model.state_dict()` through DataParallel: `module.`-prefixed keys. Its
