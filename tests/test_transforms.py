@@ -2526,6 +2526,16 @@ def test_a_choice_on_being_a_data_parallel_keeps_its_other_branch() -> None:
     assert '        torch.save(model.module.state_dict(), "m.pt")\n' in output and "isinstance(" not in output
 
 
+def test_a_console_tee_is_set_up_on_rank_0_without_a_barrier() -> None:
+    """Helper corpus J: `sys.stdout = Logger("logs/train.txt")` (a class that writes the console
+    to a file too) was taken for data preparation: a barrier with a false comment about data
+    files. It is output: rank 0 sets it up, nobody waits."""
+    helpers = 'class Logger:\n    def __init__(self, path):\n        self.console = sys.stdout\n        self.file = open(path, "w")\n\n    def write(self, msg):\n        self.console.write(msg)\n        self.file.write(msg)\n'
+    body = f'sys.stdout = Logger("train.log")\n{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}'
+    output = convert(script(body, helpers=helpers, imports="import sys\n")).output
+    assert '    if rank == 0:\n        sys.stdout = Logger("train.log")\n' in output and "dist.barrier()" not in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -1589,6 +1589,8 @@ class Analyzer:
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or facts.syncs(statement, entry.function):
                 continue
             called = {t[0] for c in self.tree.calls(statement) if (t := self.program.callee(c, entry.function)) is not None}
+            if _tees_output(statement):
+                continue  # `sys.stdout = Logger("log.txt")`: a log, not data (guarded as output)
             if called & writers and not any(isinstance(n, (cst.For, cst.While)) for n in self.tree.walk(statement)) and not self._keeps_a_value(statement, entry.function):
                 statements.append(statement)  # `opt = parse_option()` is kept by every rank: not one of them
         inside = [c for st in statements for c in self.tree.calls(st)]
@@ -1879,3 +1881,13 @@ def _measured(tree: Tree, node: cst.CSTNode) -> cst.BaseExpression | None:
         return node.args[0].value  # type: ignore[union-attr]
     found = s.method_call(node) if isinstance(node, cst.Call) else None
     return found[0] if found is not None and found[1] == "__len__" else None
+
+
+def _tees_output(statement: cst.CSTNode) -> bool:
+    """`sys.stdout = Logger(path)` (or stderr): the console goes to a log file too."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Assign)
+        and any(dotted(t.target) in ("sys.stdout", "sys.stderr") for t in statement.body[0].targets)
+    )

@@ -189,6 +189,8 @@ class RankZeroGuards(Transform):
                 if isinstance(small, cst.Pass):
                     continue
                 kind = self._output_call(small.value, function) if isinstance(small, cst.Expr) else None
+                if kind is None and isinstance(small, cst.Assign) and any(dotted(t.target) in ("sys.stdout", "sys.stderr") for t in small.targets):
+                    kind = "console copied to a log file"  # `sys.stdout = Logger("log.txt")`: one log, rank 0's
                 if kind is None and (used := self._rank_zero_object_used(small)) is not None and not self._is_logger_assignment(small):
                     kind = f"use of `{used}` (None on the other ranks)"
                 if kind is None:
