@@ -211,6 +211,10 @@ class Program:
                     return method, 0
         return None
 
+    def instance_of(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
+        """The same-file class `obj` is made from (`stopper = EarlyStopping()`), if it says so directly."""
+        return self._class_of(obj, function)
+
     def _class_of(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
         """The same-file class an object is an instance of, when its assignment says so directly."""
         if not isinstance(obj, cst.Name):

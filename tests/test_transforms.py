@@ -2536,6 +2536,18 @@ def test_a_console_tee_is_set_up_on_rank_0_without_a_barrier() -> None:
     assert '    if rank == 0:\n        sys.stdout = Logger("train.log")\n' in output and "dist.barrier()" not in output
 
 
+def test_a_same_file_monitor_is_not_called_one_from_another_module() -> None:
+    """Helper corpus I: a same-file EarlyStopping instance handed the model was described as
+    `from another module` in the report."""
+    helpers = "class EarlyStopping:\n    def __init__(self):\n        self.early_stop = False\n\n    def __call__(self, loss, model):\n        self.early_stop = loss < 0.01\n"
+    loop = LOOP + "    stopper(loss.item(), model)\n    if stopper.early_stop:\n        break\n"
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nstopper = EarlyStopping()\n{loop}"
+    result = convert(script(body, helpers=helpers))
+    notes = [n.message for n in result.notes]
+    assert any(n.startswith("`stopper(...)` (a same-file `EarlyStopping`) gets the plain model") for n in notes)
+    assert not any("stopper(...)` from another module" in n for n in notes)
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -62,6 +62,12 @@ class Transform:
     def is_main_process(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> str:
         return f"{self.rank(function, at)} == 0"
 
+    def origin_of(self, call: cst.Call, function: cst.FunctionDef | None) -> str:
+        """Where a called object comes from, for a report: `a same-file EarlyStopping` for an
+        instance of a class of this file, else `from another module`."""
+        cls = self.program.instance_of(call.func, function)
+        return f"(a same-file `{cls.name.value}`)" if cls is not None else "from another module"
+
     def change(self, node: cst.CSTNode, message: str) -> None:
         self.plan.change(node, self.name, message)
 

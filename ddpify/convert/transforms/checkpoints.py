@@ -82,7 +82,7 @@ class Checkpoints(Transform):
             statement = self.tree.statement(call)
             self.plan.insert_before(statement, statements("dist.barrier()  # a helper handed the model may have written this file: wait until every rank is done\n"))
             self.change(call, (
-                f"barrier before reading {code(path.value)}: `{code(helper.func)}(...)` from another module, handed the model "
+                f"barrier before reading {code(path.value)}: `{code(helper.func)}(...)` {self.origin_of(helper, self.tree.function(helper))}, handed the model "
                 f"(line {self.tree.line(helper)}), may have written it"
             ))
 

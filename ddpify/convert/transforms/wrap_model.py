@@ -110,11 +110,11 @@ class WrapModel(Transform):
                     last = name.rsplit(".", 1)[-1].lower()
                     if averaging or any(word in last for word in PLAIN_MODEL_USES) or self.tree.grad_disabled(call):
                         self.plan.replace(a.value, cst.parse_expression(self.plain(ref)))
-                        self.change(call, f"`{name}(...)` from another module gets the plain model (`{ref}.module`): it may read attributes the DDP wrapper does not have")
+                        self.change(call, f"`{name}(...)` {self.origin_of(call, function)} gets the plain model (`{ref}.module`): it may read attributes the DDP wrapper does not have")
                     elif self._outside_training(call, function):
                         self.plan.replace(a.value, cst.parse_expression(self.plain(ref)))
                         self.change(call, (
-                            f"`{name}(...)` from another module gets the plain model (`{ref}.module`): it runs outside the training loop "
+                            f"`{name}(...)` {self.origin_of(call, function)} gets the plain model (`{ref}.module`): it runs outside the training loop "
                             "and is given no optimizer or loader, so it does not train; a state_dict it saves has the plain model's keys"
                         ))
                         if not self._monitor_on_rank_0(call, function):
