@@ -2548,6 +2548,21 @@ def test_a_same_file_monitor_is_not_called_one_from_another_module() -> None:
     assert not any("stopper(...)` from another module" in n for n in notes)
 
 
+def test_a_weighted_sampler_under_a_flag_keeps_both_choices() -> None:
+    """Helper corpus I: `sampler = WeightedRandomSampler(...) if args.balance else None` with
+    `shuffle=(sampler is None)` was refused as a sampler ddpify cannot split, though it converts
+    each choice alone. The weighted one draws per rank; the None becomes a DistributedSampler;
+    set_epoch runs when the DistributedSampler was chosen."""
+    loader = (
+        "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nbalance = len(data) > 100\n"
+        "sampler = torch.utils.data.WeightedRandomSampler(torch.ones(64), 64) if balance else None\n"
+        "loader = DataLoader(data, batch_size=8, shuffle=(sampler is None), sampler=sampler)"
+    )
+    output = convert(standard(loader=loader)).output
+    assert " if balance else DistributedSampler(data, shuffle=True)\n" in output
+    assert "        if isinstance(loader.sampler, DistributedSampler):\n            loader.sampler.set_epoch(epoch)\n" in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

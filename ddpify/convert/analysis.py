@@ -126,6 +126,10 @@ class LoaderPlan:
     loader: cst.BaseExpression | None = None  # "recreate": the loader as spelled in `function`
     anchor: cst.BaseStatement | None = None  # "recreate": it is made again right before this statement
     after: bool = False  # "recreate": right after `anchor` (the statement that gets it) instead
+    # "generator" under a flag (`sampler = WeightedRandomSampler(...) if args.balance else None`):
+    # the None becomes this DistributedSampler, so the ranks shard the data when the flag is off.
+    none: cst.CSTNode | None = None
+    none_sampler: str | None = None
 
 
 @dataclass
@@ -134,6 +138,7 @@ class EpochStart:
     loader: str  # the loader, spelled for the loop's scope
     epoch: str | None
     batches: cst.CSTNode | None = None  # the loop over the loader's batches, when inside `loop` in the same function
+    optional: bool = False  # its sampler is a DistributedSampler only on some runs (a flag chooses another)
 
 
 @dataclass
@@ -408,7 +413,7 @@ class Analyzer:
             train_loaders=loaders,
             loader_plans=loader_plans,
             imports_end=self.top_imports_end(),
-            epoch_starts=self._epoch_starts([loop for loop in loops if self._sharded(loop, loader_plans)]),
+            epoch_starts=self._epoch_starts([loop for loop in loops if self._sharded(loop, loader_plans)], loader_plans),
             model_refs=refs,
             syncing=set(),
             outputs=self.outputs,
@@ -1301,6 +1306,9 @@ class Analyzer:
         origins = self.program.origins(sampler.value, origin.function)
         if origins and all(isinstance(o.node, cst.Name) and o.node.value == "None" for o in origins):
             return LoaderPlan(call, origin.function, "shard")  # `sampler=train_sampler`, which is None
+        optional = self._optional_sampler(call, origin.function, origins)
+        if optional is not None:
+            return optional
         made = origins[0].node if len(origins) == 1 else None
         name = self.tree.qname(made.func) if isinstance(made, cst.Call) else None
         if name in s.RANDOM_SAMPLER:
@@ -1318,6 +1326,39 @@ class Analyzer:
             f"the training DataLoader (line {line}) draws with `{code(sampler.value)}`, a sampler ddpify cannot split by "
             "rank: make it give each rank its own samples (or use a DistributedSampler), then convert"
         )
+
+    def _optional_sampler(self, call: cst.Call, function: cst.FunctionDef | None, origins: list[Origin]) -> LoaderPlan | None:
+        """`sampler = WeightedRandomSampler(w, n) if args.balance else None` with `shuffle=(sampler
+        is None)`: the sampler keeps its weights from a per-rank generator when the flag is on,
+        and the None becomes a DistributedSampler (shuffling as the loader would have) when off."""
+        nones = [o for o in origins if type(o.node) is cst.Name and o.node.value == "None"]
+        made = [o.node for o in origins if o not in nones]
+        if not nones or len(nones) != 1 or len(made) != 1 or not isinstance(made[0], cst.Call):
+            return None
+        sampler = made[0]
+        name = self.tree.qname(sampler.func)
+        replacement = s.arg(sampler, 1, "replacement")
+        draws = name in s.WEIGHTED_SAMPLER or (
+            name in s.RANDOM_SAMPLER and replacement is not None and not (type(replacement.value) is cst.Name and replacement.value.value == "False")
+        )
+        dataset = s.arg(call, 0, "dataset")
+        if not draws or dataset is None or type(dataset.value) is not cst.Name:
+            return None
+        none = nones[0].node
+        if not self._bound_before(dataset.value, function, self.tree.statement(none)):
+            return None
+        shuffle = s.arg(call, 2, "shuffle")
+        used = s.arg(call, 3, "sampler")
+        if shuffle is None:
+            shuffles = "False"
+        elif type(shuffle.value) is cst.Name and shuffle.value.value in ("True", "False"):
+            return None  # `shuffle=True` next to a sampler that may be set: a DataLoader refuses both
+        elif used is not None and code(shuffle.value).strip("()") == f"{code(used.value)} is None":
+            shuffles = "True"  # shuffled exactly when there is no sampler
+        else:
+            return None
+        distributed = f"DistributedSampler({code(dataset.value)}, shuffle={shuffles})"
+        return LoaderPlan(call, function, "generator", sampler, none=none, none_sampler=distributed)
 
     def _recreated_loaders(self, loops: list[TrainLoop]) -> list[LoaderPlan]:
         """Loaders built outside this file are made again with a DistributedSampler once, where they
@@ -1446,14 +1487,17 @@ class Analyzer:
             return False
         if loop.external:
             return True
-        shard = {plan.call for plan in plans if plan.how == "shard"}
+        shard = {plan.call for plan in plans if plan.how == "shard" or plan.none is not None}
         return any(origin.node in shard for origin in self.program.dataloaders(loop.loader, loop.function))
 
-    def _epoch_starts(self, loops: list[TrainLoop]) -> list[EpochStart]:
+    def _epoch_starts(self, loops: list[TrainLoop], plans: list[LoaderPlan]) -> list[EpochStart]:
+        optional = {plan.call for plan in plans if plan.none is not None}
         starts: dict[tuple[cst.CSTNode, str], EpochStart] = {}
         for loop in loops:
             for loader in [loop.loader, *self._zipped_with(loop)]:
+                chosen = any(o.node in optional for o in self.program.dataloaders(loader, loop.function))
                 for start in self._epoch_start(loop.loop, code(loader), loader, loop.function, set()):
+                    start.optional = chosen
                     starts.setdefault((start.loop, start.loader), start)
         return list(starts.values())
 

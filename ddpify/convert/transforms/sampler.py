@@ -271,6 +271,10 @@ class Sampler(Transform):
             edits.append(share)
         self.plan.replace(sampler, lambda updated: _apply(updated, edits))
         self.change(sampler, "the sampler draws with replacement: each rank draws its own samples from a generator seeded by rank")
+        if plan.none is not None and plan.none_sampler is not None:
+            self.plan.replace(plan.none, cst.parse_expression(plan.none_sampler))
+            self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+            self.change(plan.none, f"without that sampler the training DataLoader is sharded: `None` becomes `{plan.none_sampler}`")
 
     def _drawn_by_next(self, plan: LoaderPlan) -> bool:
         """Batches drawn with next() as a stream (makemore's `num_samples=int(1e10)`): no epoch ends."""

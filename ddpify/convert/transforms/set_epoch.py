@@ -30,7 +30,11 @@ class SetEpoch(Transform):
             if not isinstance(start.loop.body, cst.IndentedBlock):
                 self.warn(start.loop, f"one-line loop: call `{start.loader}.sampler.set_epoch({start.epoch})` at the start of each epoch")
                 continue
-            line = statements(f"{start.loader}.sampler.set_epoch({start.epoch})\n")
+            set_epoch = f"{start.loader}.sampler.set_epoch({start.epoch})"
+            if start.optional:  # a flag may choose a sampler of the script's own, which has no set_epoch
+                self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+                set_epoch = f"if isinstance({start.loader}.sampler, DistributedSampler):\n    {set_epoch}"
+            line = statements(set_epoch + "\n")
             rebuilt = self._rebuilt_in(start)
             if rebuilt is not None:  # a loader made anew each epoch (fresh negatives): once it exists
                 self.plan.insert_before(rebuilt, line)
