@@ -2563,6 +2563,24 @@ def test_a_weighted_sampler_under_a_flag_keeps_both_choices() -> None:
     assert "        if isinstance(loader.sampler, DistributedSampler):\n            loader.sampler.set_epoch(epoch)\n" in output
 
 
+@pytest.mark.parametrize(("loss", "unused"), [
+    pytest.param('nn.functional.mse_loss(out["a"], y) + nn.functional.mse_loss(out["b"], y)', False, id="every-head-in-the-loss"),
+    pytest.param('nn.functional.mse_loss(out["a"], y)', True, id="one-head-only-logged"),
+])
+def test_dict_outputs_every_one_of_which_feeds_the_loss_need_no_unused_parameter_search(loss: str, unused: bool) -> None:
+    """Helper corpus I: a multi-task model returning `{"logits": ..., "box": ...}` got
+    find_unused_parameters=True (a graph walk every step) though the loss used every head. It
+    stays where a head is read for a log line only: that head gets no gradient."""
+    net = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.a = nn.Linear(4, 1)\n        self.b = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n        return {\"a\": self.a(x), \"b\": self.b(x)}\n"
+    )
+    loop = LOOP.replace("        loss = nn.functional.mse_loss(model(x), y)\n", f"        out = model(x)\n        loss = {loss}\n        print(out['b'].mean().item())\n")
+    body = f"{DEVICE}\n{LOADER}\nmodel = Net().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
+    output = convert(script(body, helpers=net)).output
+    assert ("find_unused_parameters=True" in output) is unused
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -21,6 +21,7 @@ from ddpify.program import ITERABLE_WRAPPERS, Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value, unchained
 
 ENTRY_NAMES = ("local_rank", "rank", "world_size", "backend")
+SEPARATE_OUTPUTS = ": a loss that uses only some leaves parameters without gradients"
 # Optimizer classes outside torch.optim, by name: SAM(model.parameters(), ...), FusedAdam, Lion.
 OPTIMIZER_NAMES = re.compile(
     r"^(Fused)?(SGD|Adam\w*|RMSprop|Adagrad|Adadelta|Adamax|LBFGS|Lamb|LAMB|Lion|SAM|ASAM|Ranger\w*|NovoGrad|"
@@ -703,8 +704,43 @@ class Analyzer:
             model.unused_parameters = None
             return
         # a model chosen among several same-file classes (`if args.type == ...`): any of them may skip
-        reasons = [self._forward_may_skip(cls) for cls in sorted(classes, key=self.tree.line)]  # type: ignore[arg-type]
+        reasons = [
+            "" if (reason := self._forward_may_skip(cls)).endswith(SEPARATE_OUTPUTS) and self._reads_every_output(model, cls) else reason
+            for cls in sorted(classes, key=self.tree.line)  # type: ignore[arg-type]
+        ]
         model.unused_parameters = next((reason for reason in reasons if reason), "")
+
+    def _reads_every_output(self, model: TrainedModel, cls: cst.ClassDef) -> bool:
+        """`out = model(x)` then `out["logits"]` and `out["box"]`, every key forward returns, in
+        every forward with gradients: no head is left out of the loss (the training code says so;
+        DDP's extra graph walk each step is not needed)."""
+        forward = self.program.class_methods(cls).get("forward")
+        returned = [node.value for node in self.program.scope_nodes(forward) if type(node) is cst.Return] if forward is not None else []
+        if not returned or not all(type(value) is cst.Dict for value in returned):
+            return False
+        keys = {string_value(el.key) for value in returned for el in value.elements if isinstance(el, cst.DictElement)}  # type: ignore[union-attr]
+        if not keys or None in keys:
+            return False
+        forwards = [
+            call for function in [None, *self.program.all_functions] for call in self.program.calls_in(function)
+            if dotted(call.func) == model.ref and not self.tree.grad_disabled(call)
+        ]
+        for call in forwards:
+            assign = self.tree.parent(call)
+            if not (type(assign) is cst.Assign and len(assign.targets) == 1 and type(assign.targets[0].target) is cst.Name):
+                return False
+            name = assign.targets[0].target.value
+            function = self.tree.function(call)
+            sources = self._backward_sources(function)
+            read = {  # read into what backward() runs on: a key read only for a log line leaves its head without a gradient
+                string_value(node.slice[0].slice.value)  # type: ignore[union-attr]
+                for node in self.program.scope_nodes(function)
+                if type(node) is cst.Subscript and dotted(node.value) == name and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
+                and any(id(n) in sources for n in (node, *self.tree.ancestors(node)))
+            }
+            if not keys <= read:
+                return False
+        return bool(forwards)
 
     def _built_from(self, model: TrainedModel) -> list[cst.BaseExpression]:
         """What the wrapped model is built from: the values assigned to it up to the wrap, less
@@ -878,7 +914,7 @@ class Analyzer:
                 values = [el.value for el in node.value.elements]
                 reached = [self._layers_behind(v, forward, methods, set()) for v in values]
                 if not any(layers == set().union(*reached) for layers in reached):
-                    return f"`{cls.name.value}.forward` returns outputs of separate layers: a loss that uses only some leaves parameters without gradients"
+                    return f"`{cls.name.value}.forward` returns outputs of separate layers{SEPARATE_OUTPUTS}"
         return ""
 
     def _layers_behind(self, expr: cst.CSTNode, function: cst.FunctionDef, methods: dict, seen: set) -> set[str]:
