@@ -2581,6 +2581,15 @@ def test_dict_outputs_every_one_of_which_feeds_the_loss_need_no_unused_parameter
     assert ("find_unused_parameters=True" in output) is unused
 
 
+def test_an_exit_of_the_program_on_this_ranks_loss_is_taken_together() -> None:
+    """Helper corpus K: `if loss.item() < 1e-4: ...; sys.exit(0)` in the batch loop: each rank
+    exited at its own step and the other crashed in its next all-reduce (a hang under NCCL). It
+    is decided together, and the group is destroyed before the exit."""
+    loop = LOOP + "        if loss.item() < 1e-4:\n            sys.exit(0)\n"
+    output = convert(standard(loop=loop).replace("import torch\n", "import sys\nimport torch\n", 1)).output
+    assert "            if any_rank(loss.item() < 1e-4):\n                dist.destroy_process_group()\n                sys.exit(0)\n" in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -46,16 +46,22 @@ def flag_stops(tree: Tree, program: Program, node: cst.CSTNode) -> list[tuple[cs
     return found
 
 
+# Calls that end the program.
+PROGRAM_EXITS = {"sys.exit", "builtins.exit", "builtins.quit", "os._exit"}
+
+
 def leaves(tree: Tree, program: Program, statement: cst.If, loops: list[cst.For | cst.While]) -> bool:
     """Whether the body of `statement` leaves one of `loops` (which hold it): a `return` of its
-    function, a `break` of a loop around the `if` (not of one inside it), or a flag one of
-    `loops` (a `while`) stops on."""
+    function, a `break` of a loop around the `if` (not of one inside it), a flag one of `loops`
+    (a `while`) stops on, or the program's end (`sys.exit()`, a `raise`)."""
     function = tree.function(statement)
     for inner in tree.walk(statement.body):
         if type(inner) is cst.Assign and any(stops_by_flag(tree, program, inner, loop) for loop in loops):
             return True
         if type(inner) is cst.Return and tree.function(inner) is function:
             return True
+        if type(inner) is cst.Raise or tree.is_call_to(inner, PROGRAM_EXITS):
+            return True  # `sys.exit(0)` or `raise ...` on one rank: the others wait for it in backward()
         if type(inner) is cst.Break and not any(tree.inside(lp, statement.body) for lp in tree.loops(inner)):
             return True
     return False

@@ -6,6 +6,7 @@ import textwrap
 
 import libcst as cst
 
+from ddpify.analysis.exits import PROGRAM_EXITS
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.edit.plan import BLANK
@@ -112,6 +113,12 @@ class Teardown(Transform):
                     statement = self.tree.statement(node)
                     self.plan.insert_before(statement, statements(teardown))
                     self.change(statement, "process group destroyed before returning")
+        for node in self.program.scope_nodes(entry.function) if entry.kind != "library" else ():
+            if self.tree.is_call_to(node, PROGRAM_EXITS) and isinstance(self.tree.parent(node), cst.Expr):
+                statement = self.tree.statement(node)  # `sys.exit(0)` when training has converged
+                if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+                    self.plan.insert_before(statement, statements(teardown))
+                    self.change(statement, "process group destroyed before the program exits")
         if not _exits(last):
             self.plan.append(block, statements(teardown))
             where = "the __main__ block" if block is not entry.block else entry.label

@@ -25,7 +25,7 @@ import libcst as cst
 
 from ddpify import nodes
 from ddpify import syntax as s
-from ddpify.analysis.exits import CLOCKS, clock_names, flag_stops, skips
+from ddpify.analysis.exits import CLOCKS, PROGRAM_EXITS, clock_names, flag_stops, skips
 from ddpify.analysis.totals import COLLECTS, restarts_inside
 from ddpify.lint.script import Script
 from ddpify.syntax import BLOCKS, code, dotted, method_call
@@ -147,7 +147,7 @@ class Report:
 @dataclass(frozen=True)
 class DivergentExit:
     statement: cst.If
-    exit: cst.Break | cst.Continue | cst.Return | cst.Assign  # an assignment: to a flag its `while` stops on
+    exit: cst.Break | cst.Continue | cst.Return | cst.Assign | cst.Call  # an assignment to a flag its `while` stops on; `sys.exit()`
     local: bool  # decided on a local value (else on the rank)
     reason: str
 
@@ -576,6 +576,7 @@ class Flow:
         found: dict[cst.If, DivergentExit] = {}
         exits: list[tuple[cst.CSTNode, cst.For | cst.While | None]] = [(node, None) for node in self.tree.of_type(*EXITS)]
         exits += [(flag, loop) for flag, loop in flag_stops(self.tree, self.program, self.tree.module) if loop in self.training_loops]
+        exits += [(call, None) for call in self.tree.calls_to(PROGRAM_EXITS)]  # `sys.exit(0)`: like a return
         for node, loop in exits:
             hit = self._divergent_exit(node, loop)
             if hit is not None and hit.statement not in found:
@@ -588,7 +589,7 @@ class Flow:
         loops = self.tree.loops(exit)
         if flagged is not None:
             stop = flagged
-        elif isinstance(exit, cst.Return):
+        elif isinstance(exit, (cst.Return, cst.Call)):
             training = [loop for loop in loops if loop in self.training_loops]
             if not training:
                 return None

@@ -62,6 +62,8 @@ class RankDivergentExit(Rule):
         for found in flow(self.script).divergent_exits:
             if isinstance(found.exit, cst.Assign):  # `done = True` under `while not done:`
                 keyword, what = code(found.exit), "stops the training loop"
+            elif isinstance(found.exit, cst.Call):  # `sys.exit(0)`
+                keyword, what = code(found.exit), "ends the program"
             else:
                 keyword = type(found.exit).__name__.lower()
                 what = EFFECT[keyword]
