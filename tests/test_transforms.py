@@ -2590,6 +2590,17 @@ def test_an_exit_of_the_program_on_this_ranks_loss_is_taken_together() -> None:
     assert "            if any_rank(loss.item() < 1e-4):\n                dist.destroy_process_group()\n                sys.exit(0)\n" in output
 
 
+def test_moves_and_removals_of_the_files_rank_0_writes_are_rank_0s() -> None:
+    """Helper corpus K: `torch.save(state, tmp)` then `os.replace(tmp, final)` (an atomic save),
+    old checkpoints removed with `os.remove`, and `shutil.rmtree(out)` at startup ran on every
+    rank: the rank that had not saved the file crashed renaming or removing it."""
+    loop = 'if os.path.exists("out"):\n    shutil.rmtree("out")\nos.makedirs("out", exist_ok=True)\n' + LOOP
+    loop += '    torch.save(model.state_dict(), "out/last.tmp")\n    os.replace("out/last.tmp", "out/last.pt")\n    for old in glob.glob("out/old_*.pt"):\n        os.remove(old)\n'
+    output = convert(standard(loop=loop).replace("import torch\n", "import glob\nimport os\nimport shutil\nimport torch\n", 1)).output
+    assert '    if rank == 0 and os.path.exists("out"):\n        shutil.rmtree("out")\n' in output
+    assert '        if rank == 0:\n            torch.save(model.module.state_dict(), "out/last.tmp")\n            os.replace("out/last.tmp", "out/last.pt")\n            for old in glob.glob("out/old_*.pt"):\n                os.remove(old)\n' in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -30,6 +30,15 @@ WRITE_FUNCTIONS: dict[str, tuple[int | None, str] | None] = {
     "shutil.copy2": (1, "dst"),
     "shutil.copyfile": (1, "dst"),
     "shutil.move": (1, "dst"),
+    "shutil.copytree": (1, "dst"),
+    # changes to files and folders the script writes: rank 0's, with the writes
+    # (`os.replace(tmp, final)` after `torch.save(state, tmp)`, removing old checkpoints)
+    "os.replace": (1, "dst"),
+    "os.rename": (1, "dst"),
+    "os.remove": (0, "path"),
+    "os.unlink": (0, "path"),
+    "os.rmdir": (0, "path"),
+    "shutil.rmtree": (0, "path"),
     "torchvision.utils.save_image": None,
     "matplotlib.pyplot.imsave": None,
     "imageio.imwrite": None,
@@ -59,6 +68,8 @@ WRITE_METHODS: dict[str, tuple[int, str] | None] = {
     "write_text": None,
     "write_bytes": None,
 }
+# pathlib's changes to a file the receiver names (`ckpt.unlink()`, `tmp.replace(final)`).
+PATH_CHANGES = {"unlink", "rmdir", "rename", "replace", "touch"}
 FILE_METHODS = {"write", "writelines", "flush"}  # of a file object opened for writing
 # `tqdm.write(...)` prints a line above the bars, like print.
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write", *(f"{bar}.write" for bar in s.TQDM)}
@@ -199,6 +210,8 @@ class Outputs:
             return Output(FILE_WRITE, label, argument.value if argument is not None else None)
         if method == "save" and any(tree.is_call_to(o, s.IMAGE_MAKERS) for o in origins):
             return Output(FILE_WRITE, label)
+        if method in PATH_CHANGES and any((tree.qname(o.func) or "").startswith("pathlib.") for o in origins if isinstance(o, cst.Call)):
+            return Output(FILE_WRITE, label, obj)
         return None
 
     def is_log_object(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
