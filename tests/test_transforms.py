@@ -2601,6 +2601,30 @@ def test_moves_and_removals_of_the_files_rank_0_writes_are_rank_0s() -> None:
     assert '        if rank == 0:\n            torch.save(model.module.state_dict(), "out/last.tmp")\n            os.replace("out/last.tmp", "out/last.pt")\n            for old in glob.glob("out/old_*.pt"):\n                os.remove(old)\n' in output
 
 
+def test_a_file_rank_0_writes_and_every_rank_reads_back_gets_a_barrier() -> None:
+    """Helper corpus K: a default config written once (`with open("config.json", "w")`, rank 0's)
+    and read right after by every rank: the other ranks read before it existed."""
+    body = (
+        'if not os.path.exists("config.json"):\n    with open("config.json", "w") as f:\n        json.dump({"lr": 0.1}, f)\n'
+        'with open("config.json") as f:\n    cfg = json.load(f)\n'
+    )
+    source = standard(loader=body + LOADER).replace("import torch\n", "import json\nimport os\nimport torch\n", 1)
+    output = convert(source).output
+    assert '    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    with open("config.json") as f:\n' in output
+    assert output.count("dist.barrier()") == 1
+
+
+def test_a_read_back_in_a_branch_apart_from_the_write_gets_no_barrier() -> None:
+    """`if not os.path.exists(p): write p  else: read p` (the corpus' rasbt script): a barrier in
+    the `else` would be reached only by the ranks that found the file, and hang them."""
+    body = (
+        'if not os.path.exists("text.txt"):\n    with open("text.txt", "w") as f:\n        f.write("abc")\n'
+        'else:\n    with open("text.txt") as f:\n        text = f.read()\n'
+    )
+    source = standard(loader=body + LOADER).replace("import torch\n", "import os\nimport torch\n", 1)
+    assert "dist.barrier()" not in convert(source).output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

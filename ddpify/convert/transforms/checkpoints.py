@@ -28,7 +28,10 @@ class Checkpoints(Transform):
             if self.facts.in_dataset(function):
                 continue  # data files a Dataset writes and reads: rank 0 downloads first (Downloads)
             saves: list[cst.Call] = []
+            written: dict[str, cst.Call] = {}  # path as spelled -> the `open(path, "w")` that writes it
+            waited: set[str] = set()
             for node in self.program.calls_in(function):
+                self._read_after_write(node, function, written, waited)
                 found = s.method_call(node)
                 if found and found[1] in {"state_dict", "load_state_dict"} and (
                     self.facts.is_model(found[0], function) or self._in_model_list(found[0])
@@ -41,6 +44,28 @@ class Checkpoints(Transform):
                     self._save_plain_model(node, function)
                 elif self.tree.is_call_to(node, s.TORCH_LOAD):
                     self._load(node, function, saves)
+
+    def _read_after_write(self, call: cst.Call, function: cst.FunctionDef | None, written: dict[str, cst.Call], waited: set[str]) -> None:
+        """`open("config.json", "w")` (rank 0's), then `open("config.json")` to read it on every
+        rank: the others must wait for rank 0 to finish writing (a barrier before the first read)."""
+        if not self.tree.is_builtin_call(call, "open") or self.facts.in_dataset(function):
+            return
+        path = s.arg(call, 0, "file")
+        if path is None or private_to_process(self.tree, self.program, path.value, function):
+            return
+        spelled = code(path.value)
+        if self.tree.opens_for_writing(call):
+            written.setdefault(spelled, call)
+            waited.discard(spelled)
+            return
+        if spelled not in written or spelled in waited or self.tree.loops(call) != self.tree.loops(written[spelled]):
+            return
+        statement = self.tree.statement(call)
+        if not self.tree.inside(written[spelled], self.tree.block(statement)):
+            return  # `if not exists: write ... else: read`: a barrier in one branch would hang the ranks in the other
+        waited.add(spelled)
+        self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
+        self.change(call, f"barrier before reading {spelled} back: rank 0 writes it, every rank reads it")
 
     def _save_plain_model(self, call: cst.Call, function: cst.FunctionDef | None) -> None:
         """`torch.save(model, path)`, `torch.save({"model": model}, path)`: the plain model is
@@ -74,6 +99,11 @@ class Checkpoints(Transform):
         written = [save for save in saves if (p := s.arg(save, 1, "f")) is not None and path is not None and code(p.value) == code(path.value)]
         if written and path is not None and private_to_process(self.tree, self.program, path.value, function):
             written = []  # a temporary file of this process: each rank saved its own copy
+        block = self.tree.block(self.tree.statement(call))
+        if written and not any(self.tree.inside(save, block) for save in written):
+            # `if os.path.exists(best): load` apart from the save: a barrier only some ranks reach hangs
+            self.warn(call, f"{code(path.value)} is read back where not every rank may get (a branch apart from its save): wait for rank 0's save (dist.barrier()) where every rank passes")  # type: ignore[union-attr]
+            written = []
         if written:
             statement = self.tree.statement(call)
             self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
