@@ -80,6 +80,8 @@ class SyncbnAfterWrap(Rule):
                 continue
             if self._wrapped_again(node, name, function):
                 return  # `model = DDP(model.module)` after it: the new wrapper sees the change
+            if self._freezes(node) and not self._trains_after(node, name, function):
+                return  # a teacher frozen once it has trained, run under no_grad from then on: no gradient to sync
             if "requires_grad" in what:
                 why = "DDP only syncs the parameters that required grad when it was built; freeze before wrapping"
             else:
@@ -99,6 +101,33 @@ class SyncbnAfterWrap(Rule):
             target, inner = wrap_target(self.tree, wrap), wrapped_module(wrap)
             if (target is not None and dotted(target) == name) or (inner is not None and dotted(inner) in (name, f"{name}.module")):
                 return True
+        return False
+
+    def _freezes(self, node: cst.Call) -> bool:
+        """`p.requires_grad_(False)`, or `p.requires_grad = False` in a loop over parameters."""
+        found = method_call(node)
+        if found is not None and found[1] == "requires_grad_":
+            return bool(node.args) and code(node.args[0].value) == "False"
+        loop = self._loop_over(node)
+        values = [
+            n.value for n in self.tree.walk(loop.body) if isinstance(n, cst.Assign)
+            and any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad" for t in n.targets)
+        ] if loop is not None else []  # fmt: skip
+        return bool(values) and all(code(v) == "False" for v in values)
+
+    def _trains_after(self, node: cst.Call, name: str, function: cst.FunctionDef | None) -> bool:
+        """A forward of `name` with gradients after `node` in its function (or in a function it calls)."""
+        for call in self.program.calls_in(function):
+            if self.tree.order(call) <= self.tree.order(node):
+                continue
+            if dotted(call.func) == name and not self.tree.grad_disabled(call):
+                return True
+            target = self.program.callee(call, function)
+            if target is not None and (
+                any(dotted(a.value) == name for a in call.args)
+                or any(type(n) is cst.Name and n.value == name.split(".")[0] for n in self.program.scope_nodes(target[0]))
+            ):
+                return True  # a same-file function handed it (or reading it) may train it: keep the finding
         return False
 
     def _surgery(self, node: cst.Call) -> tuple[str | None, str]:
