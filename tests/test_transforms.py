@@ -2625,6 +2625,23 @@ def test_a_read_back_in_a_branch_apart_from_the_write_gets_no_barrier() -> None:
     assert "dist.barrier()" not in convert(source).output
 
 
+def test_an_iterable_dataset_that_splits_itself_by_rank_is_converted() -> None:
+    """Helper corpus K: the refusal said "split the stream by rank in its __iter__, then
+    convert", and after doing so convert refused again. A stream whose `__iter__` asks for the
+    rank is left as it is (no sampler), with a warning about equal parts."""
+    helpers = (
+        "class Stream(torch.utils.data.IterableDataset):\n    def __iter__(self):\n"
+        "        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()\n"
+        "        for i in range(rank, 64, world):\n            yield torch.randn(4), torch.randn(1)\n"
+    )
+    body = f"{DEVICE}\nloader = DataLoader(Stream(), batch_size=8)\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    result = convert(script(body, helpers=helpers))
+    assert result.status == "converted" and "DistributedSampler" not in result.output
+    assert any("splits its stream by rank itself" in w for w in warnings(result))
+    plain = helpers.replace("torch.distributed.get_rank(), torch.distributed.get_world_size()", "0, 1")
+    assert convert(script(body, helpers=plain)).status == "unchanged"
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

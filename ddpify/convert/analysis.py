@@ -122,7 +122,8 @@ class LoaderPlan:
     # "generator": a sampler drawing with replacement keeps its draws, from a per-rank generator;
     # "subset": SubsetRandomSampler's indices are split by rank;
     # "recreate": a loader built elsewhere is made again with a DistributedSampler where it is used.
-    how: Literal["shard", "generator", "subset", "recreate"]
+    # "stream": an IterableDataset that splits itself by rank in its __iter__: left as it is.
+    how: Literal["shard", "generator", "subset", "recreate", "stream"]
     sampler: cst.Call | None = None  # the user's sampler, for "generator", "subset" and a replaced one
     loader: cst.BaseExpression | None = None  # "recreate": the loader as spelled in `function`
     anchor: cst.BaseStatement | None = None  # "recreate": it is made again right before this statement
@@ -1332,6 +1333,8 @@ class Analyzer:
             )
         dataset = s.arg(call, 0, "dataset")
         if dataset is not None and self._is_iterable_dataset(dataset.value, origin.function):
+            if self._splits_by_rank(dataset.value, origin.function):
+                return LoaderPlan(call, origin.function, "stream")  # its __iter__ reads the rank already
             raise NotConvertible(
                 f"the training DataLoader (line {line}) reads an IterableDataset: a DistributedSampler cannot sample a "
                 "stream; split the stream by rank in its __iter__ (torch.distributed.get_rank()), then convert"
@@ -1455,6 +1458,23 @@ class Analyzer:
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in self.program.classes:
                 cls = self.program.classes[node.func.value]
                 if any(self.tree.qname(base.value) in s.ITERABLE_DATASET for base in cls.bases):
+                    return True
+        return False
+
+    def _splits_by_rank(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """A same-file IterableDataset whose `__iter__` (or a method it calls) asks for the rank
+        and the world size (`dist.get_rank()`, `RANK`): it gives each rank its own part itself."""
+        for origin in self.program.origins(expr, function):
+            node = origin.node
+            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in self.program.classes):
+                continue
+            methods = self.program.class_methods(self.program.classes[node.func.value])
+            reached = [methods[name] for name in ("__iter__",) if name in methods]
+            reached += [m for name, m in methods.items() if any(dotted(c.func) == f"self.{name}" for r in reached for c in self.program.calls_in(r))]
+            asks = {"torch.distributed.get_rank", "torch.distributed.get_world_size"}
+            for method in reached:
+                nodes = self.program.scope_nodes(method)
+                if any(self.tree.is_call_to(n, asks) for n in nodes) or any(string_value(n) in ("RANK", "WORLD_SIZE") for n in nodes if type(n) is cst.SimpleString):
                     return True
         return False
 

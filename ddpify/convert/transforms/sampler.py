@@ -60,6 +60,12 @@ class Sampler(Transform):
                 self._split_subset(plan)
             elif plan.how == "recreate":
                 self._recreate(plan)
+            elif plan.how == "stream":
+                self.change(plan.call, "the training DataLoader reads an IterableDataset that splits its stream by rank itself: no sampler")
+                self.warn(plan.call, (
+                    "the IterableDataset splits its stream by rank itself: every rank must get as many batches, or the one "
+                    "with more waits in backward() for the others (drop each rank's remainder past the shortest part)"
+                ))
             else:
                 self._shard(plan)
         for draw in unseeded_draws(self.tree, self.program):
