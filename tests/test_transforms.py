@@ -2642,6 +2642,21 @@ def test_an_iterable_dataset_that_splits_itself_by_rank_is_converted() -> None:
     assert convert(script(body, helpers=plain)).status == "unchanged"
 
 
+def test_a_queue_of_batch_data_kept_in_a_buffer_is_warned_about() -> None:
+    """Helper corpus K: MoCo's queue (`self.register_buffer("queue", ...)`, `self.queue[:, p:p + n]
+    = k.T` in forward): DDP copies rank 0's buffers to every rank before each forward, so the
+    other ranks' keys never stay in it. A counter written with a constant index is no queue."""
+    net = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 1)\n"
+        "        self.register_buffer('queue', torch.zeros(8, 1))\n        self.register_buffer('ptr', torch.zeros(1, dtype=torch.long))\n\n"
+        "    def forward(self, x):\n        out = self.fc(x)\n        p = int(self.ptr)\n        self.queue[p:p + 1] = out[:1].detach()\n"
+        "        self.ptr[0] = (p + 1) % 8\n        return out\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = Net().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    found = [w for w in warnings(convert(script(body, helpers=net))) if "writes this rank's data into a buffer" in w]
+    assert len(found) == 1 and found[0].startswith("`self.queue[p:p + 1]`")
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

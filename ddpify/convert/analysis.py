@@ -705,11 +705,43 @@ class Analyzer:
             model.unused_parameters = None
             return
         # a model chosen among several same-file classes (`if args.type == ...`): any of them may skip
+        for cls in classes:
+            self._warn_buffer_queues(model, cls)  # type: ignore[arg-type]
         reasons = [
             "" if (reason := self._forward_may_skip(cls)).endswith(SEPARATE_OUTPUTS) and self._reads_every_output(model, cls) else reason
             for cls in sorted(classes, key=self.tree.line)  # type: ignore[arg-type]
         ]
         model.unused_parameters = next((reason for reason in reasons if reason), "")
+
+    def _warn_buffer_queues(self, model: TrainedModel, cls: cst.ClassDef) -> None:
+        """A buffer the model writes outside `__init__` with more than counters (MoCo's queue of
+        keys: `self.queue[:, ptr:ptr + n] = k.T`): DDP copies rank 0's buffers to every rank before
+        each forward, so what the other ranks wrote is lost. Warned about: gathering the keys
+        from every rank before they go in is the model's own change to make."""
+        methods = self.program.class_methods(cls)
+        buffers = {
+            string_value(c.args[0].value)
+            for method in methods.values() for c in self.program.calls_in(method)
+            if dotted(c.func) == "self.register_buffer" and c.args
+        } - {None}  # fmt: skip
+        for name, method in methods.items():
+            if name == "__init__":
+                continue
+            for node in self.program.scope_nodes(method):
+                if type(node) is not cst.Assign:
+                    continue
+                for target in node.targets:
+                    written = target.target.value if type(target.target) is cst.Subscript else target.target
+                    buffer = (dotted(written) or "").removeprefix("self.")
+                    if buffer in buffers and type(target.target) is cst.Subscript and type(target.target.slice[0].slice) is cst.Index and isinstance(target.target.slice[0].slice.value, cst.Integer):
+                        continue  # `self.queue_ptr[0] = ...`: a counter, the same on every rank
+                    if buffer in buffers and any(type(n) is cst.Name and n.value not in ("self",) for n in self.tree.walk(node.value)):
+                        self.warnings.append((node, (
+                            f"`{code(target.target)}` writes this rank's data into a buffer of `{cls.name.value}`: DDP copies rank 0's "
+                            f"buffers to every rank before each forward (broadcast_buffers), so what the other ranks wrote is lost; "
+                            "gather it from every rank first (all_gather) and write the same on each"
+                        )))
+                        return
 
     def _reads_every_output(self, model: TrainedModel, cls: cst.ClassDef) -> bool:
         """`out = model(x)` then `out["logits"]` and `out["box"]`, every key forward returns, in
