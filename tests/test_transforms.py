@@ -2657,6 +2657,15 @@ def test_a_queue_of_batch_data_kept_in_a_buffer_is_warned_about() -> None:
     assert len(found) == 1 and found[0].startswith("`self.queue[p:p + 1]`")
 
 
+def test_a_comprehension_over_the_loader_is_refused_for_what_it_is() -> None:
+    """Helper corpus K: `losses = [train_step(b) for b in train_loader]` was refused as data
+    "that does not come from a DataLoader". The reason now names the comprehension."""
+    helpers = "def train_step(model, optimizer, batch):\n    x, y = batch\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n    return loss.item()\n"
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(2):\n    losses = [train_step(model, optimizer, b) for b in loader]\n"
+    result = convert(script(body, helpers=helpers))
+    assert result.status == "unchanged" and result.reason.startswith("the training loop is a comprehension over `loader` (line ")
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -1341,6 +1341,13 @@ class Analyzer:
         )
 
     def _no_loader_reason(self, backward_calls: list[cst.Call]) -> str:
+        for comp in self.tree.of_type(cst.CompFor):  # `[train_step(b) for b in train_loader]`
+            function = self.tree.function(comp)
+            if self.program.loader(comp.iter, function) is not None:
+                return (
+                    f"the training loop is a comprehension over `{code(comp.iter)}` (line {self.tree.line(comp)}), which ddpify "
+                    "does not rewrite (set_epoch, reductions and exits need a loop body): write it as a `for` loop, then convert"
+                )
         call = backward_calls[0]
         loops = [loop for loop in self.tree.loops(call) if isinstance(loop, cst.For)]
         if loops:
