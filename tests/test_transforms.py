@@ -2666,6 +2666,16 @@ def test_a_comprehension_over_the_loader_is_refused_for_what_it_is() -> None:
     assert result.status == "unchanged" and result.reason.startswith("the training loop is a comprehension over `loader` (line ")
 
 
+def test_per_step_values_a_same_file_step_returns_are_gathered() -> None:
+    """Helper corpus K: `losses.append(train_step(batch))`, where `train_step` returns
+    `loss.item()`, was only warned about; it is a number like `loss.item()` itself."""
+    helpers = "def train_step(model, optimizer, x, y):\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n    return loss.item()\n"
+    loop = "for epoch in range(2):\n    losses = []\n    for x, y in loader:\n        losses.append(train_step(model, optimizer, x, y))\n    print(sum(losses) / len(losses))\n"
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
+    output = convert(script(body, helpers=helpers)).output
+    assert "        dist.all_gather_object(gathered, losses)\n" in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

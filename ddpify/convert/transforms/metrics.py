@@ -411,7 +411,7 @@ class ReduceMetrics(Transform):
             return True
         return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "len"
 
-    def _is_number(self, node: cst.BaseExpression) -> bool:
+    def _is_number(self, node: cst.BaseExpression, depth: int = 2) -> bool:
         if self._is_count(node):
             return True
         for n in self.tree.walk(node):
@@ -420,6 +420,10 @@ class ReduceMetrics(Transform):
                 return True
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in NUMBER_BUILTINS:
                 return True
+        if depth > 0 and type(node) is cst.Call:  # `losses.append(train_step(batch))`, which returns `loss.item()`
+            target = self.program.callee(node, self.tree.function(node))
+            returned = self.program.returns(target[0]) if target is not None else []
+            return bool(returned) and all(self._is_number(value, depth - 1) for value in returned)
         return False
 
     def _is_target(self, name: cst.Name) -> bool:
