@@ -97,8 +97,8 @@ FAILING = {
 OPTIONS = {
     "correct": (["--single", "--format", "json"], {"single": True}),
     "needs_torchrun": (["--single"], {"single": True}),
-    "endless": (["--steps", "5"], {"steps": 5}),
-    "tensor_batches": ([], {}),
+    "endless": (["--steps", "5", "--launcher", "direct"], {"steps": 5, "launcher": "direct"}),
+    "tensor_batches": (["--launcher", "direct"], {"launcher": "direct"}),
     "exit_code_and_args": (["--keep", "--", "--epochs", "1", "x y"], {"keep": True, "script_args": ("--epochs", "1", "x y")}),
 }
 
@@ -120,7 +120,7 @@ def runs() -> dict[str, CliRun]:
     jobs["hang_collective_under_guard"] = (["--timeout", HANG_TIMEOUT, "--keep"], {"timeout": float(HANG_TIMEOUT), "keep": True})
     # What verify sets when ranks share one GPU, forced here on a machine without one.
     shared_gpu_env = {verify_api.ENV_FORCE_GLOO: "1", verify_api.ENV_SHARED_GPUS: "1"}
-    api_only = {"nccl_backend_forced_to_gloo": {**timeout, "extra_env": shared_gpu_env}}
+    api_only = {"nccl_backend_forced_to_gloo": {**timeout, "extra_env": shared_gpu_env, "launcher": "direct"}}
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         futures = {
             name: pool.submit(verify_api.verify_script, CASES / f"{name}.py", verify_api.VerifyOptions(**fields))
