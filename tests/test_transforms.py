@@ -2676,6 +2676,18 @@ def test_per_step_values_a_same_file_step_returns_are_gathered() -> None:
     assert "        dist.all_gather_object(gathered, losses)\n" in output
 
 
+def test_per_step_arrays_on_the_cpu_are_gathered() -> None:
+    """Helper corpus K: `all_preds.append(logits.argmax(1).numpy())`, then an F1 over the
+    concatenation: only warned about, and the score covered rank 0's shard. Arrays and tensors on
+    the CPU are gathered as objects; a tensor left on its device is still only warned about."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    preds = []\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        preds.append(model(x).detach().cpu().numpy())\n"
+    ) + "    print(len(preds))\n"
+    assert "dist.all_gather_object(gathered, preds)" in convert(standard(loop=loop)).output
+    on_device = convert(standard(loop=loop.replace(".detach().cpu().numpy()", ".detach()")))
+    assert any(w.startswith("`preds` collects per-step values") for w in warnings(on_device))
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

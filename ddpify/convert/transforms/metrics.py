@@ -207,8 +207,8 @@ class ReduceMetrics(Transform):
             initial = self._initial_values(loop, name)
             if not (initial and all(isinstance(v, cst.List) and not v.elements for v in initial) and self._read_after(loop, name)):
                 continue
-            if all(map(self._is_number, values)):
-                totals[name] = "list"
+            if all(self._is_number(v) or self._on_the_cpu(v) for v in values):
+                totals[name] = "list"  # numbers, or arrays and tensors on the CPU: gathered as objects
             else:
                 self.warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
         return totals
@@ -425,6 +425,12 @@ class ReduceMetrics(Transform):
             returned = self.program.returns(target[0]) if target is not None else []
             return bool(returned) and all(self._is_number(value, depth - 1) for value in returned)
         return False
+
+    def _on_the_cpu(self, node: cst.BaseExpression) -> bool:
+        """`logits.argmax(1).numpy()`, `preds.cpu()`, `y.detach().cpu().numpy()`: a value on the CPU,
+        which `all_gather_object` carries as it is (a CUDA tensor would unpickle onto another GPU)."""
+        found = method_call(node)
+        return found is not None and found[1] in ("numpy", "cpu") and not node.args  # type: ignore[union-attr]
 
     def _is_target(self, name: cst.Name) -> bool:
         parent = self.tree.parent(name)
