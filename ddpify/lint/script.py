@@ -161,12 +161,25 @@ class Script:
         return None
 
     def _early_exit_before(self, block, statement, function) -> cst.CSTNode | None:
-        for earlier in block.body:
-            if earlier is statement:
-                return None
-            if isinstance(earlier, cst.If) and self.is_rank_condition(earlier.test, function) and _ends_in_exit(earlier.body):
-                return earlier.test
-        return None
+        """`if rank != 0: return` earlier in `block` than `statement` (the first such exit of
+        each block is found once)."""
+        key = id(block)
+        found = self._exits_cache.get(key)
+        if found is None:
+            found = (len(block.body), None)
+            for index, earlier in enumerate(block.body):
+                if isinstance(earlier, cst.If) and self.is_rank_condition(earlier.test, function) and _ends_in_exit(earlier.body):
+                    found = (index, earlier.test)
+                    break
+            self._exits_cache[key] = found
+        index, test = found
+        if test is None:
+            return None
+        return test if any(earlier is statement for earlier in block.body[index + 1 :]) else None
+
+    @cached_property
+    def _exits_cache(self) -> dict[int, tuple[int, cst.CSTNode | None]]:
+        return {}
 
     def is_guarded(self, node: cst.CSTNode) -> bool:
         return self.rank_guard(node) is not None

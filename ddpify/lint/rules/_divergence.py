@@ -372,8 +372,9 @@ class Scope:
             shard = f"this rank's shard of `{code(loader) if loader is not None else code(loop.iter)}` only"
             names: list[str] = []
             lists: list[str] = []
+            body = {id(n) for n in self.tree.walk(loop.body)}
             for node in self.nodes:
-                if not self.tree.inside(node, loop.body):
+                if id(node) not in body:
                     continue
                 if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
                     if self.local_names(node.value):

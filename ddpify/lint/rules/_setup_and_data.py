@@ -320,15 +320,23 @@ class Facts:
 
     def init_points(self, scope: cst.FunctionDef | None) -> list[cst.Call]:
         """Calls in `scope` that set up the process group, directly or through a same-file function."""
+        if scope in self._init_points:
+            return self._init_points[scope]
         points = []
+        inits = set(self.all_inits)
         for call in self.program.calls_in(scope):
-            if self.tree.is_call_to(call, INIT_PROCESS_GROUP | OTHER_INITS):
+            if call in inits:
                 points.append(call)
                 continue
             target = self.program.callee(call, scope)
             if target is not None and target[0] in self.initializing:
                 points.append(call)
+        self._init_points[scope] = points
         return points
+
+    @cached_property
+    def _init_points(self) -> dict[cst.FunctionDef | None, list[cst.Call]]:
+        return {}
 
     @cached_property
     def reachable(self) -> set[cst.FunctionDef | None]:
