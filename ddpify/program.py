@@ -160,9 +160,10 @@ class Program:
         """Whether `name` is a parameter or assigned in `function` (module when None)."""
         if function is not None and name in self.all_param_names(function):
             return True
-        return bool(self.assignments(function, name)) or name in self._loop_targets(function)
+        return bool(self.assignments(function, name)) or name in self.loop_targets(function)
 
-    def _loop_targets(self, function: cst.FunctionDef | None) -> set[str]:
+    def loop_targets(self, function: cst.FunctionDef | None) -> set[str]:
+        """The names `for` loops of a scope bind."""
         names = self._loop_target_cache.get(function)
         if names is None:
             names = self._loop_target_cache[function] = set()

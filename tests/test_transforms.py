@@ -2688,6 +2688,16 @@ def test_per_step_arrays_on_the_cpu_are_gathered() -> None:
     assert any(w.startswith("`preds` collects per-step values") for w in warnings(on_device))
 
 
+def test_a_load_from_the_folder_rank_0_saved_into_waits_for_it() -> None:
+    """A checkpoint saved under a temporary name and renamed (`torch.save(..., path + ".tmp")`,
+    `os.replace`), then loaded by every rank through another spelling of its path
+    (`os.path.join(out, ...)`): the load reads what rank 0 wrote, so it waits at a barrier."""
+    loop = LOOP + '    path = os.path.join(out, f"e{epoch}.pt")\n    torch.save(model.state_dict(), path + ".tmp")\n    os.replace(path + ".tmp", path)\n'
+    loop += 'model.load_state_dict(torch.load(os.path.join(out, "e1.pt")))\n'
+    output = convert(standard(loop='out = "ckpts"\n' + loop).replace("import torch\n", "import os\nimport torch\n", 1)).output
+    assert '    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    model.module.load_state_dict(torch.load(os.path.join(out, "e1.pt")' in output
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -67,6 +67,29 @@ class Checkpoints(Transform):
         self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
         self.change(call, f"barrier before reading {spelled} back: rank 0 writes it, every rank reads it")
 
+    def _same_place(self, saved: cst.BaseExpression, loaded: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """The save may have written what the load reads: the same path, or paths built from the
+        same folder name (`os.path.join(run_dir, ...)` saved as `path + ".tmp"` and renamed)."""
+        if code(saved) == code(loaded):
+            return True
+        return bool(self._path_names(saved, function) & self._path_names(loaded, function))
+
+    def _path_names(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 2) -> set[str]:
+        """The variables a path is built from, through their assignments (`path` ->
+        `os.path.join(run_dir, name)` -> `run_dir`, `name`), less modules and loop counters."""
+        names = set()
+        for n in self.tree.walk(expr):
+            if type(n) is not cst.Name or self.tree.qname(n) is not None:
+                continue  # a module or an imported function
+            parent = self.tree.parent(n)
+            if isinstance(parent, cst.Attribute) and parent.attr is n:
+                continue
+            names.add(n.value)
+            if depth > 0:
+                for value, _ in self.program.assignments(function, n.value):
+                    names |= self._path_names(value, function, depth - 1)
+        return names - self.program.loop_targets(function)
+
     def _save_plain_model(self, call: cst.Call, function: cst.FunctionDef | None) -> None:
         """`torch.save(model, path)`, `torch.save({"model": model}, path)`: the plain model is
         pickled, never the DDP wrapper (which would not load without a process group)."""
@@ -96,7 +119,7 @@ class Checkpoints(Transform):
             self.plan.replace(call, add_keyword("map_location", location))
             self.change(call, f"torch.load maps tensors to {location}, not to the GPU they were saved from")
         path = s.arg(call, 0, "f")
-        written = [save for save in saves if (p := s.arg(save, 1, "f")) is not None and path is not None and code(p.value) == code(path.value)]
+        written = [save for save in saves if (p := s.arg(save, 1, "f")) is not None and path is not None and self._same_place(p.value, path.value, function)]
         if written and path is not None and private_to_process(self.tree, self.program, path.value, function):
             written = []  # a temporary file of this process: each rank saved its own copy
         block = self.tree.block(self.tree.statement(call))
