@@ -1412,7 +1412,7 @@ def test_a_schedule_from_len_loader_is_explained_per_rank() -> None:
     assert loader_length_notes(result) == [
         (
             11,
-            "`len(loader)` counts one rank's batches: its DistributedSampler holds 1/world_size of the dataset, so "
+            "`len(loader)` counts one rank's batches: its sampler gives each rank 1/world_size of an epoch, so "
             "`steps_per_epoch` of `OneCycleLR` is world_size times smaller than in one process, in steps of a world_size times "
             "larger global batch (a schedule over it still spans the same epochs; --keep-global-batch keeps it as in one process)",
         )

@@ -118,7 +118,7 @@ class LoaderLength(Transform):
                 "rounded-down batch gives each rank a few more steps per epoch)"
             )
         return (
-            f"`{spelled}` counts one rank's batches: its DistributedSampler holds 1/world_size of the dataset, so {subject} "
+            f"`{spelled}` counts one rank's batches: its sampler gives each rank 1/world_size of an epoch, so {subject} "
             "is world_size times smaller than in one process, in steps of a world_size times larger global batch (a schedule "
             "over it still spans the same epochs; --keep-global-batch keeps it as in one process)"
         )

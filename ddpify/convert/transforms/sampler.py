@@ -53,6 +53,7 @@ class Sampler(Transform):
     DESCRIPTION = "DistributedSampler for the training DataLoader (shuffle moved into it, drop_last kept)"
 
     def run(self) -> None:
+        self._hoisted: set[tuple[cst.FunctionDef | None, str]] = set()  # dataset names given out, by scope
         for plan in self.facts.loader_plans:
             if plan.how == "generator":
                 self._per_rank_generator(plan)
@@ -348,7 +349,18 @@ class Sampler(Transform):
 
     def _hoist(self, call: cst.Call, dataset: cst.Arg, function: cst.FunctionDef | None) -> str:
         """`DataLoader(TensorDataset(x, y), ...)`: name the dataset so the sampler can see it."""
-        name = next((n for n in DATASET_NAMES if not self.program.binds(function, n)), "sampled_dataset")
+        taken = self._hoisted
+        candidates = list(DATASET_NAMES)
+        assign = self.tree.parent(call)
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and type(assign.targets[0].target) is cst.Name:
+            loader = assign.targets[0].target.value  # `val_loader = DataLoader(...)`: `val_dataset`
+            for suffix in ("_loader", "loader", "_dl", "_iter"):
+                prefix = loader[: -len(suffix)].rstrip("_") if loader.endswith(suffix) else ""
+                if prefix and prefix not in ("data", "train"):
+                    candidates.insert(0, f"{prefix}_dataset")
+                    break
+        name = next((n for n in candidates if not self.program.binds(function, n) and (function, n) not in taken), "sampled_dataset")
+        taken.add((function, name))
         statement = self.tree.statement(call)
         self.plan.insert_before(statement, statements(f"{name} = {code(dataset.value)}\n"))
         self.plan.replace(dataset.value, cst.Name(name))
