@@ -2698,6 +2698,18 @@ def test_a_load_from_the_folder_rank_0_saved_into_waits_for_it() -> None:
     assert '    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    model.module.load_state_dict(torch.load(os.path.join(out, "e1.pt")' in output
 
 
+def test_an_epoch_loop_in_a_function_run_twice_goes_on_shuffling() -> None:
+    """Helper corpus J: `train(model, loader, opt, epochs)` called for a head-only stage, then for
+    the whole model: `set_epoch(epoch)` restarted at 0 and stage 2 replayed stage 1's orders (one
+    process draws new ones). The sampler's own epoch count goes on instead."""
+    helpers = "def train(model, loader, optimizer, epochs):\n    for epoch in range(epochs):\n        for x, y in loader:\n            loss = nn.functional.mse_loss(model(x), y)\n            optimizer.zero_grad()\n            loss.backward()\n            optimizer.step()\n"
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, loader, optimizer, 1)\ntrain(model, loader, optimizer, 2)\n"
+    output = convert(script(body, helpers=helpers)).output
+    assert "        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order also when this function runs again\n" in output
+    once = convert(script(body.replace("train(model, loader, optimizer, 1)\n", ""), helpers=helpers)).output
+    assert "        loader.sampler.set_epoch(epoch)\n" in once
+
+
 def test_an_unseeded_random_split_gets_a_generator_of_its_own() -> None:
     """Each process's global generator starts from its own random seed: without a seed before
     it, `random_split` would give every rank its own train/validation split."""

@@ -31,6 +31,8 @@ class SetEpoch(Transform):
                 self.warn(start.loop, f"one-line loop: call `{start.loader}.sampler.set_epoch({start.epoch})` at the start of each epoch")
                 continue
             set_epoch = f"{start.loader}.sampler.set_epoch({start.epoch})"
+            if self._runs_again(start.loop, start.loader):  # `train(...)` called for two stages: its epochs start at 0 again
+                set_epoch = f"{start.loader}.sampler.set_epoch({start.loader}.sampler.epoch + 1)  # a new order also when this function runs again"
             if start.optional:  # a flag may choose a sampler of the script's own, which has no set_epoch
                 self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
                 set_epoch = f"if isinstance({start.loader}.sampler, DistributedSampler):\n    {set_epoch}"
@@ -45,6 +47,17 @@ class SetEpoch(Transform):
             statement = self.tree.statement(call)
             self.plan.insert_before(statement, statements(f"{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)  # a new pass shuffles differently\n"))
             self.change(call, f"`{loader}` is iterated again: its sampler moves to the next epoch first")
+
+    def _runs_again(self, loop: cst.For | cst.While, loader: str) -> bool:
+        """The epoch loop is in a same-file function called more than once (or in a loop) whose
+        epoch counter starts over each call: `set_epoch(epoch)` would replay the first call's
+        orders (two training stages, the transfer-learning tutorial's two runs); the sampler's own
+        count goes on instead. Not for a loader the function makes itself (a sweep's trials)."""
+        function = self.tree.function(loop)
+        if function is None or self.program.assignments(function, loader.split(".")[0].split("[")[0]):
+            return False  # a loader made in the function: each call starts a sampler of its own
+        sites = self.program.call_sites(function)
+        return len(sites) > 1 or any(self.tree.loops(call) for call, _ in sites)
 
     def _rebuilt_in(self, start: EpochStart) -> cst.BaseStatement | None:
         """The statement of the epoch loop's body that holds the batch loop, when the loader is
