@@ -126,6 +126,13 @@ class Program:
 
     # --- assignments -----------------------------------------------------------------
 
+    @staticmethod
+    def element(value: cst.CSTNode, index: int | None) -> cst.CSTNode:
+        """What an assignment gives one target: element `index` of `a, b = x, y`, else the value."""
+        if index is not None and isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
+            return value.elements[index].value
+        return value
+
     def assignments(self, function: cst.FunctionDef | None, target: str) -> list[tuple[cst.CSTNode, int | None]]:
         """Statements assigning `target` (a dotted name) in a scope: (value, tuple index)."""
         if function not in self._assignment_cache:
@@ -205,7 +212,7 @@ class Program:
                     return init, 0
             return None
         if isinstance(func, cst.Attribute):
-            cls = self._class_of(func.value, caller)
+            cls = self.instance_of(func.value, caller)
             if cls is not None:
                 method = self.methods.get(cls, {}).get(func.attr.value)
                 if method is not None:
@@ -213,11 +220,8 @@ class Program:
         return None
 
     def instance_of(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
-        """The same-file class `obj` is made from (`stopper = EarlyStopping()`), if it says so directly."""
-        return self._class_of(obj, function)
-
-    def _class_of(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
-        """The same-file class an object is an instance of, when its assignment says so directly."""
+        """The same-file class an object is an instance of (`stopper = EarlyStopping()`), when its
+        assignment says so directly."""
         if not isinstance(obj, cst.Name):
             return None
         if obj.value == "self" and function is not None:
@@ -227,6 +231,12 @@ class Program:
             if index is None and isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes:
                 return self.classes[value.func.value]
         return None
+
+    def called_repeatedly(self, function: cst.FunctionDef, within: cst.CSTNode | None = None) -> bool:
+        """Whether `function` runs more than once: called at several places, or in a loop (only
+        the calls inside `within`, when given)."""
+        sites = [call for call, _ in self.call_sites(function) if within is None or self.tree.inside(call, within)]
+        return len(sites) > 1 or any(self.tree.loops(call) for call in sites)
 
     def calls_in(self, function: cst.FunctionDef | None) -> list[cst.Call]:
         calls = self._calls_in_cache.get(function)

@@ -498,7 +498,7 @@ class Analyzer:
             # the block itself builds what trains (the model it wraps, the loader it shards): set up there
             builds = any(m.function is None for m in models) or any(o.function is None for o in loaders)
             # `for lr in grid: train(lr)`: a function run more than once would set the group up again
-            repeated = len(training) == 1 and self._called_repeatedly(training[0], guard.body)
+            repeated = len(training) == 1 and self.program.called_repeatedly(training[0], guard.body)
             if len(training) == 1 and not builds and not repeated:
                 f = training[0]
                 return Entry("function", f, f.body, None, f"{f.name.value}()")  # type: ignore[arg-type]
@@ -537,11 +537,6 @@ class Analyzer:
                 "would set up the group again; move the module-level training code into a function or under "
                 "`if __name__ == \"__main__\":`, then convert"
             )
-
-    def _called_repeatedly(self, function: cst.FunctionDef, block: cst.IndentedBlock) -> bool:
-        """Whether `block` calls `function` more than once: in a loop, or at several places."""
-        calls = [c for c in self.tree.calls(block) if type(c.func) is cst.Name and c.func.value == function.name.value]
-        return len(calls) > 1 or any(self.tree.loops(c) for c in calls)
 
     def _trains_at_import(self) -> bool:
         """Whether module-level code trains: a loop calling backward(), or a call that reaches one."""
@@ -784,8 +779,7 @@ class Analyzer:
         for value, index in self.program.assignments(model.function, model.ref):
             if wrapped_at is not None and self.tree.order(value) > wrapped_at and not self.tree.inside(value, model.anchor):
                 continue
-            if index is not None and isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
-                value = value.elements[index].value  # `netG, netD = Generator(), Discriminator()`: its own element
+            value = self.program.element(value, index)  # `netG, netD = Generator(), Discriminator()`: its own element
             inner = unchained(value)
             if dotted(inner) == model.ref and inner is not value:
                 continue

@@ -61,11 +61,16 @@ class Checkpoints(Transform):
         if spelled not in written or spelled in waited or self.tree.loops(call) != self.tree.loops(written[spelled]):
             return
         statement = self.tree.statement(call)
-        if not self.tree.inside(written[spelled], self.tree.block(statement)):
+        if not self._after_in_its_block(written[spelled], call):
             return  # `if not exists: write ... else: read`: a barrier in one branch would hang the ranks in the other
         waited.add(spelled)
         self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
         self.change(call, f"barrier before reading {spelled} back: rank 0 writes it, every rank reads it")
+
+    def _after_in_its_block(self, write: cst.CSTNode, read: cst.Call) -> bool:
+        """The write lies inside the block that holds the read: every rank that gets past the
+        write (or the branch around it) reaches a barrier put right before the read."""
+        return self.tree.inside(write, self.tree.block(self.tree.statement(read)))
 
     def _same_place(self, saved: cst.BaseExpression, loaded: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """The save may have written what the load reads: the same path, or paths built from the
@@ -122,8 +127,7 @@ class Checkpoints(Transform):
         written = [save for save in saves if (p := s.arg(save, 1, "f")) is not None and path is not None and self._same_place(p.value, path.value, function)]
         if written and path is not None and private_to_process(self.tree, self.program, path.value, function):
             written = []  # a temporary file of this process: each rank saved its own copy
-        block = self.tree.block(self.tree.statement(call))
-        if written and not any(self.tree.inside(save, block) for save in written):
+        if written and not any(self._after_in_its_block(save, call) for save in written):
             # `if os.path.exists(best): load` apart from the save: a barrier only some ranks reach hangs
             self.warn(call, f"{code(path.value)} is read back where not every rank may get (a branch apart from its save): wait for rank 0's save (dist.barrier()) where every rank passes")  # type: ignore[union-attr]
             written = []

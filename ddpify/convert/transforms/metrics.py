@@ -118,8 +118,7 @@ class ReduceMetrics(Transform):
         training split (`shuffle=mode == "train"`): a whole loader, not a shard."""
         name = dotted(argument)
         for value, index in self.program.assignments(caller, name) if name is not None else []:
-            if index is not None and isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
-                value = value.elements[index].value
+            value = self.program.element(value, index)
             target = self.program.callee(value, caller) if isinstance(value, cst.Call) else None
             if target is None:
                 continue
@@ -252,9 +251,7 @@ class ReduceMetrics(Transform):
         for method in (methods.get("__init__"), methods.get("reset")):
             for a in attributes:
                 for value, index in self.program.assignments(method, f"self.{a}") if method is not None else []:
-                    if index is not None and isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
-                        value = value.elements[index].value
-                    starts[a] = value
+                    starts[a] = self.program.element(value, index)
         counts = self._meter_counts(update, attributes)
         for i, a in enumerate(attributes):
             value = f"{tensor}[{i}].item()"
@@ -292,11 +289,7 @@ class ReduceMetrics(Transform):
         in. Emitted here; False when the shape is not that one (then a warning)."""
         if not all(map(self._is_number, values)):
             return False
-        starts = [
-            v.elements[i].value if i is not None and isinstance(v, (cst.Tuple, cst.List)) and i < len(v.elements) else v
-            for v, i in self.program.assignments(loop.function, name)
-            if self.tree.order(v) < self.tree.order(loop.loop)
-        ]
+        starts = [self.program.element(v, i) for v, i in self.program.assignments(loop.function, name) if self.tree.order(v) < self.tree.order(loop.loop)]
         if len(starts) != 1 or not (isinstance(starts[0], cst.List) and not starts[0].elements):
             return False
         around = [lp for lp in self.tree.loops(loop.loop) if self.tree.function(lp) is loop.function and not self.tree.inside(starts[0], lp)]
@@ -346,7 +339,7 @@ class ReduceMetrics(Transform):
                 continue
             if outer and not self.tree.inside(value, outer[0]):
                 return []  # set once, before the loop around the training loop: a running history
-            values.append(value.elements[index].value if index is not None and isinstance(value, (cst.Tuple, cst.List)) else value)
+            values.append(self.program.element(value, index))
         return values
 
     def _empty_mapping(self, value: cst.CSTNode) -> bool:

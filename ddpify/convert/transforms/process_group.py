@@ -113,7 +113,7 @@ class Teardown(Transform):
                     statement = self.tree.statement(node)
                     self.plan.insert_before(statement, statements(teardown))
                     self.change(statement, "process group destroyed before returning")
-        for node in self.program.scope_nodes(entry.function) if entry.kind != "library" else ():
+        for node in self.program.scope_nodes(entry.function):
             if self.tree.is_call_to(node, PROGRAM_EXITS) and isinstance(self.tree.parent(node), cst.Expr):
                 statement = self.tree.statement(node)  # `sys.exit(0)` when training has converged
                 if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:

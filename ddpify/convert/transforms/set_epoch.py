@@ -56,8 +56,7 @@ class SetEpoch(Transform):
         function = self.tree.function(loop)
         if function is None or self.program.assignments(function, loader.split(".")[0].split("[")[0]):
             return False  # a loader made in the function: each call starts a sampler of its own
-        sites = self.program.call_sites(function)
-        return len(sites) > 1 or any(self.tree.loops(call) for call, _ in sites)
+        return self.program.called_repeatedly(function)
 
     def _rebuilt_in(self, start: EpochStart) -> cst.BaseStatement | None:
         """The statement of the epoch loop's body that holds the batch loop, when the loader is
