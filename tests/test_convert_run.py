@@ -73,7 +73,8 @@ def verified(tmp_path_factory: pytest.TempPathFactory):
     """verify's runs of every case's golden train_ddp.py (with --single), two cases at a time (a
     run leaves a core idle while ranks wait on each other), and of the equivalence case's original
     as one plain process. The ranks are started by verify's direct launcher (torchrun's
-    environment, without torchrun's own torch import: test_verify covers torchrun itself). The
+    environment, without torchrun's own torch import: test_verify covers torchrun itself), which
+    verify's fork server forks, as it forks the plain runs: one torch import for all of them. The
     scratch folders are removed afterwards."""
     root = tmp_path_factory.mktemp("convert_run")
     jobs = {}

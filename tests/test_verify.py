@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from ddpify import verify as verify_api
 from ddpify.cli import cli
 from ddpify.cli.verify import Spinner
+from ddpify.verify import forkserver
 
 CASES = Path(__file__).resolve().parent / "verify_cases"
 VERIFY_PACKAGE = Path(verify_api.__file__).parent
@@ -120,10 +121,16 @@ def runs() -> dict[str, CliRun]:
     jobs["hang_collective_under_guard"] = (["--timeout", HANG_TIMEOUT, "--keep"], {"timeout": float(HANG_TIMEOUT), "keep": True})
     # What verify sets when ranks share one GPU, forced here on a machine without one.
     shared_gpu_env = {verify_api.ENV_FORCE_GLOO: "1", verify_api.ENV_SHARED_GPUS: "1"}
-    api_only = {"nccl_backend_forced_to_gloo": {**timeout, "extra_env": shared_gpu_env, "launcher": "direct"}}
+    # API runs only; NAME@LABEL runs NAME.py. The direct launcher's runs start from verify's fork server.
+    api_only = {
+        "nccl_backend_forced_to_gloo": {**timeout, "extra_env": shared_gpu_env, "launcher": "direct"},
+        "hang_collective_under_guard@direct": {"timeout": float(HANG_TIMEOUT), "keep": True, "launcher": "direct"},
+    }
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         futures = {
-            name: pool.submit(verify_api.verify_script, CASES / f"{name}.py", verify_api.VerifyOptions(**fields))
+            name: pool.submit(
+                verify_api.verify_script, CASES / f"{name.split('@')[0]}.py", verify_api.VerifyOptions(**fields)
+            )
             for name, fields in [*((n, f) for n, (_, f) in jobs.items()), *api_only.items()]
         }
         results = {name: future.result() for name, future in futures.items()}
@@ -134,7 +141,7 @@ def runs() -> dict[str, CliRun]:
         runs[name] = run_cli([str(CASES / f"{name}.py"), *options, *script_args], results[name])
     runs.update({name: CliRun(0, "", "", results[name]) for name in api_only})
     yield runs
-    for name in ("hang_collective_under_guard", "exit_code_and_args"):
+    for name in ("hang_collective_under_guard", "hang_collective_under_guard@direct", "exit_code_and_args"):
         shutil.rmtree(runs[name].result.run.state_dir.parent.parent, ignore_errors=True)
 
 
@@ -248,8 +255,11 @@ def test_single_runs_the_script_as_one_plain_process(runs: dict[str, CliRun]) ->
     assert result.single_run.workdir != result.run.workdir  # a fresh folder: no files of the DDP run
 
 
-def test_collective_under_rank_guard_is_a_named_hang(runs: dict[str, CliRun]) -> None:
-    run = runs["hang_collective_under_guard"]
+@pytest.mark.parametrize("launcher", ["torchrun", "direct"])
+def test_collective_under_rank_guard_is_a_named_hang(runs: dict[str, CliRun], launcher: str) -> None:
+    """Under torchrun, and under the direct launcher forked from verify's fork server (where the
+    ranks carry the server's command line, not the shim's)."""
+    run = runs["hang_collective_under_guard" + ("@direct" if launcher == "direct" else "")]
     result = run.result
     assert result is not None and not result.ok
     assert result.run.hung and result.run.hung_ranks == (0, 1)
@@ -265,12 +275,14 @@ def test_collective_under_rank_guard_is_a_named_hang(runs: dict[str, CliRun]) ->
         pid = int((result.run.state_dir / f"rank{rank}.pid").read_text())
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+    # What the ranks did cannot be judged from ranks that never finished.
+    assert result.check("replicas").status == verify_api.UNCHECKED
+    if launcher == "direct":
+        return  # an API run: the CLI's rendering is checked once, below
     assert run.exit_code == 1
     row = table_row(run.stdout, "rank 0")
     assert row.split()[2] == "hang" and f"stuck at {stuck[0]}" in row
     assert "hang" in table_row(run.stdout, "rank 1")
-    # What the ranks did cannot be judged from ranks that never finished.
-    assert result.check("replicas").status == verify_api.UNCHECKED
 
 
 def test_exit_status_arguments_and_scratch_dir(runs: dict[str, CliRun]) -> None:
@@ -474,14 +486,36 @@ def run_launcher(tmp_path: Path, program: str, args: list[str], nproc: int = 2, 
     )  # fmt: skip
 
 
+def run_launcher_from_server(tmp_path: Path, program: str, args: list[str]) -> subprocess.CompletedProcess:
+    """run_launcher's launch, forked by verify's fork server (its output in one log, as verify keeps it)."""
+    folder = tmp_path / "prog"
+    folder.mkdir()
+    (folder / "probe.py").write_text(program)
+    (folder / "helper.py").write_text("VALUE = 42\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "RANK", "WORLD_SIZE")}
+    assert forkserver.usable(sys.executable)
+    log = tmp_path / "launcher.log"
+    run = forkserver.start([str(LAUNCH), "2", "prog/probe.py", *args], tmp_path, env, log)
+    code = run.wait(timeout=120)
+    return subprocess.CompletedProcess(run.pid, code, log.read_text(), log.read_text())
+
+
 @pytest.mark.parametrize(
-    ("flags", "preloaded"),
-    [pytest.param((), True, id="forked"), pytest.param(("-S",), False, id="popen-without-torch-in-launcher")],
+    ("start", "preloaded"),
+    [
+        pytest.param((), True, id="forked"),
+        pytest.param(("-S",), False, id="popen-without-torch-in-launcher"),
+        pytest.param("server", True, id="launcher-forked-by-verify-fork-server"),
+    ],
 )
-def test_direct_launcher_runs_each_rank_as_python_would(tmp_path: Path, flags: tuple[str, ...], preloaded: bool) -> None:
+def test_direct_launcher_runs_each_rank_as_python_would(tmp_path: Path, start: tuple[str, ...] | str, preloaded: bool) -> None:
     """Forked from the launcher's torch import, or a fresh interpreter when the launcher has no torch
-    (-S): each rank sees what `python prog/probe.py a "b c"` under torchrun would see."""
-    proc = run_launcher(tmp_path, PROBE, ["a", "b c"], flags=flags)
+    (-S), or with the launcher itself forked by verify's fork server: each rank sees what
+    `python prog/probe.py a "b c"` under torchrun would see."""
+    if start == "server":
+        proc = run_launcher_from_server(tmp_path, PROBE, ["a", "b c"])
+    else:
+        proc = run_launcher(tmp_path, PROBE, ["a", "b c"], flags=start)
     assert proc.returncode == 0, proc.stderr
     # what a fresh interpreter started from here gets (SIGINT is ignored when pytest runs in the background)
     fresh = subprocess.run(

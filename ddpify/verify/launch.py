@@ -9,7 +9,8 @@ rank 0 hosts the rendezvous store (`init_process_group`'s env:// default). Like 
 one rank fails the others are killed and the exit status is 1; 0 when every rank exits 0.
 
 `ddpify verify --launcher direct` uses it where many runs are judged in a row, as the test suite
-does: there is no agent to import torch, and the ranks share one torch import.
+does: there is no agent to import torch, and the ranks share one torch import (verify forks the
+launcher itself from its fork server, forkserver.py, which has torch imported already).
 
 Why fork: `import torch` costs about 3 CPU-seconds a process. The launcher imports it once and
 forks each rank from itself; the child becomes `python COMMAND...` (a session of its own, the

@@ -1,7 +1,9 @@
 """Launching the ranks: torchrun (or one plain process) around the rank shim, watched for hangs.
 
 `run_ranks` starts `python -m torch.distributed.run --standalone` with the shim
-(`rank_shim.py`, copied into the run's state folder) in each rank. A rank that has no exit file
+(`rank_shim.py`, copied into the run's state folder) in each rank; with `launcher="direct"`,
+`launch.py` instead, which the fork server (`forkserver.py`) forks where it can, and so the
+plain one-process run. A rank that has no exit file
 when the run stops making progress (no rank output and no file change in the scratch folder for
 `options.timeout` seconds) counts as hung: verify asks it for its stack (faulthandler on
 SIGUSR1), then kills every rank's process group and torchrun's.
@@ -23,6 +25,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import forkserver
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".pth.tar", ".pt.tar")  # the ImageNet example's `checkpoint.pth.tar`
 SHIM = Path(__file__).resolve().with_name("rank_shim.py")
@@ -246,10 +250,14 @@ def run_ranks(
     start = time.monotonic()
     hung = False
     with open(launcher_log, "wb") as log:
-        launcher = subprocess.Popen(
-            command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+        launcher: subprocess.Popen | forkserver.ForkedRun
+        if options.launcher == "direct" and forkserver.usable(options.python):
+            launcher = forkserver.start(command[1:], workdir, env, launcher_log)
+        else:
+            launcher = subprocess.Popen(
+                command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
         try:
             last_activity, last_files, last_scan = None, before, start
             last_progress = start
@@ -268,7 +276,7 @@ def run_ranks(
                     progress(Progress(now - start, finished, nproc, now - last_progress))
                 if now - last_progress > options.timeout:
                     hung = True
-                    _dump_stacks(state_dir, nproc)
+                    _dump_stacks(state_dir, nproc, launcher.pid)
                     break
         finally:
             if launcher.poll() is None:
@@ -343,7 +351,7 @@ def _activity(state_dir: Path) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(entries))
 
 
-def _dump_stacks(state_dir: Path, nproc: int) -> None:
+def _dump_stacks(state_dir: Path, nproc: int, launcher: int) -> None:
     """SIGUSR1 to every rank still running: the shim's faulthandler writes its stack to stderr."""
     if not hasattr(signal, "SIGUSR1"):
         return
@@ -351,7 +359,7 @@ def _dump_stacks(state_dir: Path, nproc: int) -> None:
     for rank in range(nproc):
         pid = _read_int(state_dir / f"rank{rank}.pid")
         finished = (state_dir / f"rank{rank}.exit").exists()
-        if pid is not None and not finished and _is_rank_process(pid, state_dir, rank):
+        if pid is not None and not finished and _is_rank_process(pid, state_dir, rank, launcher):
             try:
                 os.kill(pid, signal.SIGUSR1)
                 asked = True
@@ -361,11 +369,11 @@ def _dump_stacks(state_dir: Path, nproc: int) -> None:
         time.sleep(1.0)
 
 
-def _terminate(launcher: subprocess.Popen, state_dir: Path, nproc: int) -> None:
+def _terminate(launcher: subprocess.Popen | forkserver.ForkedRun, state_dir: Path, nproc: int) -> None:
     """Kill every rank's process group (torchrun starts each rank in its own session), then torchrun."""
     for rank in range(nproc):
         pid = _read_int(state_dir / f"rank{rank}.pid")
-        if pid is not None and _is_rank_process(pid, state_dir, rank):
+        if pid is not None and _is_rank_process(pid, state_dir, rank, launcher.pid):
             _kill_group(pid, signal.SIGKILL)
     _kill_group(launcher.pid, signal.SIGTERM)
     try:
@@ -375,17 +383,21 @@ def _terminate(launcher: subprocess.Popen, state_dir: Path, nproc: int) -> None:
         launcher.wait()
 
 
-def _is_rank_process(pid: int, state_dir: Path, rank: int) -> bool:
-    """Whether `pid` is still our rank: its command line names the shim (Linux), else no exit file.
+def _is_rank_process(pid: int, state_dir: Path, rank: int, launcher: int) -> bool:
+    """Whether `pid` is still our rank (Linux): its command line names the shim, or it is the
+    launcher or the launcher's child (a rank forked by the fork server has the server's command
+    line); else, where there is no /proc, whether it has no exit file.
 
     A rank that wrote its exit file may still be alive (stuck in interpreter teardown); one that
     exited may have had its pid reused, so only /proc can tell those apart.
     """
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return not (state_dir / f"rank{rank}.exit").exists()
-    return str(state_dir / SHIM_NAME).encode() in cmdline
+    parent = int(stat.rsplit(")", 1)[1].split()[1])  # after the command name, which may hold spaces
+    return str(state_dir / SHIM_NAME).encode() in cmdline or launcher in (pid, parent)
 
 
 def _kill_group(pid: int, sig: int) -> None:
