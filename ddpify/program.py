@@ -40,6 +40,12 @@ def _params(function: cst.FunctionDef) -> list[cst.Param]:
     return [*p.posonly_params, *p.params]
 
 
+def _named_params(function: cst.FunctionDef) -> list[cst.Param]:
+    """Every parameter a caller can pass by name or position (keyword-only ones too)."""
+    p = function.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params]
+
+
 class Program:
     """Functions, classes and assignments of one script, indexed once."""
 
@@ -114,8 +120,7 @@ class Program:
         return names
 
     def all_param_names(self, function: cst.FunctionDef) -> set[str]:
-        p = function.params
-        return {q.name.value for q in (*p.posonly_params, *p.params, *p.kwonly_params)}
+        return {q.name.value for q in _named_params(function)}
 
     @staticmethod
     def _is_static(function: cst.FunctionDef) -> bool:
@@ -358,6 +363,46 @@ class Program:
                     continue
                 found += self._origins(value, scope, i if i is not None else index, seen)
         return found
+
+    def resolve(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> list[Origin]:
+        """Where a value comes from, as `origins` finds it, and further: through attributes the
+        scope or the module assigns (`args.lr = 0.1`), and through a parameter's default (what it
+        holds when a caller leaves it out). Empty: unknown."""
+        return self._resolve(expr, function, set())
+
+    def _resolve(self, expr, function, seen) -> list[Origin]:
+        if id(expr) in seen:
+            return []
+        seen.add(id(expr))
+        if isinstance(expr, cst.IfExp):
+            return self._resolve(expr.body, function, seen) + self._resolve(expr.orelse, function, seen)
+        if isinstance(expr, cst.BooleanOperation):
+            return self._resolve(expr.left, function, seen) + self._resolve(expr.right, function, seen)
+        if isinstance(expr, cst.Name) and expr.value in ("None", "True", "False"):
+            return [Origin(expr, function)]
+        name = dotted(expr)
+        if name is not None and "." in name and not name.startswith("self."):
+            scopes = [function, None] if function is not None else [None]
+            values = [(v, scope) for scope in scopes for v, i in self.assignments(scope, name) if i is None]
+            if not values:
+                return [Origin(expr, function)]
+            out: list[Origin] = []
+            for value, scope in values:
+                out += self._resolve(value, scope, seen)
+            return out
+        out = []
+        if isinstance(expr, cst.Name) and function is not None:
+            default = next((p.default for p in _named_params(function) if p.name.value == expr.value), None)
+            if default is not None:
+                out += self._resolve(default, self.tree.function(function), seen)
+        for origin in self.origins(expr, function):
+            if isinstance(origin.node, (cst.IfExp, cst.BooleanOperation)) or (
+                origin.node is not expr and dotted(origin.node) is not None
+            ):
+                out += self._resolve(origin.node, origin.function, seen)
+            else:
+                out.append(origin)
+        return out
 
     def _dict_values(self, item: cst.Subscript, function, seen) -> list[Origin]:
         """The values `d[key]` may read when `d` is a dict literal or comprehension: the value

@@ -178,48 +178,8 @@ class Facts:
         self._samplers: dict[int, tuple[list[Origin], bool]] = {}
         self._edits: dict[cst.FunctionDef | None, dict[str, list[cst.CSTNode]]] = {}
 
-    # --- value resolution --------------------------------------------------------------
-
     def resolve(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> list[Origin]:
-        """Where a value comes from, through both branches of `a if c else b` and `a or b`,
-        and through dotted names assigned in the scope. Empty: unknown."""
-        return self._resolve(expr, function, set())
-
-    def _resolve(self, expr, function, seen) -> list[Origin]:
-        if id(expr) in seen:
-            return []
-        seen.add(id(expr))
-        if isinstance(expr, cst.IfExp):
-            return self._resolve(expr.body, function, seen) + self._resolve(expr.orelse, function, seen)
-        if isinstance(expr, cst.BooleanOperation):
-            return self._resolve(expr.left, function, seen) + self._resolve(expr.right, function, seen)
-        if isinstance(expr, cst.Name) and expr.value in ("None", "True", "False"):
-            return [Origin(expr, function)]
-        name = dotted(expr)
-        if name is not None and "." in name and not name.startswith("self."):
-            values = [(v, scope) for scope in self._scopes(function) for v, i in self.program.assignments(scope, name) if i is None]
-            if not values:
-                return [Origin(expr, function)]
-            out: list[Origin] = []
-            for value, scope in values:
-                out += self._resolve(value, scope, seen)  # type: ignore[arg-type]
-            return out
-        out = []
-        if isinstance(expr, cst.Name) and function is not None:
-            default = _default_of(function, expr.value)
-            if default is not None:  # what the parameter holds when a caller leaves it out
-                out += self._resolve(default, self.tree.function(function), seen)
-        for origin in self.program.origins(expr, function):
-            if isinstance(origin.node, (cst.IfExp, cst.BooleanOperation)) or (
-                origin.node is not expr and dotted(origin.node) is not None
-            ):
-                out += self._resolve(origin.node, origin.function, seen)
-            else:
-                out.append(origin)
-        return out
-
-    def _scopes(self, function: cst.FunctionDef | None) -> list[cst.FunctionDef | None]:
-        return [function, None] if function is not None else [None]
+        return self.program.resolve(expr, function)
 
     # --- which rank ----------------------------------------------------------------------
 
@@ -663,10 +623,3 @@ def _names(target: cst.BaseExpression) -> set[str]:
         return out
     return set()
 
-
-def _default_of(function: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
-    p = function.params
-    for param in (*p.posonly_params, *p.params, *p.kwonly_params):
-        if param.name.value == name:
-            return param.default
-    return None
