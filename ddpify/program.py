@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 from functools import cached_property
 
 import libcst as cst
@@ -33,6 +34,9 @@ class Origin:
 
 
 _NEW_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+T = TypeVar("T")
 
 
 def _params(function: cst.FunctionDef) -> list[cst.Param]:
@@ -73,6 +77,7 @@ class Program:
         self._augmented_cache: dict[cst.FunctionDef | None, dict[str, list[cst.BaseExpression]]] = {}
         self._calls_cache: dict[cst.FunctionDef, list[tuple[cst.Call, cst.FunctionDef | None]]] = {}
         self._returns_cache: dict[cst.FunctionDef, list[cst.BaseExpression]] = {}
+        self._facts: dict[Callable, object] = {}
         # by id, holding the call so that the id stays its own: (call, what it runs)
         self._callee_cache: dict[tuple[int, int], tuple[cst.Call, tuple[cst.FunctionDef, int] | None]] = {}
 
@@ -112,6 +117,13 @@ class Program:
                 methods.update(self.class_methods(self.classes[name], seen | {cls}))
         methods.update(self.methods.get(cls, {}))
         return methods
+
+    def fact(self, factory: Callable[[Program], T]) -> T:
+        """One `factory(self)` per program: an analysis convert and lint share (the training
+        loops, analysis/loops.py), built on first use."""
+        if factory not in self._facts:
+            self._facts[factory] = factory(self)
+        return self._facts[factory]  # type: ignore[return-value]
 
     def param_names(self, function: cst.FunctionDef) -> list[str]:
         names = [p.name.value for p in _params(function)]

@@ -3128,3 +3128,68 @@ def test_a_method_reading_the_global_model_reads_the_plain_one() -> None:
     )
     output = convert(source).output
     assert "print(model.module.fc.weight.sum())" in output and "    model.module.log_weights()\n" in output
+
+
+def test_two_loaders_drawn_with_next_in_one_step_loop_are_both_sharded() -> None:
+    """FixMatch draws a labeled and an unlabeled batch each step, each from an iterator made again
+    on StopIteration: both loaders train, so both are sharded and both samplers move on at each
+    new pass (only the first was: every rank trained on the whole unlabeled set). Lint agrees."""
+    body = (
+        f"{DEVICE}\nlabeled = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4, shuffle=True)\n"
+        "unlabeled = DataLoader(TensorDataset(torch.randn(48, 4)), batch_size=12, shuffle=True)\n"
+        "model = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "labeled_iter, unlabeled_iter = iter(labeled), iter(unlabeled)\n"
+        "for step in range(10):\n"
+        "    try:\n        x, y = next(labeled_iter)\n    except StopIteration:\n        labeled_iter = iter(labeled)\n        x, y = next(labeled_iter)\n"
+        "    try:\n        (u,) = next(unlabeled_iter)\n    except StopIteration:\n        unlabeled_iter = iter(unlabeled)\n        (u,) = next(unlabeled_iter)\n"
+        "    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device)) + model(u.to(device)).pow(2).mean()\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    output = convert(script(body)).output
+    assert output.count("sampler=DistributedSampler(") == 2
+    assert "labeled.sampler.set_epoch(labeled.sampler.epoch + 1)" in output
+    assert "unlabeled.sampler.set_epoch(unlabeled.sampler.epoch + 1)" in output
+    assert [f.code for f in lint_source(output, "converted.py")] == []
+
+
+def _cycled_script(shuffle: str, also_val: bool) -> str:
+    helpers = "def cycle(loader):\n    while True:\n        for batch in loader:\n            yield batch\n"
+    body = (
+        f"{DEVICE}\ndata = TensorDataset(torch.arange(8.0).reshape(8, 1), torch.zeros(8, 1))\n"
+        f"loader = DataLoader(data, batch_size=8{shuffle})\n"
+        "model = nn.Linear(1, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.0)\n"
+        "batches = cycle(loader)\n"
+        + ("val_batches = cycle(DataLoader(data, batch_size=8))\n" if also_val else "")
+        + "for step in range(3):\n    x, y = next(batches)\n    SEEN.append(x.flatten().tolist())\n"
+        "    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+        + ("    with torch.no_grad():\n        next(val_batches)\n" if also_val else "")
+    )
+    return script(body, helpers=helpers)
+
+
+@pytest.mark.parametrize("also_val", [False, True], ids=["train-only", "also-an-unsharded-loader"])
+def test_a_generator_cycling_over_the_sharded_loader_moves_its_sampler_each_pass(tmp_path, monkeypatch, also_val) -> None:
+    """`def cycle(loader): while True: for b in loader: yield b` drawn with next(): each pass of
+    the sharded loader ended in the same order (the sampler never left epoch 0). The pass now
+    ends with set_epoch; under isinstance when the generator also cycles a loader that is not
+    sharded (a validation batch drawn under no_grad between steps). Run as a world of one: the
+    passes come in different orders."""
+    output = convert(_cycled_script(", shuffle=True", also_val)).output
+    step = "        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # the next pass shuffles differently\n"
+    if also_val:
+        assert "        if isinstance(loader.sampler, DistributedSampler):\n    " + step in output
+    else:
+        assert "            yield batch\n" + step in output
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"SEEN": []}
+    exec(compile(output.replace('if __name__ == "__main__":\n    main()\n', ""), "converted.py", "exec"), namespace)
+    namespace["main"]()
+    passes = namespace["SEEN"]
+    assert len(passes) == 3 and sorted(passes[0]) == sorted(passes[1]) and passes[0] != passes[1], passes
+
+
+def test_a_generator_cycling_over_a_loader_read_in_order_gets_no_set_epoch() -> None:
+    output = convert(_cycled_script("", False)).output
+    assert "sampler=DistributedSampler(data, shuffle=False)" in output
+    assert "set_epoch" not in output

@@ -16,8 +16,9 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis import sync
+from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.analysis.output import FILE_WRITE, Outputs
-from ddpify.program import ITERABLE_WRAPPERS, Origin, Program
+from ddpify.program import Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value, unchained
 
 ENTRY_NAMES = ("local_rank", "rank", "world_size", "backend")
@@ -30,7 +31,6 @@ OPTIMIZER_NAMES = re.compile(
 # Text any evidence of an already distributed script contains (`_check_not_distributed`).
 DISTRIBUTED_MARKERS = ("init_process_group", "DistributedDataParallel", "DistributedSampler", "RANK", "WORLD_SIZE", *s.DISTRIBUTED_FRAMEWORKS)
 # What `next()` draws batches through: an iterator over a loader.
-ITERATORS = {"builtins.iter", "itertools.cycle"}
 # Method names that set up state rather than run the layers (`init_hidden`, `reset_states`).
 STATE_METHOD_PREFIXES = ("init_", "reset", "get_", "set_", "num_", "count_", "zero_", "detach_", "repackage")
 MOVE_METHODS = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
@@ -101,15 +101,6 @@ class TrainedModel:
     # broadcasts buffers in place at each forward, and cuDNN's BatchNorm backward needs the
     # statistics the earlier forward saw: "modified by an inplace operation" on CUDA.
     repeated_forward: str = ""
-
-
-@dataclass
-class TrainLoop:
-    loop: cst.For | cst.While  # the loop whose steps call backward()
-    loader: cst.BaseExpression  # the loader as consumed: iterated by `loop`, or wrapped by iter()/cycle()
-    function: cst.FunctionDef | None  # where `loader` is spelled
-    consumed_by: Literal["for", "next"] = "for"  # `for batch in loader`, or `next(...)` per step
-    external: bool = False  # the loader is built outside this file (a parameter, another module's helper)
 
 
 @dataclass
@@ -303,14 +294,46 @@ class Facts:
         """Ids of the `DataLoader(...)` calls that get a DistributedSampler where they are built."""
         return {id(plan.call) for plan in self.loader_plans if plan.call is not None and plan.how == "shard"}
 
+    def generator_passes(self) -> list[tuple[cst.For, str, bool]]:
+        """The `for` loops of same-file generators the training steps draw sharded batches from
+        (`def cycle(loader): while True: for b in loader: yield b`), each with the generator's
+        loader parameter and whether a caller may hand it a loader that is not sharded."""
+        loops = self.program.fact(TrainLoops)
+        found: dict[cst.For, tuple[cst.For, str, bool]] = {}
+        for draw in loops.draws:
+            if not self._draws_sharded(draw) or not (draw.external or any(self._shuffles(o.node) for o in self.program.dataloaders(draw.loader, draw.function))):
+                continue  # a loader read in order reads in order on every pass: set_epoch changes nothing
+            for _call, generator, loop in loops.generator_passes(draw):
+                name = self.program.param_names(generator)[0]
+                callers = [
+                    (call.args[0].value, caller) for call, caller in self.program.call_sites(generator) if call.args
+                ]
+                mixed = not all(
+                    any(id(o.node) in self.sharded_loaders for o in self.program.dataloaders(arg, caller)) or (draw.external and code(arg) == code(draw.loader))
+                    for arg, caller in callers
+                )
+                found.setdefault(loop, (loop, name, mixed))
+        return list(found.values())
+
+    @staticmethod
+    def _shuffles(loader: cst.CSTNode) -> bool:
+        """Whether a DataLoader call draws in a random order (`shuffle=` not False, or a sampler)."""
+        if type(loader) is not cst.Call:
+            return True
+        shuffle, sampler = s.arg(loader, 2, "shuffle"), s.arg(loader, 3, "sampler")
+        return sampler is not None or (shuffle is not None and not (type(shuffle.value) is cst.Name and shuffle.value.value == "False"))
+
+    def _draws_sharded(self, draw: TrainLoop) -> bool:
+        return draw.external or any(id(o.node) in self.sharded_loaders for o in self.program.dataloaders(draw.loader, draw.function))
+
     def refills(self) -> list[tuple[cst.Call, str]]:
         """`iter(loader)` calls that start another pass over a sharded training loader drawn with
         next() (inside a loop, or in an `except StopIteration`), with the loader as spelled there."""
         found = []
-        for loop in self.train_loops:
+        for loop in self.program.fact(TrainLoops).draws:
             if loop.consumed_by != "next":
                 continue
-            if not (loop.external or any(id(o.node) in self.sharded_loaders for o in self.program.dataloaders(loop.loader, loop.function))):
+            if not self._draws_sharded(loop):
                 continue
             spelled = code(loop.loader)
             for call in self.program.calls_in(loop.function):
@@ -394,11 +417,12 @@ class Analyzer:
         models = self._models()
         if not models:
             raise NotConvertible(self._no_model_reason(backward_calls))
-        loops = self._train_loops(backward_calls)
+        found = self.program.fact(TrainLoops)
+        loops = found.loops
         self._judge_repeated_forwards(models, loops)
-        loaders = self._train_loaders(loops)
+        loaders = found.loaders
         loader_plans = [self._loader_plan(origin) for origin in loaders]
-        loader_plans += self._recreated_loaders(loops)
+        loader_plans += self._recreated_loaders(found.draws)
         if not loader_plans:
             raise NotConvertible(self._no_loader_reason(backward_calls))
         entry = self._entry(loaders, models)
@@ -1226,59 +1250,6 @@ class Analyzer:
 
     # --- training loops and loaders --------------------------------------------------
 
-    def _train_loops(self, backward_calls: list[cst.Call]) -> list[TrainLoop]:
-        loops: dict[cst.For, TrainLoop] = {}
-        for call in backward_calls:
-            for loop in self._loader_loops(call, self.tree.function(call), set()):
-                loops.setdefault(loop.loop, loop)
-        return list(loops.values())
-
-    def _loader_loops(self, node: cst.CSTNode, function: cst.FunctionDef | None, seen: set) -> list[TrainLoop]:
-        loops = self.tree.loops(node)
-        for loop in loops:
-            if isinstance(loop, cst.For):
-                loader = self.program.loader(loop.iter, function)
-                if loader is not None:
-                    return [TrainLoop(loop, loader, function)]
-        if loops:  # batches drawn with next() in the step loop, maybe inside a same-file helper
-            drawn = self._next_loaders(loops[0].body, function, depth=2)
-            if drawn:
-                return [TrainLoop(loops[0], loader, where, "next", external) for loader, where, external in drawn]
-            for loop in loops:
-                if isinstance(loop, cst.For) and self._external_loader(loop.iter, function) is not None:
-                    return [TrainLoop(loop, self._external_loader(loop.iter, function), function, "for", True)]  # type: ignore[arg-type]
-        if function is None or function in seen:
-            return []
-        seen.add(function)
-        found = []
-        for call, caller in self.program.call_sites(function):
-            found += self._loader_loops(call, caller, seen)
-        return found
-
-    def _next_loaders(
-        self, node: cst.CSTNode, function: cst.FunctionDef | None, depth: int
-    ) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None, bool]]:
-        """Loaders that `next(...)` calls under `node` draw from (`next(iter(loader))`, an
-        iterator kept in a variable, `itertools.cycle(loader)`), following same-file calls."""
-        found = []
-        for call in self.tree.calls(node):
-            if self.tree.is_builtin_call(call, "next") and call.args:
-                for origin in self.program.origins(call.args[0].value, function):
-                    wrapped = origin.node
-                    if isinstance(wrapped, cst.Call) and wrapped.args and (
-                        self.tree.qname(wrapped.func) in ITERATORS or self._yields_from_argument(wrapped, origin.function)
-                    ):
-                        loader = self.program.loader(wrapped.args[0].value, origin.function)
-                        if loader is not None:
-                            found.append((loader, origin.function, False))
-                        elif (external := self._external_loader(wrapped.args[0].value, origin.function)) is not None:
-                            found.append((external, origin.function, True))
-            elif depth > 0:
-                target = self.program.callee(call, function)
-                if target is not None and not self.tree.grad_disabled(target[0].body):
-                    found += self._next_loaders(target[0].body, target[0], depth - 1)
-        return found
-
     def _no_model_reason(self, backward_calls: list[cst.Call]) -> str:
         """backward() is called but no optimizer names a model: say what the script does instead."""
         loaders = "" if any(self.tree.is_call_to(c, s.DATALOADER) for c in self.tree.calls()) else (
@@ -1511,65 +1482,6 @@ class Analyzer:
                     return True
         return False
 
-    def _yields_from_argument(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
-        """`def cycle(loader): while True: for data in loader: yield data`: a same-file generator
-        that draws from its first argument."""
-        target = self.program.callee(call, function)
-        if target is None:
-            return False
-        generator = target[0]
-        names = self.program.param_names(generator)
-        if not names:
-            return False
-        return any(
-            isinstance(node, cst.For) and dotted(self.program.unwrap_iterable(node.iter)) == names[0]
-            and any(isinstance(n, cst.Yield) for n in self.tree.walk(node.body))
-            for node in self.program.scope_nodes(generator)
-        )
-
-    def _external_loader(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
-        """A loader built outside this file (a parameter its callers pass in from another module, a
-        helper of another module): its name must say it is a loader, since nothing here shows it."""
-        expr = self.program.unwrap_iterable(expr)
-        for _ in range(3):  # `pbar = tqdm(dataloader)`: the loader is what the wrapper wraps
-            origins = self.program.origins(expr, function)
-            wrapped = [o.node for o in origins if self.program.unwrap_iterable(o.node) is not o.node]
-            if len(origins) != 1 or not wrapped or origins[0].function is not function:
-                break
-            expr = self.program.unwrap_iterable(wrapped[0])
-        name = dotted(expr)
-        if name is None:
-            return None
-        names = [name]
-        for origin in self.program.origins(expr, function):
-            node = origin.node
-            if isinstance(node, cst.Call) and self.program.callee(node, origin.function) is None:
-                names.append(self.tree.qname(node.func) or code(node.func))
-            elif dotted(node) is None:
-                return None  # built here from something that is no DataLoader
-        return expr if any(map(_names_a_loader, names)) else None
-
-    def _train_loaders(self, loops: list[TrainLoop]) -> list[Origin]:
-        loaders: dict[cst.CSTNode, Origin] = {}
-        for loop in loops:
-            for loader in [loop.loader, *self._zipped_with(loop)]:
-                for origin in self.program.dataloaders(loader, loop.function):
-                    loaders.setdefault(origin.node, origin)
-        return list(loaders.values())
-
-    def _zipped_with(self, loop: TrainLoop) -> list[cst.BaseExpression]:
-        """The other loaders a training loop draws from in step with its own: `for (xl, yl), (xu,)
-        in zip(labeled_loader, unlabeled_loader)` trains on both, so both are sharded."""
-        if loop.consumed_by != "for" or type(loop.loop) is not cst.For:
-            return []
-        node = loop.loop.iter
-        while type(node) is cst.Call and node.args and self.tree.qname(node.func) in ITERABLE_WRAPPERS:
-            if self.tree.qname(node.func) == "builtins.zip":
-                others = [a.value for a in node.args[1:] if not a.star]
-                return [found for other in others if (found := self.program.loader(other, loop.function)) is not None]
-            node = node.args[0].value
-        return []
-
     def _sharded(self, loop: TrainLoop, plans: list[LoaderPlan]) -> bool:
         """Whether a `for` loop iterates a loader that gets a DistributedSampler (which needs set_epoch)."""
         if loop.consumed_by != "for":
@@ -1583,9 +1495,9 @@ class Analyzer:
         optional = {plan.call for plan in plans if plan.none is not None}
         starts: dict[tuple[cst.CSTNode, str], EpochStart] = {}
         for loop in loops:
-            for loader in [loop.loader, *self._zipped_with(loop)]:
-                chosen = any(o.node in optional for o in self.program.dataloaders(loader, loop.function))
-                for start in self._epoch_start(loop.loop, code(loader), loader, loop.function, set()):
+            for loader, function in self.program.fact(TrainLoops).consumed(loop):
+                chosen = any(o.node in optional for o in self.program.dataloaders(loader, function))
+                for start in self._epoch_start(loop.loop, code(loader), loader, function, set()):
                     start.optional = chosen
                     starts.setdefault((start.loop, start.loader), start)
         return list(starts.values())
@@ -1954,14 +1866,6 @@ def _spells(node: cst.Name | cst.Attribute, spelled: str) -> bool:
     """`code(node) == spelled`, rendering only what is not a dotted name."""
     name = dotted(node)
     return name == spelled if name is not None else code(node) == spelled
-
-
-def _names_a_loader(name: str) -> bool:
-    """`train_loader`, `dataloader`, `train_dl`, `get_loader`, `dataset.train`."""
-    parts = name.lower().split(".")
-    last = parts[-1]
-    named = "loader" in last or last.endswith("_dl") or last == "dl"
-    return named or (len(parts) > 1 and last in {"train", "training"} and "data" in parts[-2])
 
 
 def _flatten_main_block(tree: Tree, body: cst.IndentedBlock | cst.Module) -> list[cst.BaseStatement]:

@@ -17,7 +17,7 @@ from ddpify import syntax as s
 from ddpify.analysis.batches import from_batch
 from ddpify.analysis.splits import builds_training_split, training_split_test
 from ddpify.analysis.totals import restarts_inside
-from ddpify.convert.analysis import TrainLoop
+from ddpify.analysis.loops import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code, dotted, is_backward, method_call

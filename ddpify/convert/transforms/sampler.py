@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.loops import TrainLoops
 from ddpify.analysis.splits import training_split_test, unseeded_data, unseeded_draws
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
@@ -287,7 +288,7 @@ class Sampler(Transform):
         """Batches drawn with next() as a stream (makemore's `num_samples=int(1e10)`): no epoch ends."""
         return any(
             loop.consumed_by == "next" and any(o.node is plan.call for o in self.program.dataloaders(loop.loader, loop.function))
-            for loop in self.facts.train_loops
+            for loop in self.program.fact(TrainLoops).draws
         )
 
     def _draws_per_rank(self, sampler: cst.Call, function: cst.FunctionDef | None):

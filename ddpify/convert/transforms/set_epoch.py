@@ -3,8 +3,9 @@
 The epoch may be a `for epoch in range(...)` loop around the loader loop, a `while step <
 max_steps` loop that re-iterates the loader (the step counter then seeds the shuffle), or a
 loop in a caller of the function that iterates the loader. A loader drawn with `next()` whose
-iterator is made again when it runs out (`except StopIteration: it = iter(loader)`) moves its
-sampler one epoch on each time.
+iterator is made again when it runs out (`except StopIteration: it = iter(loader)`), or through a
+same-file generator that loops over it (`def cycle(loader): while True: for b in loader: yield
+b`), moves its sampler one epoch on each time.
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ class SetEpoch(Transform):
             statement = self.tree.statement(call)
             self.plan.insert_before(statement, statements(f"{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)  # a new pass shuffles differently\n"))
             self.change(call, f"`{loader}` is iterated again: its sampler moves to the next epoch first")
+        for loop, loader, mixed in self.facts.generator_passes():
+            set_epoch = f"{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)  # the next pass shuffles differently"
+            if mixed:  # a caller may hand the generator a loader of another kind, with no set_epoch
+                self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+                set_epoch = f"if isinstance({loader}.sampler, DistributedSampler):\n    {set_epoch}"
+            self.plan.insert_after(loop, statements(set_epoch + "\n"))
+            self.change(loop, f"each pass over `{loader}` ends with its sampler moving to the next epoch, so the next pass shuffles differently")
 
     def _runs_again(self, loop: cst.For | cst.While, loader: str) -> bool:
         """The epoch loop is in a same-file function called more than once (or in a loop) whose

@@ -15,7 +15,7 @@ import libcst as cst
 from ddpify.analysis.batches import batch_names, reads
 from ddpify.analysis.exits import clock_names, continues, leaves, reads_clock, skips
 from ddpify.analysis.totals import COLLECTS
-from ddpify.convert.analysis import TrainLoop
+from ddpify.analysis.loops import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code, method_call

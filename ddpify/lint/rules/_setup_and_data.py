@@ -28,6 +28,7 @@ from ddpify.analysis.ranks import (
     LOCAL_RANK_ENV,
     LOCAL_RANK_NAMES,
 )
+from ddpify.analysis.loops import TrainLoops
 from ddpify.analysis.splits import is_seed_call
 from ddpify.edit import Plan
 from ddpify.lint.script import Script
@@ -388,8 +389,13 @@ class Facts:
         return self.script.calls(s.DATALOADER)
 
     @cached_property
+    def train_loops(self) -> TrainLoops:
+        return self.program.fact(TrainLoops)
+
+    @cached_property
     def iterations(self) -> list[Iteration]:
-        training = set(map(id, self.script.training_loops))
+        training = {id(loop.loop) for loop in self.train_loops.loops if loop.consumed_by == "for"}
+        drawing = [loop.loop for loop in self.train_loops.draws if loop.consumed_by == "next"]
         found: list[Iteration] = []
         for node in self.tree.of_type(cst.For, cst.CompFor, cst.Call):
             if isinstance(node, (cst.For, cst.CompFor)):
@@ -397,7 +403,7 @@ class Facts:
                 trains = id(node) in training
             elif isinstance(node, cst.Call) and self.tree.is_builtin_call(node, "next") and node.args:
                 iterable = node.args[0].value
-                trains = any(id(loop) in training for loop in self.tree.loops(node))
+                trains = any(self.tree.inside(node, loop) for loop in drawing)
             else:
                 continue
             function = self.tree.function(node)
@@ -409,8 +415,18 @@ class Facts:
         return [i for i in self.iterations if i.loader is loader]
 
     def is_trained_on(self, loader: cst.Call) -> bool:
-        """Iterated by a loop that trains, on every rank (a loop only rank 0 runs does not count)."""
-        return any(i.training and not self.script.is_guarded(i.node) for i in self.iterations_of(loader))
+        """A training loop draws from it (analysis/loops.py), on every rank (a loop only rank 0
+        runs does not count)."""
+        found = self.train_loops
+        return any(
+            not self.script.is_guarded(loop.loop)
+            and any(
+                origin.node is loader
+                for consumed, function in found.consumed(loop)
+                for origin in self.program.dataloaders(consumed, function)
+            )
+            for loop in found.loops
+        )
 
     def is_evaluation_only(self, loader: cst.Call) -> bool:
         """Iterated, never by a loop that trains, and every loop over it evaluates."""

@@ -1,0 +1,204 @@
+"""The training loops and the loaders they train on.
+
+A training loop is the loop whose steps call backward(): the innermost `for` over a DataLoader
+around the call (or around a call of the same-file function that makes it), or the step loop
+that draws batches with `next(...)` from an iterator over a loader, `itertools.cycle(loader)`,
+or a same-file generator over one. A loader built in another module or handed in by a caller
+counts when its name says it is one (`train_loader`). Convert shards these loaders and starts
+their epochs (`set_epoch`); lint asks whether a DataLoader is trained on (DDP101, DDP103). Both
+read them from here, computed once per file (`Program.fact(TrainLoops)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+import libcst as cst
+
+from ddpify.program import ITERABLE_WRAPPERS, Origin, Program
+from ddpify.syntax import code, dotted
+
+ITERATORS = {"builtins.iter", "itertools.cycle"}
+
+
+@dataclass
+class TrainLoop:
+    loop: cst.For | cst.While  # the loop whose steps call backward()
+    loader: cst.BaseExpression  # the loader as consumed: iterated by `loop`, or wrapped by iter()/cycle()
+    function: cst.FunctionDef | None  # where `loader` is spelled
+    consumed_by: Literal["for", "next"] = "for"  # `for batch in loader`, or `next(...)` per step
+    external: bool = False  # the loader is built outside this file (a parameter, another module's helper)
+
+
+class TrainLoops:
+    """The training loops of one file and the DataLoaders they train on."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.tree = program.tree
+
+    @cached_property
+    def draws(self) -> list[TrainLoop]:
+        """Each loader a training loop draws from, one TrainLoop each: a step loop may draw from
+        two with next() (FixMatch's labeled and unlabeled batches)."""
+        found: dict[tuple[cst.For | cst.While, str], TrainLoop] = {}
+        for call in self.program.backward_calls:
+            for loop in self._loader_loops(call, self.tree.function(call), set()):
+                found.setdefault((loop.loop, code(loop.loader)), loop)
+        return list(found.values())
+
+    @cached_property
+    def loops(self) -> list[TrainLoop]:
+        """The training loops, one TrainLoop each (with the first loader it draws from)."""
+        found: dict[cst.For | cst.While, TrainLoop] = {}
+        for loop in self.draws:
+            found.setdefault(loop.loop, loop)
+        return list(found.values())
+
+    def consumed(self, loop: TrainLoop) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None]]:
+        """Every loader `loop` draws from, each with the function it is spelled in: its own, the
+        ones zipped with it, and the others its steps draw from with next()."""
+        found = [(loop.loader, loop.function), *((other, loop.function) for other in self.zipped_with(loop))]
+        found += [(other.loader, other.function) for other in self.draws if other.loop is loop.loop and other is not loop]
+        return found
+
+    @cached_property
+    def loaders(self) -> list[Origin]:
+        """The DataLoader calls the training loops draw from (zipped ones too), first use first."""
+        loaders: dict[cst.CSTNode, Origin] = {}
+        for loop in self.draws:
+            for loader, function in self.consumed(loop):
+                for origin in self.program.dataloaders(loader, function):
+                    loaders.setdefault(origin.node, origin)
+        return list(loaders.values())
+
+    def zipped_with(self, loop: TrainLoop) -> list[cst.BaseExpression]:
+        """The other loaders a training loop draws from in step with its own: `for (xl, yl), (xu,)
+        in zip(labeled_loader, unlabeled_loader)` trains on both, so both are sharded."""
+        if loop.consumed_by != "for" or type(loop.loop) is not cst.For:
+            return []
+        node = loop.loop.iter
+        while type(node) is cst.Call and node.args and self.tree.qname(node.func) in ITERABLE_WRAPPERS:
+            if self.tree.qname(node.func) == "builtins.zip":
+                others = [a.value for a in node.args[1:] if not a.star]
+                return [found for other in others if (found := self.program.loader(other, loop.function)) is not None]
+            node = node.args[0].value
+        return []
+
+    def external_loader(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
+        """A loader built outside this file (a parameter its callers pass in from another module, a
+        helper of another module): its name must say it is a loader, since nothing here shows it."""
+        program = self.program
+        expr = program.unwrap_iterable(expr)
+        for _ in range(3):  # `pbar = tqdm(dataloader)`: the loader is what the wrapper wraps
+            origins = program.origins(expr, function)
+            wrapped = [o.node for o in origins if program.unwrap_iterable(o.node) is not o.node]
+            if len(origins) != 1 or not wrapped or origins[0].function is not function:
+                break
+            expr = program.unwrap_iterable(wrapped[0])
+        name = dotted(expr)
+        if name is None:
+            return None
+        names = [name]
+        for origin in program.origins(expr, function):
+            node = origin.node
+            if isinstance(node, cst.Call) and program.callee(node, origin.function) is None:
+                names.append(self.tree.qname(node.func) or code(node.func))
+            elif dotted(node) is None:
+                return None  # built here from something that is no DataLoader
+        return expr if any(map(_names_a_loader, names)) else None
+
+    def yields_from_argument(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """`def cycle(loader): while True: for data in loader: yield data`: a same-file generator
+        that draws from its first argument."""
+        target = self.program.callee(call, function)
+        if target is None:
+            return False
+        generator = target[0]
+        names = self.program.param_names(generator)
+        if not names:
+            return False
+        return any(
+            isinstance(node, cst.For) and dotted(self.program.unwrap_iterable(node.iter)) == names[0]
+            and any(isinstance(n, cst.Yield) for n in self.tree.walk(node.body))
+            for node in self.program.scope_nodes(generator)
+        )
+
+    def generator_passes(self, loop: TrainLoop) -> list[tuple[cst.Call, cst.FunctionDef, cst.For]]:
+        """`batches = cycle(train_loader)` drawn with next(): each call that hands the loader to a
+        same-file generator (`yields_from_argument`), the generator, and its `for` over the loader
+        (one pass of the loader each time round its `while True`)."""
+        if loop.consumed_by != "next":
+            return []
+        spelled = code(loop.loader)
+        found = []
+        for call in self.program.calls_in(loop.function):
+            if not (call.args and code(call.args[0].value) == spelled and self.yields_from_argument(call, loop.function)):
+                continue
+            generator = self.program.callee(call, loop.function)[0]  # type: ignore[index]
+            name = self.program.param_names(generator)[0]
+            found += [
+                (call, generator, node) for node in self.program.scope_nodes(generator)
+                if type(node) is cst.For and dotted(self.program.unwrap_iterable(node.iter)) == name
+                and any(type(n) is cst.Yield for n in self.tree.walk(node.body))
+            ]  # fmt: skip
+        return found
+
+    def _loader_loops(self, node: cst.CSTNode, function: cst.FunctionDef | None, seen: set) -> list[TrainLoop]:
+        loops = self.tree.loops(node)
+        for loop in loops:
+            if isinstance(loop, cst.For):
+                loader = self.program.loader(loop.iter, function)
+                if loader is not None:
+                    return [TrainLoop(loop, loader, function)]
+        if loops:  # batches drawn with next() in the step loop, maybe inside a same-file helper
+            drawn = self._next_loaders(loops[0].body, function, depth=2)
+            if drawn:
+                return [TrainLoop(loops[0], loader, where, "next", external) for loader, where, external in drawn]
+            for loop in loops:
+                if isinstance(loop, cst.For) and (external := self.external_loader(loop.iter, function)) is not None:
+                    return [TrainLoop(loop, external, function, "for", True)]
+        if function is None or function in seen:
+            return []
+        seen.add(function)
+        found = []
+        for call, caller in self.program.call_sites(function):
+            found += self._loader_loops(call, caller, seen)
+        return found
+
+    def _next_loaders(
+        self, node: cst.CSTNode, function: cst.FunctionDef | None, depth: int
+    ) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None, bool]]:
+        """Loaders that `next(...)` calls under `node` draw from (`next(iter(loader))`, an
+        iterator kept in a variable, `itertools.cycle(loader)`), following same-file calls; not
+        under no_grad."""
+        found = []
+        for call in self.tree.calls(node):
+            if self.tree.is_builtin_call(call, "next") and call.args:
+                if self.tree.grad_disabled(call):
+                    continue  # a validation batch drawn under no_grad between training steps
+                for origin in self.program.origins(call.args[0].value, function):
+                    wrapped = origin.node
+                    if isinstance(wrapped, cst.Call) and wrapped.args and (
+                        self.tree.qname(wrapped.func) in ITERATORS or self.yields_from_argument(wrapped, origin.function)
+                    ):
+                        loader = self.program.loader(wrapped.args[0].value, origin.function)
+                        if loader is not None:
+                            found.append((loader, origin.function, False))
+                        elif (external := self.external_loader(wrapped.args[0].value, origin.function)) is not None:
+                            found.append((external, origin.function, True))
+            elif depth > 0:
+                target = self.program.callee(call, function)
+                if target is not None and not self.tree.grad_disabled(target[0].body):
+                    found += self._next_loaders(target[0].body, target[0], depth - 1)
+        return found
+
+
+def _names_a_loader(name: str) -> bool:
+    """`train_loader`, `dataloader`, `train_dl`, `get_loader`, `dataset.train`."""
+    parts = name.lower().split(".")
+    last = parts[-1]
+    named = "loader" in last or last.endswith("_dl") or last == "dl"
+    return named or (len(parts) > 1 and last in {"train", "training"} and "data" in parts[-2])
