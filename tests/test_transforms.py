@@ -654,6 +654,40 @@ for epoch in range(2):
     assert "import contextlib" in output
 
 
+@pytest.mark.parametrize(
+    ("loop_head", "synced"),
+    [
+        pytest.param("for i, (x, y) in enumerate(loader):", "(i + 1) % 4 == 0 or i + 1 == len(loader)", id="enumerate"),
+        pytest.param("for i, (x, y) in enumerate(loader, 1):", "(i + 1) % 4 == 0 or i == len(loader)", id="from-1"),
+        pytest.param("for x, y in loader:\n        i += 1", None, id="own-counter"),
+    ],
+)
+def test_gradient_accumulation_with_a_flush_after_the_loop_syncs_its_last_micro_step(loop_head: str, synced: str | None) -> None:
+    """`if len(loader) % k: optimizer.step()` after the loop steps the leftover micro-steps: under
+    no_sync those gradients were each rank's own and the replicas diverged (helper corpus M). The
+    last step syncs too; where the loop's last step cannot be told, no no_sync, with the reason.
+    Lint's DDP404 offers the same."""
+    loop = f"""\
+for epoch in range(2):
+    i = 0
+    {loop_head}
+        loss = nn.functional.mse_loss(model(x.to(device)), y.to(device)) / 4
+        loss.backward()
+        if (i + 1) % 4 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    if len(loader) % 4 != 0:  # the leftover micro-steps
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+    result = convert(standard(loop=loop))
+    if synced is None:
+        assert "no_sync" not in result.output
+        assert any("the optimizer also steps after the loop" in w for w in warnings(result))
+    else:
+        assert f"            with contextlib.nullcontext() if {synced} else model.no_sync():\n" in result.output
+
+
 def test_barrier_before_reading_back_what_rank_0_saved() -> None:
     after = 'torch.save(model.state_dict(), "best.pt")\nmodel.load_state_dict(torch.load("best.pt"))\n'
     output = convert(standard(after=after)).output

@@ -4,7 +4,8 @@
 `if (i + 1) % k == 0: optimizer.step()` after it in the loop, or an inner `for micro in
 range(k)` loop followed by the step), and `span(found)` which statements, from the model's
 forward to that backward, one `with model.no_sync()` can hold, and the test under which the
-micro-step syncs instead (the step's condition, or `micro == k - 1`). Convert's GradientSync writes
+micro-step syncs instead (the step's condition, or `micro == k - 1`; and the loop's last step
+when the optimizer also steps after the loop, on the leftover micro-steps). Convert's GradientSync writes
 that `with`; lint's DDP404 reports the backward and offers the same edit as its fix. Which
 calls forward the distributed model is the caller's parameter.
 """
@@ -92,7 +93,46 @@ class Accumulations:
         tested = {n.value for n in self.tree.walk(step.test) if isinstance(n, cst.Name)}
         if tested & self._assigned(span + rest[:holder]):
             return "the step condition changes after the forward; wrap the micro-steps in `model.no_sync()` by hand"
-        return Span(span, code(step.test), code(forward.func))
+        condition = code(step.test)
+        if self._flushed_after(found.loop, function):
+            # `if len(loader) % k: optimizer.step()` after the loop steps the leftover micro-steps:
+            # the last one must sync too, or each rank steps its own gradients
+            last = self._last_step_test(found.loop)
+            if last is None:
+                return (
+                    "the optimizer also steps after the loop (the leftover micro-steps), and the loop's last "
+                    "step cannot be told here: the micro-steps keep syncing; sync the last one too if you wrap them in `model.no_sync()`"
+                )
+            condition = f"{condition} or {last}"
+        return Span(span, condition, code(forward.func))
+
+    def _flushed_after(self, loop: cst.For | cst.While, function) -> bool:
+        """An optimizer step after `loop`, in the statements that follow it in its block."""
+        block = self.tree.parent(loop)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return False
+        later = list(block.body)[list(block.body).index(loop) + 1 :]
+        return any(self._is_optimizer_step(c, function) for st in later for c in self.tree.calls(st))
+
+    def _last_step_test(self, loop: cst.For | cst.While) -> str | None:
+        """`i + 1 == len(loader)` for `for i, batch in enumerate(loader)` (`i == len(loader)` when
+        counting from 1): true on the loop's last step. None for any other loop."""
+        if type(loop) is not cst.For or type(loop.iter) is not cst.Call or self.tree.qname(loop.iter.func) != "builtins.enumerate":
+            return None
+        target = loop.target
+        counter = target.elements[0].value if type(target) is cst.Tuple and target.elements else None
+        args = loop.iter.args
+        if type(counter) is not cst.Name or not args or args[0].keyword is not None or args[0].star:
+            return None
+        start = args[1].value if len(args) > 1 else None
+        if counter.value in self._assigned(list(loop.body.body)):  # type: ignore[attr-defined]
+            return None
+        iterable = code(args[0].value)
+        if start is None:
+            return f"{counter.value} + 1 == len({iterable})"
+        if type(start) is cst.Integer and start.value == "1":
+            return f"{counter.value} == len({iterable})"
+        return None
 
     def _inner_loop_span(self, found: Accumulation, span: list[cst.BaseStatement], forwards: list) -> Span | str:
         """`for micro in range(k):` holding forward..backward: every micro-step but the last
