@@ -134,6 +134,10 @@ class Program:
     def all_param_names(self, function: cst.FunctionDef) -> set[str]:
         return {q.name.value for q in _named_params(function)}
 
+    def default(self, function: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
+        """The default of `function`'s parameter `name` (None: it has none)."""
+        return next((p.default for p in _named_params(function) if p.name.value == name), None)
+
     @staticmethod
     def _is_static(function: cst.FunctionDef) -> bool:
         return any(
@@ -404,7 +408,7 @@ class Program:
             return out
         out = []
         if isinstance(expr, cst.Name) and function is not None:
-            default = next((p.default for p in _named_params(function) if p.name.value == expr.value), None)
+            default = self.default(function, expr.value)
             if default is not None:
                 out += self._resolve(default, self.tree.function(function), seen)
         for origin in self.origins(expr, function):

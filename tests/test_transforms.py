@@ -3227,3 +3227,46 @@ def test_a_generator_cycling_over_a_loader_read_in_order_gets_no_set_epoch() -> 
     output = convert(_cycled_script("", False)).output
     assert "sampler=DistributedSampler(data, shuffle=False)" in output
     assert "set_epoch" not in output
+
+
+@pytest.mark.parametrize(
+    ("signature", "guard", "train_call", "val_call"),
+    [
+        pytest.param("optimizer=None", "optimizer is not None", "run_epoch(model, train_loader, optimizer)", "run_epoch(model, val_loader)", id="no-optimizer"),
+        pytest.param("optimizer, train=True", "train", "run_epoch(model, train_loader, optimizer)", "run_epoch(model, val_loader, optimizer, train=False)", id="flag"),
+        pytest.param("optimizer, phase", 'phase == "train"', 'run_epoch(model, train_loader, optimizer, "train")', 'run_epoch(model, val_loader, optimizer, "val")', id="phase"),
+        pytest.param("optimizer", "model.training", "run_epoch(model, train_loader, optimizer)", "with torch.no_grad():\n        run_epoch(model, val_loader, optimizer)", id="no-grad-call"),
+    ],
+)
+def test_one_loop_for_training_and_validation_shards_only_the_training_loader(signature, guard, train_call, val_call) -> None:
+    """Kaggle style: `run_epoch(model, loader, optimizer=None)` trains on the training loader and
+    predicts on the validation loader. The validation loader was sharded like the training one
+    (its gathered predictions came back in rank order, padded: the out-of-fold array got the
+    wrong rows, or one too many), and set_epoch was called on its SequentialSampler. Only the
+    calls that train give their loader a DistributedSampler and set_epoch; the loop's gather
+    runs when the loader it is given is sharded."""
+    helpers = f"""\
+def run_epoch(model, loader, {signature}):
+    preds = []
+    for x, y in loader:
+        out = model(x)
+        if {guard}:
+            loss = nn.functional.mse_loss(out, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        preds.append(out.detach().cpu())
+    return torch.cat(preds)
+"""
+    body = (
+        "train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)\n"
+        "val_loader = DataLoader(TensorDataset(torch.randn(9, 4), torch.randn(9, 1)), batch_size=4)\n"
+        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        f"for epoch in range(2):\n    {train_call}\n    {val_call}\n"
+    )
+    output = convert(script(body, helpers=helpers)).output
+    assert "train_loader = DataLoader(train_dataset, batch_size=4, sampler=DistributedSampler(train_dataset, shuffle=True))" in output
+    assert "val_loader = DataLoader(TensorDataset(torch.randn(9, 4), torch.randn(9, 1)), batch_size=4)\n" in output
+    assert "train_loader.sampler.set_epoch(epoch)" in output and "val_loader.sampler" not in output
+    assert "    if isinstance(loader.sampler, DistributedSampler):\n        gathered = [None] * dist.get_world_size()\n" in output
+    assert [f.code for f in lint_source(output, "converted.py")] == []

@@ -11,6 +11,8 @@ read them from here, computed once per file (`Program.fact(TrainLoops)`).
 
 from __future__ import annotations
 
+import ast
+
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -18,7 +20,7 @@ from typing import Literal
 import libcst as cst
 
 from ddpify.program import ITERABLE_WRAPPERS, Origin, Program
-from ddpify.syntax import code, dotted
+from ddpify.syntax import code, dotted, is_backward
 
 ITERATORS = {"builtins.iter", "itertools.cycle"}
 
@@ -66,13 +68,81 @@ class TrainLoops:
 
     @cached_property
     def loaders(self) -> list[Origin]:
-        """The DataLoader calls the training loops draw from (zipped ones too), first use first."""
+        """The DataLoader calls the training loops draw from (zipped ones too), first use first;
+        through a loader parameter, only what the calls that train pass (`trains_at`)."""
         loaders: dict[cst.CSTNode, Origin] = {}
         for loop in self.draws:
             for loader, function in self.consumed(loop):
-                for origin in self.program.dataloaders(loader, function):
+                for origin in self.trained_loaders(loop, loader, function):
                     loaders.setdefault(origin.node, origin)
         return list(loaders.values())
+
+    def trained_loaders(self, loop: TrainLoop, loader: cst.BaseExpression, function: cst.FunctionDef | None) -> list[Origin]:
+        """The DataLoader calls `loader` comes from when `loop` trains on it: a parameter of the
+        loop's function counts only at the calls that train (`run_epoch(model, val_loader)`
+        with no optimizer evaluates)."""
+        program = self.program
+        if type(loader) is not cst.Name or function is None or loader.value not in program.all_param_names(function):
+            return program.dataloaders(loader, function)
+        found = []
+        for call, caller in program.call_sites(function):
+            argument = program.argument_for(call, function, loader.value)
+            if argument is not None and self.trains_at(call, function, loop):
+                found += program.dataloaders(argument, caller)
+        return found
+
+    def trains_at(self, call: cst.Call, function: cst.FunctionDef, loop: TrainLoop) -> bool:
+        """Whether `loop` (in `function`) runs its training steps when `call` calls `function`:
+        not under no_grad, and not where every backward of the loop sits under a test of a
+        parameter that the call's arguments make false (`if optimizer is not None:` with no
+        optimizer passed, `if train:` with `train=False`, `if phase == "train":`)."""
+        if self.tree.grad_disabled(call):
+            return False
+        trains = self.program.training_functions
+        steps = [
+            c for c in self.tree.calls(loop.loop.body)
+            if is_backward(c) or ((target := self.program.callee(c, function)) is not None and target[0] in trains)
+        ]  # fmt: skip
+        return not steps or any(not self._ruled_out(step, call, function) for step in steps)
+
+    def _ruled_out(self, node: cst.CSTNode, call: cst.Call, function: cst.FunctionDef) -> bool:
+        """An `if` around `node` in `function` whose test the call's arguments decide against it."""
+        for ancestor in self.tree.ancestors(node):
+            if ancestor is function:
+                return False
+            if type(ancestor) is cst.If:
+                value = self._test_value(ancestor.test, call, function)
+                if value is not None and value != self.tree.inside(node, ancestor.body):
+                    return True
+        return False
+
+    def _test_value(self, test: cst.BaseExpression, call: cst.Call, function: cst.FunctionDef) -> bool | None:
+        """The value of a test of one parameter at `call` (None: unknown)."""
+        if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+            inner = self._test_value(test.expression, call, function)
+            return None if inner is None else not inner
+        if type(test) is cst.Comparison and len(test.comparisons) == 1:
+            operator, right = type(test.comparisons[0].operator), test.comparisons[0].comparator
+            left, other = self._argument_value(test.left, call, function), _literal(right)
+            if left is _UNKNOWN or other is _UNKNOWN:
+                return None
+            if operator in (cst.Is, cst.Equal):
+                return left == other
+            if operator in (cst.IsNot, cst.NotEqual):
+                return left != other
+            return None
+        value = self._argument_value(test, call, function)
+        return None if value is _UNKNOWN else bool(value)
+
+    def _argument_value(self, expr: cst.BaseExpression, call: cst.Call, function: cst.FunctionDef) -> object:
+        """The literal a parameter holds at `call` (its default when the call leaves it out);
+        _UNKNOWN for anything else (a name may hold anything)."""
+        if type(expr) is not cst.Name or expr.value not in self.program.all_param_names(function):
+            return _UNKNOWN
+        argument = self.program.argument_for(call, function, expr.value)
+        if argument is None and not any(a.star for a in call.args):  # `*args` / `**kwargs` may pass it
+            argument = self.program.default(function, expr.value)
+        return _UNKNOWN if argument is None else _literal(argument)
 
     def zipped_with(self, loop: TrainLoop) -> list[cst.BaseExpression]:
         """The other loaders a training loop draws from in step with its own: `for (xl, yl), (xu,)
@@ -194,6 +264,21 @@ class TrainLoops:
                 if target is not None and not self.tree.grad_disabled(target[0].body):
                     found += self._next_loaders(target[0].body, target[0], depth - 1)
         return found
+
+
+_UNKNOWN = object()
+
+
+def _literal(expr: cst.BaseExpression) -> object:
+    """None, True, False, a number or a string written in the source; else _UNKNOWN."""
+    if type(expr) is cst.Name and expr.value in ("None", "True", "False"):
+        return {"None": None, "True": True, "False": False}[expr.value]
+    if type(expr) in (cst.SimpleString, cst.Integer):
+        try:
+            return ast.literal_eval(expr.value)
+        except (ValueError, SyntaxError):
+            return _UNKNOWN
+    return _UNKNOWN
 
 
 def _names_a_loader(name: str) -> bool:

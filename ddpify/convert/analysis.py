@@ -1497,12 +1497,12 @@ class Analyzer:
         for loop in loops:
             for loader, function in self.program.fact(TrainLoops).consumed(loop):
                 chosen = any(o.node in optional for o in self.program.dataloaders(loader, function))
-                for start in self._epoch_start(loop.loop, code(loader), loader, function, set()):
+                for start in self._epoch_start(loop.loop, code(loader), loader, function, set(), loop):
                     start.optional = chosen
                     starts.setdefault((start.loop, start.loader), start)
         return list(starts.values())
 
-    def _epoch_start(self, node, loader_code, loader_node, function, seen) -> list[EpochStart]:
+    def _epoch_start(self, node, loader_code, loader_node, function, seen, train_loop: TrainLoop | None = None) -> list[EpochStart]:
         outer = [lp for lp in self.tree.loops(node) if lp is not node]
         if outer:
             loop = outer[0]
@@ -1515,7 +1515,10 @@ class Analyzer:
             return []
         seen.add(function)
         found = []
+        loops = self.program.fact(TrainLoops)
         for call, caller in self.program.call_sites(function):
+            if train_loop is not None and self.tree.function(train_loop.loop) is function and not loops.trains_at(call, function, train_loop):
+                continue  # `run_epoch(model, val_loader)`: this call evaluates
             spelled = loader_code
             if isinstance(loader_node, cst.Name) and loader_node.value in self.program.all_param_names(function):
                 argument = self.program.argument_for(call, function, loader_node.value)

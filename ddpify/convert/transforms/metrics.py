@@ -17,7 +17,7 @@ from ddpify import syntax as s
 from ddpify.analysis.batches import from_batch
 from ddpify.analysis.splits import builds_training_split, training_split_test
 from ddpify.analysis.totals import restarts_inside
-from ddpify.analysis.loops import TrainLoop
+from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code, dotted, is_backward, method_call
@@ -52,7 +52,9 @@ class ReduceMetrics(Transform):
         for loop in self.facts.train_loops:
             totals = self._accumulators(loop)
             if totals:
-                self._reduce(loop, totals)
+                # `run_epoch(model, val_loader)` also evaluates a whole loader through the same loop
+                whole = self._also_whole(loop)
+                self._reduce(loop, totals, sharded=f"isinstance({code(loop.loader)}.sampler, DistributedSampler)" if whole else None)
         for loop in self._shard_passes():
             totals = self._accumulators(loop)
             if totals:
@@ -112,6 +114,16 @@ class ReduceMetrics(Transform):
                 if any(kinds):
                     found.append((TrainLoop(node, iterable, function), all(kinds)))
         return found
+
+    def _also_whole(self, loop: TrainLoop) -> bool:
+        """A training loop over a loader parameter that some call hands a loader it does not
+        train on (`run_epoch(model, valid_loader)` with no optimizer): that loader stays whole."""
+        function = self.tree.function(loop.loop)
+        loader = loop.loader
+        if function is None or type(loader) is not cst.Name or loader.value not in self.program.all_param_names(function):
+            return False
+        loops = self.program.fact(TrainLoops)
+        return any(not loops.trains_at(call, function, loop) for call, _ in self.program.call_sites(function))
 
     def _other_split(self, argument: cst.BaseExpression, caller: cst.FunctionDef | None) -> bool:
         """`valid_loader = build_loader("valid")` from a builder whose sampler shards only the
@@ -486,7 +498,7 @@ class ReduceMetrics(Transform):
         listed = ", ".join(f"`{t}`" for t in totals)
         done = "gathered from every rank" if not reduced else f"all-reduced ({how} over ranks)"
         if sharded is not None:
-            comment = lines[0].replace("# Each rank went over its own shard", f"# When `{code(loop.loader)}` is sharded, each rank went over its own shard")
+            comment = lines[0].replace("# Each rank", f"# When `{code(loop.loader)}` is sharded, each rank", 1)
             lines = [comment, f"if {sharded}:", *(f"    {line}" for line in lines[1:])]
             self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
             self.change(loop.loop, f"{listed} {done} after the loop when the loader it is given is sharded (a whole loader, such as a test set, is left as it is)")

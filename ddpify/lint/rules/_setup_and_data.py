@@ -423,7 +423,7 @@ class Facts:
             and any(
                 origin.node is loader
                 for consumed, function in found.consumed(loop)
-                for origin in self.program.dataloaders(consumed, function)
+                for origin in found.trained_loaders(loop, consumed, function)
             )
             for loop in found.loops
         )
