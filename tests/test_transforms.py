@@ -3270,3 +3270,64 @@ def run_epoch(model, loader, {signature}):
     assert "train_loader.sampler.set_epoch(epoch)" in output and "val_loader.sampler" not in output
     assert "    if isinstance(loader.sampler, DistributedSampler):\n        gathered = [None] * dist.get_world_size()\n" in output
     assert [f.code for f in lint_source(output, "converted.py")] == []
+
+
+@pytest.mark.parametrize(
+    ("save", "load", "before"),
+    [
+        pytest.param('with open("model.pt", "wb") as f:\n    torch.save(model, f)', 'with open("model.pt", "rb") as f:\n    model = torch.load(f, weights_only=False)',
+                     'with open("model.pt", "rb") as f:', id="file-objects"),
+        pytest.param('with open("model.pt", "wb") as f:\n    torch.save(model, f)', 'model = torch.load("model.pt", weights_only=False)',
+                     "model = torch.load(", id="saved-through-a-file-object"),
+    ],
+)
+def test_a_model_saved_or_read_through_a_file_object_is_waited_for(save: str, load: str, before: str) -> None:
+    """pytorch/examples' word language model saves the best model with `with open(path, "wb") as f:
+    torch.save(model, f)` and reads it back through a file object too: no barrier was emitted, and
+    rank 1 read a truncated or stale file while rank 0 wrote it (helper corpus M). The barrier
+    goes before the file is opened."""
+    after = (
+        "for epoch in range(2):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+        + textwrap.indent(save, "    ") + "\n" + load + "\n"
+    )
+    output = convert(standard(loop="", after=after)).output
+    lines = output.splitlines()
+    read = next(i for i, line in enumerate(lines) if line.strip().startswith(before))
+    assert lines[read - 1] == "    dist.barrier()  # rank 0 wrote this file: wait until it is complete"
+
+
+def test_a_checkpoint_a_same_file_trainer_writes_is_waited_for_before_it_is_read() -> None:
+    """A callback object holds the path, the Trainer handed the model saves to it, main() reads it
+    after fit(): the path cannot be followed, but the save is in code the model was handed to."""
+    helpers = """\
+class Checkpoint:
+    def __init__(self, path):
+        self.path = path
+
+    def on_epoch_end(self, trainer):
+        trainer.save(self.path)
+
+
+class Trainer:
+    def __init__(self, model, optimizer, callbacks):
+        self.model, self.optimizer, self.callbacks = model, optimizer, callbacks
+
+    def save(self, path):
+        torch.save(self.model.state_dict(), path)
+
+    def fit(self, loader):
+        for x, y in loader:
+            loss = nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+        for callback in self.callbacks:
+            callback.on_epoch_end(self)
+"""
+    body = (
+        f"{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        'trainer = Trainer(model, optimizer, [Checkpoint("best.pt")])\ntrainer.fit(loader)\nstate = torch.load("best.pt")\n'
+    )
+    output = convert(script(body, helpers=helpers)).output
+    assert '    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    state = torch.load("best.pt"' in output

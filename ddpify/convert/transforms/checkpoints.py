@@ -13,7 +13,7 @@ from ddpify import syntax as s
 from ddpify.analysis.destinations import private_to_process
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
-from ddpify.syntax import code
+from ddpify.syntax import code, string_value
 
 # Without a device variable: this rank's GPU (set_device) where there is one.
 FALLBACK = '"cuda" if torch.cuda.is_available() else "cpu"'
@@ -123,16 +123,23 @@ class Checkpoints(Transform):
             location = self.device(function, call) or FALLBACK
             self.plan.replace(call, add_keyword("map_location", location))
             self.change(call, f"torch.load maps tensors to {location}, not to the GPU they were saved from")
-        path = s.arg(call, 0, "f")
-        written = [save for save in saves if (p := s.arg(save, 1, "f")) is not None and path is not None and self._same_place(p.value, path.value, function)]
+        argument = s.arg(call, 0, "f")
+        opened = self._opened(argument.value, function, call) if argument is not None else None
+        path = s.arg(opened, 0, "file") if opened is not None else argument  # `with open(p, "rb") as f: torch.load(f)`
+        written = [
+            save for save in saves
+            if (p := s.arg(save, 1, "f")) is not None and path is not None and self._same_place(self._saved_path(save, p.value, function), path.value, function)
+        ]  # fmt: skip
         if written and path is not None and private_to_process(self.tree, self.program, path.value, function):
             written = []  # a temporary file of this process: each rank saved its own copy
-        if written and not any(self._after_in_its_block(save, call) for save in written):
+        if written and not any(self._after_in_its_block(save, opened or call) for save in written):
             # `if os.path.exists(best): load` apart from the save: a barrier only some ranks reach hangs
             self.warn(call, f"{code(path.value)} is read back where not every rank may get (a branch apart from its save): wait for rank 0's save (dist.barrier()) where every rank passes")  # type: ignore[union-attr]
             written = []
+        if not written and path is not None and not saves:
+            written = self._saved_elsewhere(call, path.value, function)
         if written:
-            statement = self.tree.statement(call)
+            statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
             self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
             self.change(call, f"barrier before reading {code(path.value)} back: rank 0 saves it, every rank loads it")
         elif path is not None and (helper := self._handed_the_model_before(call, function)) is not None and not self.tree.loops(call):
@@ -142,6 +149,84 @@ class Checkpoints(Transform):
                 f"barrier before reading {code(path.value)}: `{code(helper.func)}(...)` {self.origin_of(helper, self.tree.function(helper))}, handed the model "
                 f"(line {self.tree.line(helper)}), may have written it"
             ))
+
+    def _opened(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, at: cst.CSTNode) -> cst.Call | None:
+        """The `open(...)` a file object used at `at` comes from: the `with open(path, "rb") as f`
+        around it, or `f = open(path)`."""
+        if type(expr) is not cst.Name:
+            return None
+        for ancestor in self.tree.ancestors(at):
+            if type(ancestor) is cst.With:
+                for item in ancestor.items:
+                    if item.asname is not None and code(item.asname.name) == expr.value:
+                        return item.item if type(item.item) is cst.Call and self.tree.is_builtin_call(item.item, "open") else None
+        for value, _ in self.program.assignments(function, expr.value):
+            if type(value) is cst.Call and self.tree.is_builtin_call(value, "open"):
+                return value
+        return None
+
+    def _saved_path(self, save: cst.Call, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression:
+        """The path a save writes: through the file object it is handed (`torch.save(model, f)`)."""
+        opened = self._opened(expr, function, save)
+        path = s.arg(opened, 0, "file") if opened is not None else None
+        return path.value if path is not None else expr
+
+    def _saved_elsewhere(self, call: cst.Call, path: cst.BaseExpression, function: cst.FunctionDef | None) -> list[cst.Call]:
+        """Saves in other same-file functions that write the file names the load reads (a
+        Trainer's checkpoint callback writes `best.pt`, main() loads it after `fit()`), when the
+        load is one every rank reaches: straight in the body of a function that trains (through
+        the functions it calls), outside any loop or branch."""
+        names = self._file_names(path, function)
+        if not names or self.tree.loops(call) or (function is not None and function not in self.program.training_functions):
+            return []
+        block = self.tree.block(self.tree.statement(call))
+        if block is not (function.body if function is not None else self.tree.module):
+            return []
+        found, unknown = [], []
+        for other in self.program.all_functions:
+            if other is function or self.facts.in_dataset(other):
+                continue
+            for save in self.program.calls_in(other):
+                saved = s.arg(save, 1, "f") if self.tree.is_call_to(save, s.TORCH_SAVE) else None
+                if saved is None:
+                    continue
+                written = self._file_names(self._saved_path(save, saved.value, other), other)
+                if names & written:
+                    found.append(save)
+                elif not written:
+                    unknown.append(save)
+        if not found and unknown:
+            # a path handed through objects (a checkpoint callback's path, given to the trainer):
+            # the save counts when a same-file object or function handed the model here makes it
+            reach = self._handed_here(call, function)
+            found = [save for save in unknown if self.tree.function(save) in reach]
+        return found
+
+    def _handed_here(self, call: cst.Call, function: cst.FunctionDef | None) -> set[cst.FunctionDef]:
+        """The same-file functions run by the calls before `call` in `function` that are handed
+        the model (`Trainer(model, ...)` and its methods), and those they call."""
+        at = self.tree.order(call)
+        roots: set[cst.FunctionDef] = set()
+        for other in self.program.calls_in(function):
+            if self.tree.order(other) >= at or not any(self.facts.is_model(a.value, function) for a in other.args):
+                continue
+            if type(other.func) is cst.Name and other.func.value in self.program.classes:
+                roots |= set(self.program.class_methods(self.program.classes[other.func.value]).values())
+            elif (target := self.program.callee(other, function)) is not None:
+                roots.add(target[0])
+        return self.program.called_from(roots) if roots else set()
+
+    def _file_names(self, path: cst.BaseExpression, function: cst.FunctionDef | None) -> set[str]:
+        """The file names written as literals in a path, through where it comes from
+        (`os.path.join(out, "best.pt")`, a parameter given `"best.pt"`): `{"best.pt"}`."""
+        names = set()
+        for node in [path, *(o.node for o in self.program.resolve(path, function))]:
+            for inner in self.tree.walk(node):
+                value = string_value(inner) if type(inner) is cst.SimpleString else None
+                name = value.rsplit("/", 1)[-1] if value else ""
+                if "." in name.strip("."):
+                    names.add(name)
+        return names
 
     def _handed_the_model_before(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Call | None:
         """A call of another module's function, handed the model, earlier in this function (a
