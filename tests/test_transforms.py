@@ -3331,3 +3331,49 @@ class Trainer:
     )
     output = convert(script(body, helpers=helpers)).output
     assert '    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    state = torch.load("best.pt"' in output
+
+
+@pytest.mark.parametrize(
+    "unfreeze",
+    [
+        pytest.param("model[0].requires_grad_(True)", id="requires_grad_"),
+        pytest.param("set_requires_grad(model[0], True)", id="same-file-helper"),
+    ],
+)
+def test_unfreezing_by_method_or_helper_after_the_wrap_wraps_again(unfreeze: str) -> None:
+    """`model.backbone.requires_grad_(True)`, or the helper that froze it before the wrap called
+    again with True: DDP had registered no hook for those parameters, so every rank stepped the
+    unfrozen layers with its own gradients (helper corpus M). Wrapped again, as for the loop;
+    the calls that freeze (False) are left alone."""
+    helpers = "def set_requires_grad(module, flag):\n    for p in module.parameters():\n        p.requires_grad = flag\n"
+    body = (
+        f"{LOADER}\nmodel = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))\nset_requires_grad(model[0], False)\n"
+        "optimizer = torch.optim.SGD(model[1].parameters(), lr=0.1)\n"
+        f"for epoch in range(2):\n    if epoch == 1:\n        {unfreeze.replace('model[0]', 'model[0]')}\n"
+        '        optimizer.add_param_group({"params": model[0].parameters()})\n'
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    output = convert(script(body, helpers=helpers)).output
+    assert output.count("DDP(model") == 2
+    assert "            model = DDP(model.module)  # again: DDP averages only the parameters that required a gradient when it wrapped the model\n" in output
+    assert "    set_requires_grad(model[0], False)\n" in output
+
+
+def test_a_critic_switched_off_and_on_every_step_is_wrapped_once() -> None:
+    """WGAN's `for p in D.parameters(): p.requires_grad = False` for the generator's step and
+    `= True` for its own: every parameter required a gradient at the wrap, so nothing is wrapped
+    again (a new DDP each step, broadcasting D every time; helper corpus L), and lint's DDP204
+    does not report the toggles."""
+    body = (
+        f"{LOADER}\nG = nn.Linear(4, 4)\nD = nn.Linear(4, 1)\n"
+        "opt_g = torch.optim.SGD(G.parameters(), lr=0.1)\nopt_d = torch.optim.SGD(D.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    for x, y in loader:\n"
+        "        for p in D.parameters():\n            p.requires_grad = True\n"
+        "        d_loss = D(G(x).detach()).mean() - D(x).mean()\n        opt_d.zero_grad()\n        d_loss.backward()\n        opt_d.step()\n"
+        "        for p in D.parameters():\n            p.requires_grad = False\n"
+        "        g_loss = -D(G(x)).mean()\n        opt_g.zero_grad()\n        g_loss.backward()\n        opt_g.step()\n"
+    )
+    output = convert(script(body)).output
+    assert output.count("DDP(D") == 1 and "DDP(D.module" not in output
+    assert [f.code for f in lint_source(output, "converted.py")] == []

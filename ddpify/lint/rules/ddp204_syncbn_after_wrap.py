@@ -82,6 +82,8 @@ class SyncbnAfterWrap(Rule):
                 return  # `model = DDP(model.module)` after it: the new wrapper sees the change
             if self._freezes(node) and not self._trains_after(node, name, function):
                 return  # a teacher frozen once it has trained, run under no_grad from then on: no gradient to sync
+            if "requires_grad" in what and subject == name and self._toggled_whole(name, wrap, function):
+                return  # a GAN's critic off for the generator's step, on again for its own: DDP was built with all of it
             if "requires_grad" in what:
                 why = "DDP only syncs the parameters that required grad when it was built; freeze before wrapping"
             else:
@@ -102,6 +104,20 @@ class SyncbnAfterWrap(Rule):
             if (target is not None and dotted(target) == name) or (inner is not None and dotted(inner) in (name, f"{name}.module")):
                 return True
         return False
+
+    def _toggled_whole(self, name: str, wrap: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
+        """`name`'s parameters are switched only as a whole and only after its wrap, and some switch
+        turns them off: every one required a gradient when DDP was built, and a backward with all
+        of them off fires none of its hooks."""
+        switches = [
+            (call, subject) for call in self.program.calls_in(function)
+            if (subject := self._surgery(call)[0]) is not None and "requires_grad" in self._surgery(call)[1]
+            and (subject == name or subject.startswith(name + "."))
+        ]  # fmt: skip
+        return (
+            any(self._freezes(call) for call, _ in switches)
+            and all(subject == name and self.tree.order(call) > self.tree.order(wrap) for call, subject in switches)
+        )
 
     def _freezes(self, node: cst.Call) -> bool:
         """`p.requires_grad_(False)`, or `p.requires_grad = False` in a loop over parameters."""
