@@ -242,7 +242,9 @@ class Program:
 
     def instance_of(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
         """The same-file class an object is an instance of (`stopper = EarlyStopping()`), when its
-        assignment says so directly."""
+        assignment says so directly, or when it is made right there (`Trainer(model).fit(...)`)."""
+        if type(obj) is cst.Call and type(obj.func) is cst.Name and obj.func.value in self.classes:
+            return self.classes[obj.func.value]
         if not isinstance(obj, cst.Name):
             return None
         if obj.value == "self" and function is not None:
@@ -669,6 +671,14 @@ class Program:
                     work.append((param, callee))
                     if callee.name.value == "__init__":  # Trainer(model) keeps it as self.<attr>
                         for node in self.scope_nodes(callee):
-                            if isinstance(node, cst.Assign) and dotted(node.value) == param:
-                                work += [(name, callee) for t in node.targets if (name := dotted(t.target)) and name.startswith("self.")]
+                            if type(node) is not cst.Assign:
+                                continue
+                            for t in node.targets:  # `self.model = model`, `self.model, self.opt = model, opt`
+                                pairs = [(t.target, node.value)]
+                                if type(t.target) in (cst.Tuple, cst.List) and type(node.value) in (cst.Tuple, cst.List):
+                                    pairs = list(zip((e.value for e in t.target.elements), (e.value for e in node.value.elements)))
+                                work += [
+                                    (name, callee) for target, value in pairs
+                                    if dotted(value) == param and (name := dotted(target)) and name.startswith("self.")
+                                ]
         return refs

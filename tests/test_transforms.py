@@ -3377,3 +3377,27 @@ def test_a_critic_switched_off_and_on_every_step_is_wrapped_once() -> None:
     output = convert(script(body)).output
     assert output.count("DDP(D") == 1 and "DDP(D.module" not in output
     assert [f.code for f in lint_source(output, "converted.py")] == []
+
+
+def test_a_trainer_keeping_the_model_in_a_tuple_assignment_saves_the_plain_model() -> None:
+    """`self.model, self.optimizer = model, optimizer` in a Trainer made and run in one line
+    (`Trainer(model, optimizer).fit(loader)`): the saves went through the wrapper (`module.`
+    keys the script's own reload refused), the loader was made again inside fit, and the load
+    after fit() read a file rank 0 was still writing (helper corpus M)."""
+    helpers = """\
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def fit(self, loader):
+        for x, y in loader:
+            self.optimizer.zero_grad()
+            nn.functional.mse_loss(self.model(x), y).backward()
+            self.optimizer.step()
+        torch.save(self.model.state_dict(), "best.pt")
+"""
+    body = f'{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nTrainer(model, optimizer).fit(loader)\nmodel.load_state_dict(torch.load("best.pt"))\n'
+    output = convert(script(body, helpers=helpers)).output
+    assert 'torch.save(self.model.module.state_dict(), "best.pt")' in output
+    assert "sampler=DistributedSampler(" in output and "distributed_loader" not in output
+    assert '    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    model.module.load_state_dict(torch.load("best.pt"' in output
