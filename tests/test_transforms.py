@@ -3401,3 +3401,28 @@ class Trainer:
     assert 'torch.save(self.model.module.state_dict(), "best.pt")' in output
     assert "sampler=DistributedSampler(" in output and "distributed_loader" not in output
     assert '    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    model.module.load_state_dict(torch.load("best.pt"' in output
+
+
+def test_a_same_file_callable_that_saves_gets_the_plain_model_on_rank_0() -> None:
+    """`ckpt = Checkpoint("best.pt")`, `ckpt(model, epoch)` each epoch, whose `__call__` saves the
+    state_dict: it was handed the wrapper (`module.` keys the reload refused, also as a world of
+    one) and called from "another module" (helper corpus M). Its `__call__` trains nothing: it
+    gets the plain model and runs on rank 0, like an early-stopping monitor."""
+    helpers = """\
+class Checkpoint:
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, model, epoch):
+        torch.save({"epoch": epoch, "model": model.state_dict()}, self.path)
+"""
+    body = (
+        f"{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        'ckpt = Checkpoint("best.pt")\n'
+        "for epoch in range(2):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n    ckpt(model, epoch)\n"
+        'model.load_state_dict(torch.load("best.pt")["model"])\n'
+    )
+    result = convert(script(body, helpers=helpers))
+    assert "        if rank == 0:\n            ckpt(model.module, epoch)\n" in result.output
+    assert not any("another module" in w for w in warnings(result))

@@ -233,7 +233,8 @@ class WrapModel(Transform):
         """`early_stopping(valid_loss, model)` after the batch loop: a monitor that does not train
         the model (not in a training loop, handed no optimizer or loader, not named for training)."""
         name = (self.tree.qname(call.func) or dotted(call.func) or "").rsplit(".", 1)[-1].lower()
-        if not any(word in name for word in MONITOR_WORDS) or any(word in name for word in TRAINING_WORDS):
+        named = any(word in name for word in MONITOR_WORDS) and not any(word in name for word in TRAINING_WORDS)
+        if not named and not self._callable_that_does_not_train(call, function):
             return False  # `tune(model)` may train it with an optimizer of its own: the wrapper keeps that loud
         if any(self.tree.inside(call, loop.loop) for loop in self.facts.train_loops):
             return False
@@ -241,6 +242,15 @@ class WrapModel(Transform):
             if self.program.loader(a.value, function) is not None or self._is_optimizer(a.value, function):
                 return False
         return True
+
+    def _callable_that_does_not_train(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """`ckpt(model, epoch)` on an object of a same-file class whose `__call__` runs no
+        backward (a checkpoint saver): whatever its name, it does not train the model."""
+        if type(call.func) is not cst.Name:
+            return False
+        cls = self.program.instance_of(call.func, function)
+        method = self.program.methods.get(cls, {}).get("__call__") if cls is not None else None
+        return method is not None and method not in self.program.training_functions
 
     def _monitor_on_rank_0(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """`early_stopping(valid_loss, model)` as a statement of its own: rank 0 runs it (its
