@@ -3426,3 +3426,39 @@ class Checkpoint:
     result = convert(script(body, helpers=helpers))
     assert "        if rank == 0:\n            ckpt(model.module, epoch)\n" in result.output
     assert not any("another module" in w for w in warnings(result))
+
+
+def test_a_helper_also_handed_the_model_read_back_whole_reaches_it_either_way() -> None:
+    """pytorch/examples' word language model: `evaluate(model)` calls `model.init_hidden(...)`,
+    and after training `model = torch.load(f)` reads the best model back whole, the plain module,
+    and evaluates it with the same helper. `model.module.init_hidden` raised AttributeError there
+    (also as a world of one; helper corpus M): the helper reaches the model either way."""
+    helpers = """\
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.Linear(4, 1)
+
+    def init_hidden(self, n):
+        return torch.zeros(n, 1)
+
+    def forward(self, x, h):
+        return self.rnn(x) + h
+
+
+def evaluate(model, loader):
+    total = 0.0
+    with torch.no_grad():
+        for x, y in loader:
+            total += nn.functional.mse_loss(model(x, model.init_hidden(x.size(0))), y).item()
+    return total
+"""
+    body = (
+        f"{LOADER}\nmodel = LM()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x, model.init_hidden(x.size(0))), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+        '    print(evaluate(model, loader))\n    torch.save(model, "best.pt")\n'
+        'model = torch.load("best.pt", weights_only=False)\nprint(evaluate(model, loader))\n'
+    )
+    output = convert(script(body, helpers=helpers)).output
+    assert 'model(x, getattr(model, "module", model).init_hidden(x.size(0)))' in output.split("def main")[0]

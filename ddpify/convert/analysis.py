@@ -240,8 +240,34 @@ class Facts:
 
     @cached_property
     def optional_models(self) -> set[str]:
-        """Names of the models wrapped only when they train (the last part: `encoder`)."""
-        return {m.ref.rsplit(".", 1)[-1] for m in self.models if m.optional is not None}
+        """Names of the models wrapped only when they train (the last part: `encoder`), and the
+        names of a model the script binds again after the wrap to what is no wrapper (`model =
+        torch.load(f)`, the best model read back), with the helpers' parameters it is handed:
+        from there on they hold the plain model, so code reaching it must work both ways."""
+        names = {m.ref.rsplit(".", 1)[-1] for m in self.models if m.optional is not None}
+        rebound = []
+        for m in self.models:
+            if m.element is not None or "." in m.ref:
+                continue
+            wrapped = self.tree.order(m.anchor)
+            for value, _ in self.program.assignments(m.function, m.ref):
+                after = self.tree.order(value) > wrapped and not self.tree.inside(value, m.anchor)
+                if after and self._plain_again(value):
+                    rebound.append((m.ref, m.function))
+                    break
+        if rebound:
+            names |= {ref.rsplit(".", 1)[-1] for refs in self.program.propagate(rebound).values() for ref in refs}
+        return names
+
+    def _plain_again(self, value: cst.BaseExpression) -> bool:
+        """A value that is a plain model, never the wrapper: read back whole (`torch.load(f)`), or
+        built anew by a same-file class."""
+        if type(value) is not cst.Call:
+            return False
+        value = unchained(value)
+        return type(value) is cst.Call and (
+            self.tree.is_call_to(value, s.TORCH_LOAD) or (type(value.func) is cst.Name and value.func.value in self.program.classes)
+        )
 
     @cached_property
     def _runs_after_lazy_setup(self) -> set[cst.FunctionDef]:
