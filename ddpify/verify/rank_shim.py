@@ -650,11 +650,14 @@ def patch_writes(facts):
     @functools.wraps(original_save)
     def save(obj, f, *args, **kwargs):
         result = original_save(obj, f, *args, **kwargs)
-        if isinstance(f, (str, bytes, os.PathLike)):
-            record(f, "torch.save")
+        path = f if isinstance(f, (str, bytes, os.PathLike)) else getattr(f, "name", None)  # `with open(p, "wb") as f`
+        if isinstance(path, (str, bytes, os.PathLike)):
+            if path is f:
+                record(f, "torch.save")  # a file object was recorded when it was opened
             try:
-                # What the file holds, from the object saved: its state dicts' keys.
-                facts.checkpoints[os.path.abspath(os.fsdecode(f))] = checkpoint_report(obj)
+                # What the file holds, from the object saved: its state dicts' keys (a whole
+                # model, of a class of the script's __main__, would not unpickle elsewhere).
+                facts.checkpoints[os.path.abspath(os.fsdecode(path))] = checkpoint_report(obj)
             except Exception:
                 facts.error("checkpoint")
         return result
