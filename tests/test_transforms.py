@@ -3462,3 +3462,19 @@ def evaluate(model, loader):
     )
     output = convert(script(body, helpers=helpers)).output
     assert 'model(x, getattr(model, "module", model).init_hidden(x.size(0)))' in output.split("def main")[0]
+
+
+def test_a_model_taken_from_a_container_in_a_loop_is_refused_for_what_it_is() -> None:
+    """`for name, model in models.items(): optimizer = Adam(model.parameters())` was refused with
+    "no torch.optim optimizer over a model's parameters was found", which is untrue (helper
+    corpus M): the reason names the loop and what to do."""
+    body = (
+        f"{LOADER}\nmodels = {{'a': nn.Linear(4, 1), 'b': nn.Linear(4, 1)}}\n"
+        "for name, model in models.items():\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    result = convert(script(body))
+    assert result.status == "unchanged"
+    assert "trains `model`, the variable of the loop over `models.items()`" in result.reason
+    assert "no torch.optim optimizer" not in result.reason

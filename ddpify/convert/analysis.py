@@ -1297,10 +1297,35 @@ class Analyzer:
         handed = self._handed_everything(backward_calls[0])
         if handed is not None:
             return handed
+        looped = self._model_from_a_loop()
+        if looped is not None:
+            return looped
         return (
             f"backward() is called (line {self.tree.line(backward_calls[0])}), but no torch.optim optimizer over a model's "
             f"parameters was found, which is how ddpify finds the model to wrap{loaders}"
         )
+
+    def _model_from_a_loop(self) -> str | None:
+        """`for name, model in models.items(): optimizer = Adam(model.parameters())`: the model is
+        the variable of a loop over a container of models, which ddpify does not follow."""
+        for call in self.tree.calls():
+            if not self._is_optimizer_call(call) or not call.args:
+                continue
+            params = s.method_call(unchained(call.args[0].value))
+            root = params[0] if params is not None else None
+            while type(root) is cst.Attribute:
+                root = root.value
+            if type(root) is not cst.Name:
+                continue
+            for loop in self.tree.loops(call):
+                if type(loop) is cst.For and root.value in {n.value for n in self.tree.walk(loop.target) if type(n) is cst.Name}:
+                    return (
+                        f"the optimizer (line {self.tree.line(call)}) trains `{root.value}`, the variable of the loop over "
+                        f"`{code(loop.iter)}` (line {self.tree.line(loop)}): ddpify wraps a model where it is built, and does not "
+                        "follow one out of a container; build each model inside the loop, or wrap it there in "
+                        f"DistributedDataParallel yourself (`ddp_{root.value} = DDP({root.value})`, training through it)"
+                    )
+        return None
 
     def _handed_everything(self, backward: cst.Call) -> str | None:
         """`def fit(train_loader, model, optimizer, ...)` in a module that builds none of them:
