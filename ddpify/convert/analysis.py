@@ -327,7 +327,7 @@ class Facts:
         loops = self.program.fact(TrainLoops)
         found: dict[cst.For, tuple[cst.For, str, bool]] = {}
         for draw in loops.draws:
-            if not self._draws_sharded(draw) or not (draw.external or any(self._shuffles(o.node) for o in self.program.dataloaders(draw.loader, draw.function))):
+            if not self._draws_sharded(draw) or not (draw.external or any(_shuffles(o.node) for o in self.program.dataloaders(draw.loader, draw.function))):
                 continue  # a loader read in order reads in order on every pass: set_epoch changes nothing
             for _call, generator, loop in loops.generator_passes(draw):
                 name = self.program.param_names(generator)[0]
@@ -340,14 +340,6 @@ class Facts:
                 )
                 found.setdefault(loop, (loop, name, mixed))
         return list(found.values())
-
-    @staticmethod
-    def _shuffles(loader: cst.CSTNode) -> bool:
-        """Whether a DataLoader call draws in a random order (`shuffle=` not False, or a sampler)."""
-        if type(loader) is not cst.Call:
-            return True
-        shuffle, sampler = s.arg(loader, 2, "shuffle"), s.arg(loader, 3, "sampler")
-        return sampler is not None or (shuffle is not None and not (type(shuffle.value) is cst.Name and shuffle.value.value == "False"))
 
     def _draws_sharded(self, draw: TrainLoop) -> bool:
         return draw.external or any(id(o.node) in self.sharded_loaders for o in self.program.dataloaders(draw.loader, draw.function))
@@ -451,6 +443,7 @@ class Analyzer:
         loader_plans += self._recreated_loaders(found.draws)
         if not loader_plans:
             raise NotConvertible(self._no_loader_reason(backward_calls))
+        self._check_carried_state(loops, {m.ref for m in models})
         entry = self._entry(loaders, models)
         self._check_spawned_workers(entry)
         device = self._device(entry, models)
@@ -1305,6 +1298,46 @@ class Analyzer:
             f"parameters was found, which is how ddpify finds the model to wrap{loaders}"
         )
 
+    def _check_carried_state(self, loops: list[TrainLoop], models: set[str]) -> None:
+        """Truncated BPTT over a loader read in order (`hidden = hidden.detach()`, then `out,
+        hidden = model(x, hidden)`): each batch continues the one before it in the data. A
+        DistributedSampler deals the batches round-robin, so a rank's next batch is not the
+        continuation of its last one: the carried state would jump over the other ranks' part."""
+        for loop in loops:
+            if loop.consumed_by != "for" or type(loop.loop) is not cst.For:
+                continue
+            origins = self.program.dataloaders(loop.loader, loop.function)
+            if not origins or any(_shuffles(o.node) for o in origins):
+                continue
+            carried = self._carried(loop.loop, models)
+            if carried is not None:
+                raise NotConvertible(
+                    f"the training loop (line {self.tree.line(loop.loop)}) carries `{carried}` from one batch into the next over "
+                    f"`{code(loop.loader)}`, read in order (truncated backpropagation through time): a DistributedSampler would deal "
+                    "its batches round-robin, so the state a rank carries would skip the other ranks' batches; give each rank a "
+                    "contiguous part of the stream (for example batchify with batch size x world size columns and keep this rank's)"
+                )
+
+    def _carried(self, loop: cst.For, models: set[str]) -> str | None:
+        """A name the loop hands the model (`model(x, hidden)`) and assigns again from a call that
+        reads it (`out, hidden = model(x, hidden)`; `hidden = repackage(hidden)`), bound before
+        the loop too: a state carried from one iteration into the next."""
+        function = self.tree.function(loop)
+        handed = {
+            n.value for call in self.tree.calls(loop.body) if dotted(call.func) in models
+            for a in call.args for n in self.tree.walk(a.value) if type(n) is cst.Name
+        }  # fmt: skip
+        for node in self.tree.walk(loop.body):
+            if type(node) is not cst.Assign:
+                continue
+            names = {n.value for t in node.targets for n in self.tree.walk(t.target) if type(n) is cst.Name}
+            read = {n.value for n in self.tree.walk(node.value) if type(n) is cst.Name}
+            for name in sorted(names & read & handed):
+                before = [v for v, _ in self.program.assignments(function, name) if not self.tree.inside(v, loop)]
+                if before and type(node.value) is cst.Call and self.tree.loops(node)[:1] == [loop]:
+                    return name
+        return None
+
     def _model_from_a_loop(self) -> str | None:
         """`for name, model in models.items(): optimizer = Adam(model.parameters())`: the model is
         the variable of a loop over a container of models, which ddpify does not follow."""
@@ -1920,6 +1953,14 @@ def _spells(node: cst.Name | cst.Attribute, spelled: str) -> bool:
     """`code(node) == spelled`, rendering only what is not a dotted name."""
     name = dotted(node)
     return name == spelled if name is not None else code(node) == spelled
+
+
+def _shuffles(loader: cst.CSTNode) -> bool:
+    """Whether a DataLoader call draws in a random order (`shuffle=` not False, or a sampler)."""
+    if type(loader) is not cst.Call:
+        return True
+    shuffle, sampler = s.arg(loader, 2, "shuffle"), s.arg(loader, 3, "sampler")
+    return sampler is not None or (shuffle is not None and not (type(shuffle.value) is cst.Name and shuffle.value.value == "False"))
 
 
 def _flatten_main_block(tree: Tree, body: cst.IndentedBlock | cst.Module) -> list[cst.BaseStatement]:
