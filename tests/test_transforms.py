@@ -3506,3 +3506,29 @@ class LM(nn.Module):
         assert result.status == "converted"
     else:
         assert result.status == "unchanged" and "carries `hidden` from one batch into the next over `loader`, read in order" in result.reason
+
+
+def test_batch_hard_mining_over_pairwise_distances_is_warned_about_and_retrieval_is_not() -> None:
+    """`dist = torch.cdist(emb, emb)` for batch-hard triplet mining compares each sample with the
+    rest of its batch: each rank mines among its own batch only (helper corpus M). Recall@k over
+    the test set's embeddings, outside training, is no such loss."""
+    helpers = """\
+def batch_hard(emb, labels):
+    dist = torch.cdist(emb, emb)
+    same = labels.unsqueeze(0) == labels.unsqueeze(1)
+    return (dist * same).max(1).values.mean() - (dist + 1e6 * same).min(1).values.mean()
+
+
+def recall(emb):
+    return torch.cdist(emb, emb).topk(2, largest=False).indices
+"""
+    body = (
+        f"{LOADER}\nmodel = nn.Linear(4, 2)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n    loss = batch_hard(model(x), y.squeeze(1).round())\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+        "with torch.no_grad():\n    print(recall(model(torch.randn(8, 4))))\n"
+    )
+    result = convert(script(body, helpers=helpers))
+    found = [w for w in warnings(result) if "compares each sample with the rest of its batch" in w]
+    assert len(found) == 1 and found[0].startswith("`torch.cdist(emb, emb)`")
+    assert result.warnings[[n.message for n in result.warnings].index(found[0])].line == 7  # in batch_hard, not recall

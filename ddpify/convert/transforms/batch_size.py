@@ -40,16 +40,32 @@ class BatchSize(Transform):
         """A loss that compares each sample with the others of its batch (SimCLR's NT-Xent,
         CLIP, triplet mining: `sim = z @ z.t()` with `torch.arange` targets) now sees only this
         rank's batch: world_size times fewer negatives, another objective. Warned about once."""
-        for function in self.program.all_functions:
+        for function in [None, *self.program.all_functions]:
             nodes = self.program.scope_nodes(function)
             products = [n for n in nodes if self._compares_rows(n)]
-            if products and any(self.tree.is_call_to(n, BATCH_INDEX) for n in nodes):
+            distances = [n for n in nodes if self._distances_within(n)]  # batch-hard triplet mining
+            products = products if any(self.tree.is_call_to(n, BATCH_INDEX) for n in nodes) else []
+            products += distances
+            if products and self._in_training(function):
                 self.warn(products[0], (
                     f"`{code(products[0])}` compares each sample with the rest of its batch: each rank now sees only its "
                     "own batch (world_size times fewer negatives, another objective); gather the embeddings from every "
                     "rank with gradients (torch.distributed.nn.functional.all_gather) to keep the objective"
                 ))
                 return
+
+    def _in_training(self, function: cst.FunctionDef | None) -> bool:
+        """The comparison is part of what trains: in a function that trains, or that the training
+        code calls (a loss helper), or at module level next to the training loop."""
+        trains = self.program.training_functions
+        return function is None or function in trains or any(caller in trains or caller is None for _, caller in self.program.call_sites(function))
+
+    def _distances_within(self, node: cst.CSTNode) -> bool:
+        """`torch.cdist(emb, emb)`: every sample's distance to every other of its batch."""
+        if not self.tree.is_call_to(node, {"torch.cdist"}) or len(node.args) < 2:  # type: ignore[union-attr]
+            return False
+        first, second = node.args[0].value, node.args[1].value  # type: ignore[union-attr]
+        return type(first) is cst.Name and type(second) is cst.Name and first.value == second.value
 
     def _compares_rows(self, node: cst.CSTNode) -> bool:
         """`a @ b.t()`, `a @ b.T`, `torch.mm(a, b.t())`, `torch.matmul(a, b.transpose(0, 1))` with
