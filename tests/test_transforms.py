@@ -3532,3 +3532,20 @@ def recall(emb):
     found = [w for w in warnings(result) if "compares each sample with the rest of its batch" in w]
     assert len(found) == 1 and found[0].startswith("`torch.cdist(emb, emb)`")
     assert result.warnings[[n.message for n in result.warnings].index(found[0])].line == 7  # in batch_hard, not recall
+
+
+def test_a_model_built_again_under_its_name_for_a_second_training_is_refused() -> None:
+    """A search trains `model = make_model()` per trial, then `model = make_model()` again for the
+    real training: only the first was wrapped, and the final training ran outside DDP with a
+    sharded loader, every rank fitting its own half (helper corpus L). Refused with the reason;
+    one build trained in a loop is still wrapped there."""
+    helpers = "def make_model():\n    return nn.Linear(4, 1)\n"
+    train = (
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n    for x, y in loader:\n"
+        "        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    search = f"{LOADER}\nfor lr in [0.1, 0.01]:\n    model = make_model()\n{train}"
+    final = "model = make_model()\nlr = 0.1\nif True:\n" + train
+    result = convert(script(search + final, helpers=helpers))
+    assert result.status == "unchanged" and "`model` is built again (line " in result.reason
+    assert convert(script(search, helpers=helpers)).status == "converted"

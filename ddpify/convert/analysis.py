@@ -660,7 +660,37 @@ class Analyzer:
             for model in self._models_handed_an_optimizer():
                 self._judge_unused_parameters(model)
                 found[(model.ref, model.function)] = model
+        for model in found.values():
+            self._check_built_again(model)
         return list(found.values())
+
+    def _check_built_again(self, model: TrainedModel) -> None:
+        """`model = make_model()` trained in a search, then `model = make_model()` again for the
+        real training, each with an optimizer of its own: ddpify wraps one model per name and
+        function, so the other one would train outside DDP (every rank apart). Refused."""
+        if model.element is not None or "." in model.ref:
+            return
+        builds = [
+            value for value, index in self.program.assignments(model.function, model.ref)
+            if index is None and type(value) is cst.Call and model.ref not in {n.value for n in self.tree.walk(value) if type(n) is cst.Name}
+        ]  # fmt: skip
+        optimizers = [
+            call for call in self.program.calls_in(model.function)
+            if self._is_optimizer_call(call) and call.args and model.ref in self._parameter_owners(call.args[0].value, model.function)
+        ]  # fmt: skip
+        if len(builds) < 2 or len(optimizers) < 2:
+            return
+        wrapped = self.tree.block(model.anchor)
+        other = next((b for b in builds if not self.tree.inside(b, wrapped)), None)
+        if other is None:
+            return  # every build is in the block the wrap goes in
+        trained = next((o for o in optimizers if self.tree.order(o) > self.tree.order(other)), optimizers[-1])
+        raise NotConvertible(
+            f"`{model.ref}` is built again (line {self.tree.line(other)}) and trained by another optimizer (line {self.tree.line(trained)}) "
+            f"apart from the one ddpify would wrap (line {self.tree.line(model.anchor)}): ddpify wraps one model per name and function, "
+            "so the other training would skip DDP and every rank would train its own; give the second model a name of its own, "
+            "or train each in a function of its own"
+        )
 
     def _made_only_if(self, call: cst.Call) -> str | None:
         """`Adam(...) if fine_tune else None`: the condition under which the optimizer exists."""
