@@ -3549,3 +3549,21 @@ def test_a_model_built_again_under_its_name_for_a_second_training_is_refused() -
     result = convert(script(search + final, helpers=helpers))
     assert result.status == "unchanged" and "`model` is built again (line " in result.reason
     assert convert(script(search, helpers=helpers)).status == "converted"
+
+
+def test_a_value_per_step_of_a_step_loop_is_averaged_step_by_step() -> None:
+    """An LR range test draws `next(it)` for a fixed number of steps and keeps `losses` beside
+    `lrs`, then walks both by index: the ranks' lists were concatenated (twice as many losses as
+    learning rates: IndexError on every rank; helper corpus L). Each rank takes as many steps as
+    one process did: the mean over ranks, step by step, keeps the two aligned."""
+    body = (
+        f"{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=1e-4)\n"
+        "it = iter(loader)\nlr, lrs, losses = 1e-4, [], []\n"
+        "for i in range(4):\n    x, y = next(it)\n    for group in optimizer.param_groups:\n        group['lr'] = lr\n"
+        "    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+        "    lrs.append(lr)\n    losses.append(loss.item())\n    lr *= 10\n"
+        "best = lrs[losses.index(min(losses))]\n"
+    )
+    output = convert(script(body)).output
+    assert "    losses = [sum(step) / len(step) for step in zip(*gathered)]  # the mean over ranks, step by step\n" in output
+    assert "for values in gathered for value in values" not in output

@@ -37,7 +37,7 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # `running[name] += value.item()`): gathered, and added up key by key.
 # array: a numpy array of counts or sums (`confusion[t, p] += 1`), reduced in place through a
 # tensor that shares its memory.
-Kind = Literal["count", "number", "number?", "tensor", "list", "dict", "dict count", "dict keys", "meter", "array"]
+Kind = Literal["count", "number", "number?", "tensor", "list", "series", "dict", "dict count", "dict keys", "meter", "array"]
 NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
 ZEROS = NUMPY_ZEROS | {"torch.zeros", "torch.zeros_like"}
 
@@ -218,7 +218,9 @@ class ReduceMetrics(Transform):
             initial = self._initial_values(loop, name)
             if not (initial and all(isinstance(v, cst.List) and not v.elements for v in initial) and self._read_after(loop, name)):
                 continue
-            if all(self._is_number(v) or self._on_the_cpu(v) for v in values):
+            if loop.consumed_by == "next" and all(map(self._is_number, values)):
+                totals[name] = "series"  # a step loop: every rank takes as many steps as one process did
+            elif all(self._is_number(v) or self._on_the_cpu(v) for v in values):
                 totals[name] = "list"  # numbers, or arrays and tensors on the CPU: gathered as objects
             else:
                 self.warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
@@ -488,6 +490,14 @@ class ReduceMetrics(Transform):
             lines.append(f"dist.all_reduce({name})")
             if name not in summed:  # not in place: an integer tensor (a count of hits) divides into floats
                 lines.append(f"{name} = {name} / {self.world_size(function)}")
+        for name in [n for n, kind in totals.items() if kind == "series"]:
+            # a value per step of a step loop (an LR range test's losses, walked with its `lrs` by index)
+            gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
+            lines += [
+                f"{gathered} = [None] * {self.world_size(function)}",
+                f"dist.all_gather_object({gathered}, {name})",
+                f"{name} = [sum(step) / len(step) for step in zip(*{gathered})]  # the mean over ranks, step by step",
+            ]
         for name in of_kind["list"]:
             gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
             lines += [
