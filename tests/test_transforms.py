@@ -3567,3 +3567,20 @@ def test_a_value_per_step_of_a_step_loop_is_averaged_step_by_step() -> None:
     output = convert(script(body)).output
     assert "    losses = [sum(step) / len(step) for step in zip(*gathered)]  # the mean over ranks, step by step\n" in output
     assert "for values in gathered for value in values" not in output
+
+
+def test_a_total_over_the_length_of_a_subset_samplers_indices_is_summed() -> None:
+    """`train_loss = running_loss / len(train_idx)` with `sampler=SubsetRandomSampler(train_idx)`:
+    the divisor counts the whole training set, so the total is summed over ranks; it was
+    averaged and the printed loss was 1/world_size of the truth (helper corpus L)."""
+    body = (
+        "from torch.utils.data import SubsetRandomSampler\n"
+        "data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))\ntrain_idx = list(range(24))\n"
+        "loader = DataLoader(data, batch_size=4, sampler=SubsetRandomSampler(train_idx))\n"
+        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    running_loss = 0.0\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n        running_loss += loss.item() * x.size(0)\n"
+        "    print(running_loss / len(train_idx))\n"
+    )
+    output = convert(script(body)).output
+    assert "        running_loss = totals.item()\n" in output

@@ -364,6 +364,17 @@ class Facts:
         return self.program.in_dataset(function)
 
     @cached_property
+    def _training_indices(self) -> set[str]:
+        """The index lists a SubsetRandomSampler of a training loader draws from (`train_idx`):
+        `len(train_idx)` counts the whole training set, as `len(train_set)` does."""
+        found = set()
+        for plan in self.loader_plans:
+            indices = s.arg(plan.sampler, 0, "indices") if plan.how == "subset" and plan.sampler is not None else None
+            if indices is not None:
+                found.add(code(indices.value))
+        return found
+
+    @cached_property
     def _training_datasets(self) -> set[str]:
         """The datasets the training loaders sample, as the script names them (`train_set`)."""
         found = set()
@@ -383,7 +394,9 @@ class Facts:
         if isinstance(expr, cst.Call):
             measured = _measured(self.tree, expr)
             return measured is not None and (
-                (isinstance(measured, cst.Attribute) and measured.attr.value == "dataset") or code(measured) in self._training_datasets
+                (isinstance(measured, cst.Attribute) and measured.attr.value == "dataset")
+                or code(measured) in self._training_datasets
+                or code(measured) in self._training_indices
             )
         for origin in self.program.origins(expr, function):
             measured = _measured(self.tree, origin.node) if origin.node is not expr else None
