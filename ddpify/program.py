@@ -552,11 +552,16 @@ class Program:
         init = self.class_methods(self.classes[call.func.value]).get("__init__")
         kept: dict[str, cst.BaseExpression] = {}
         for node in self.scope_nodes(init) if init is not None else ():
-            if type(node) is not cst.Assign or type(node.value) is not cst.Name:
+            if type(node) is not cst.Assign:
                 continue
-            argument = self.argument_for(call, init, node.value.value)
-            if argument is not None:
-                kept.update((attr, argument) for t in node.targets if (attr := dotted(t.target)) and attr.startswith("self."))
+            for t in node.targets:  # `self.model = model`, `self.model, self.T = model, T`
+                pairs = [(t.target, node.value)]
+                if type(t.target) in (cst.Tuple, cst.List) and type(node.value) in (cst.Tuple, cst.List):
+                    pairs = list(zip((e.value for e in t.target.elements), (e.value for e in node.value.elements)))
+                for target, value in pairs:
+                    argument = self.argument_for(call, init, value.value) if type(value) is cst.Name else None  # type: ignore[arg-type]
+                    if argument is not None and (attr := dotted(target)) and attr.startswith("self."):
+                        kept[attr] = argument
         return kept
 
     def helper_returns(self, call: cst.Call, function: cst.FunctionDef | None) -> list[Origin] | None:

@@ -3584,3 +3584,42 @@ def test_a_total_over_the_length_of_a_subset_samplers_indices_is_summed() -> Non
     )
     output = convert(script(body)).output
     assert "        running_loss = totals.item()\n" in output
+
+
+def test_a_sweep_over_values_that_are_no_epoch_numbers_moves_the_sampler_on_itself(tmp_path, monkeypatch) -> None:
+    """`for lr in [1e-3, 1e-2]:` around the batch loop was taken for an epoch loop and got
+    `set_epoch(lr)`: every rank crashed, and so did `python train.py` (set_epoch takes an int;
+    helper corpus L). The sampler's own count goes on instead. Run as a world of one."""
+    body = (
+        f"{LOADER}\nmodel = nn.Linear(4, 1)\n"
+        "for lr in [1e-3, 1e-2]:\n    optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    output = convert(script(body)).output
+    assert "        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order for each pass of this loop\n" in output
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(output.replace('if __name__ == "__main__":\n    main()\n', ""), "converted.py", "exec"), namespace)
+    namespace["main"]()
+
+
+def test_an_object_keeping_the_model_in_a_tuple_assignment_is_made_after_the_wrap() -> None:
+    """`self.model, self.T = model, T` in a same-file Diffusion object whose method trains the
+    model: the wrap went after `Diffusion(model)`, which kept the plain model, and training
+    bypassed DDP (helper corpus L). The wrap comes before the object is made."""
+    helpers = """\
+class Diffusion:
+    def __init__(self, model, T):
+        self.model, self.T = model, T
+
+    def loss(self, x, y):
+        return nn.functional.mse_loss(self.model(x), y) * self.T
+"""
+    body = (
+        f"{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "diffusion = Diffusion(model, 2)\n"
+        "for x, y in loader:\n    loss = diffusion.loss(x, y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    output = convert(script(body, helpers=helpers)).output
+    assert output.index("model = DDP(model)") < output.index("diffusion = Diffusion(model, 2)")

@@ -1670,6 +1670,8 @@ class Analyzer:
         if isinstance(loop, cst.For):
             target = loop.target
             if isinstance(target, cst.Name) and not (target.value == "_" and named):
+                if not named and self._not_counting(loop):
+                    return PASSES  # `for lr in [1e-3, 1e-2]`: each pass gets the sampler's next epoch
                 return target.value
             if isinstance(target, cst.Tuple):  # `for idx, epoch in enumerate(...)`
                 names = [el.value.value for el in target.elements if isinstance(el.value, cst.Name)]
@@ -1681,6 +1683,18 @@ class Analyzer:
             if isinstance(node, cst.Name) and node.value in counted:
                 return node.value
         return None
+
+    def _not_counting(self, loop: cst.For) -> bool:
+        """A loop over values that are no epoch numbers (`for lr in [1e-3, 1e-2, 1e-1]`, strings,
+        a name bound to such a list): set_epoch takes an int."""
+        iterable = loop.iter
+        values = [iterable] if type(iterable) is not cst.Name else [
+            self.program.element(v, i) for v, i in self.program.assignments(self.tree.function(loop), iterable.value)
+        ]
+        for value in values:
+            if type(value) in (cst.List, cst.Tuple) and value.elements and any(type(e.value) is not cst.Integer for e in value.elements):
+                return True
+        return False
 
     # --- device ----------------------------------------------------------------------
 
@@ -1996,6 +2010,10 @@ def _spells(node: cst.Name | cst.Attribute, spelled: str) -> bool:
     """`code(node) == spelled`, rendering only what is not a dotted name."""
     name = dotted(node)
     return name == spelled if name is not None else code(node) == spelled
+
+
+# `EpochStart.epoch` for a loop whose variable is no epoch number: the sampler's own count goes on.
+PASSES = "<passes>"
 
 
 def _shuffles(loader: cst.CSTNode) -> bool:

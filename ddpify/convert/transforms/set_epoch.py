@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.convert.analysis import EpochStart
+from ddpify.convert.analysis import PASSES, EpochStart
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 
@@ -32,7 +32,9 @@ class SetEpoch(Transform):
                 self.warn(start.loop, f"one-line loop: call `{start.loader}.sampler.set_epoch({start.epoch})` at the start of each epoch")
                 continue
             set_epoch = f"{start.loader}.sampler.set_epoch({start.epoch})"
-            if self._runs_again(start.loop, start.loader):  # `train(...)` called for two stages: its epochs start at 0 again
+            if start.epoch == PASSES:  # `for lr in [1e-3, 1e-2]`: no epoch number to give
+                set_epoch = f"{start.loader}.sampler.set_epoch({start.loader}.sampler.epoch + 1)  # a new order for each pass of this loop"
+            elif self._runs_again(start.loop, start.loader):  # `train(...)` called for two stages: its epochs start at 0 again
                 set_epoch = f"{start.loader}.sampler.set_epoch({start.loader}.sampler.epoch + 1)  # a new order also when this function runs again"
             if start.optional:  # a flag may choose a sampler of the script's own, which has no set_epoch
                 self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
@@ -43,7 +45,8 @@ class SetEpoch(Transform):
                 self.plan.insert_before(rebuilt, line)
             else:
                 self.plan.prepend(start.loop.body, line)
-            self.change(start.loop, f"`{start.loader}.sampler.set_epoch({start.epoch})` each epoch, so every epoch shuffles differently")
+            shown = f"{start.loader}.sampler.epoch + 1" if start.epoch == PASSES else start.epoch
+            self.change(start.loop, f"`{start.loader}.sampler.set_epoch({shown})` each epoch, so every epoch shuffles differently")
         for call, loader in self.facts.refills():
             statement = self.tree.statement(call)
             self.plan.insert_before(statement, statements(f"{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)  # a new pass shuffles differently\n"))
