@@ -3623,3 +3623,19 @@ class Diffusion:
     )
     output = convert(script(body, helpers=helpers)).output
     assert output.index("model = DDP(model)") < output.index("diffusion = Diffusion(model, 2)")
+
+
+def test_a_generator_reading_the_global_loader_itself_is_drawn_from(tmp_path, monkeypatch) -> None:
+    """caogang's WGAN-GP: `def inf_train_gen(): while True: for x in train_loader: yield x`, then
+    `next(data)` per critic step. It was refused with "the training data does not come from a
+    DataLoader" (false; helper corpus L). The loader is sharded and each pass moves its sampler."""
+    helpers = "def inf_train_gen():\n    while True:\n        for x, y in loader:\n            yield x, y\n"
+    body = (
+        "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ndata = inf_train_gen()\n"
+        "for step in range(5):\n    x, y = next(data)\n    loss = nn.functional.mse_loss(model(x), y)\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    source = script(body, helpers=helpers).replace("\n\ndef inf_train_gen", "\n" + LOADER + "\n\ndef inf_train_gen", 1)
+    output = convert(source).output
+    assert "sampler=DistributedSampler(" in output
+    assert "            yield x, y\n        loader.sampler.set_epoch(loader.sampler.epoch + 1)" in output

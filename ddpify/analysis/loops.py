@@ -196,7 +196,20 @@ class TrainLoops:
             for node in self.program.scope_nodes(generator)
         )
 
-    def generator_passes(self, loop: TrainLoop) -> list[tuple[cst.Call, cst.FunctionDef, cst.For]]:
+    def own_loader_generator(self, call: cst.Call, function: cst.FunctionDef | None) -> tuple[cst.FunctionDef, cst.For] | None:
+        """`inf_train_gen()`: a same-file generator, handed nothing, whose `for` over a loader it
+        reads itself (a global `train_loader`) yields its batches; the generator and that loop."""
+        target = self.program.callee(call, function)
+        if target is None or call.args:
+            return None
+        generator = target[0]
+        for node in self.program.scope_nodes(generator):
+            if type(node) is cst.For and any(type(n) is cst.Yield for n in self.tree.walk(node.body)):
+                if self.program.loader(node.iter, generator) is not None:
+                    return generator, node
+        return None
+
+    def generator_passes(self, loop: TrainLoop) -> list[tuple[cst.CSTNode, cst.FunctionDef, cst.For]]:
         """`batches = cycle(train_loader)` drawn with next(): each call that hands the loader to a
         same-file generator (`yields_from_argument`), the generator, and its `for` over the loader
         (one pass of the loader each time round its `while True`)."""
@@ -204,6 +217,12 @@ class TrainLoops:
             return []
         spelled = code(loop.loader)
         found = []
+        if loop.function is not None:  # the generator reads the loader itself (`inf_train_gen()`)
+            found += [
+                (loop.loop, loop.function, node) for node in self.program.scope_nodes(loop.function)
+                if type(node) is cst.For and code(self.program.unwrap_iterable(node.iter)) == spelled
+                and any(type(n) is cst.Yield for n in self.tree.walk(node.body))
+            ]  # fmt: skip
         for call in self.program.calls_in(loop.function):
             if not (call.args and code(call.args[0].value) == spelled and self.yields_from_argument(call, loop.function)):
                 continue
@@ -251,6 +270,13 @@ class TrainLoops:
                     continue  # a validation batch drawn under no_grad between training steps
                 for origin in self.program.origins(call.args[0].value, function):
                     wrapped = origin.node
+                    own = self.own_loader_generator(wrapped, origin.function) if type(wrapped) is cst.Call else None
+                    if own is not None:  # `def inf_train_gen(): while True: for x in train_loader: yield x`
+                        generator, loop = own
+                        loader = self.program.loader(loop.iter, generator)
+                        if loader is not None:
+                            found.append((loader, generator, False))
+                        continue
                     if isinstance(wrapped, cst.Call) and wrapped.args and (
                         self.tree.qname(wrapped.func) in ITERATORS or self.yields_from_argument(wrapped, origin.function)
                     ):

@@ -329,7 +329,10 @@ class Facts:
         for draw in loops.draws:
             if not self._draws_sharded(draw) or not (draw.external or any(_shuffles(o.node) for o in self.program.dataloaders(draw.loader, draw.function))):
                 continue  # a loader read in order reads in order on every pass: set_epoch changes nothing
-            for _call, generator, loop in loops.generator_passes(draw):
+            for via, generator, loop in loops.generator_passes(draw):
+                if via is draw.loop:  # the generator reads the loader itself: it is that loader
+                    found.setdefault(loop, (loop, code(draw.loader), False))
+                    continue
                 name = self.program.param_names(generator)[0]
                 callers = [
                     (call.args[0].value, caller) for call, caller in self.program.call_sites(generator) if call.args
