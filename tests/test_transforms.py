@@ -3639,3 +3639,17 @@ def test_a_generator_reading_the_global_loader_itself_is_drawn_from(tmp_path, mo
     output = convert(source).output
     assert "sampler=DistributedSampler(" in output
     assert "            yield x, y\n        loader.sampler.set_epoch(loader.sampler.epoch + 1)" in output
+
+
+def test_a_tensor_grown_with_torch_cat_over_the_shard_is_gathered() -> None:
+    """`all_err = torch.cat([all_err, err.cpu()])` over the sharded training loader, then a
+    threshold from its mean and std: each rank had its own threshold over half the samples, and
+    rank 0 saved its own (helper corpus L). CPU tensors are gathered and joined."""
+    body = (
+        f"{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+        "errs = torch.empty(0)\nwith torch.no_grad():\n    for x, y in loader:\n        err = ((model(x) - y) ** 2).mean(1).cpu()\n"
+        "        errs = torch.cat([errs, err])\nprint(errs.mean() + 3 * errs.std())\n"
+    )
+    output = convert(script(body)).output
+    assert "        dist.all_gather_object(gathered, errs)\n        errs = torch.cat(gathered)\n    if rank == 0:\n        print(errs.mean()" in output

@@ -37,7 +37,7 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # `running[name] += value.item()`): gathered, and added up key by key.
 # array: a numpy array of counts or sums (`confusion[t, p] += 1`), reduced in place through a
 # tensor that shares its memory.
-Kind = Literal["count", "number", "number?", "tensor", "list", "series", "dict", "dict count", "dict keys", "meter", "array"]
+Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "meter", "array"]
 NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
 ZEROS = NUMPY_ZEROS | {"torch.zeros", "torch.zeros_like"}
 
@@ -149,6 +149,7 @@ class ReduceMetrics(Transform):
         appended: dict[str, list[cst.BaseExpression]] = {}  # name -> appended values
         keyed: dict[str, list[cst.BaseExpression]] = {}  # name -> increments of `name[key] += value`
         updated: set[str] = set()  # `meter.update(loss.item(), n)`
+        concatenated: dict[str, list[cst.BaseExpression]] = {}  # name -> tensors of `name = torch.cat([name, t])`
         for node in self.tree.walk(loop.loop.body):
             if (
                 isinstance(node, cst.AugAssign)
@@ -164,6 +165,10 @@ class ReduceMetrics(Transform):
                 and not isinstance(node.value, (cst.Integer, cst.Float))  # counters agree on every rank
             ):
                 added.setdefault(node.target.value, []).append(node.value)
+            if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
+                grown = self._concatenated(node.value, node.targets[0].target.value)  # `errs = torch.cat([errs, err])`
+                if grown is not None:
+                    concatenated.setdefault(node.targets[0].target.value, []).append(grown)
             found = method_call(node)
             if found and found[1] in ("append", "extend") and isinstance(found[0], cst.Name) and node.args:  # type: ignore[union-attr]
                 appended.setdefault(found[0].value, []).append(node.args[0].value)  # type: ignore[union-attr]
@@ -214,6 +219,13 @@ class ReduceMetrics(Transform):
         for name in sorted(updated, key=lambda n: n):
             if self._meter_class(loop, name) is not None and self._read_after(loop, name):
                 totals[name] = "meter"
+        for name, values in concatenated.items():
+            if not (self._initial_values(loop, name) and self._read_after(loop, name)) or not any(self._from_batch(loop, v) for v in values):
+                continue
+            if all(self._on_the_cpu(v) or self._on_the_cpu_by_name(v, loop.function) for v in values):
+                totals[name] = "cat"  # tensors on the CPU, grown along dim 0: gathered and joined
+            else:
+                self.warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
         for name, values in appended.items():
             initial = self._initial_values(loop, name)
             if not (initial and all(isinstance(v, cst.List) and not v.elements for v in initial) and self._read_after(loop, name)):
@@ -439,6 +451,25 @@ class ReduceMetrics(Transform):
         found = method_call(node)
         return found is not None and found[1] in ("numpy", "cpu") and not node.args  # type: ignore[union-attr]
 
+    def _concatenated(self, value: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
+        """`torch.cat([name, t])` (or a tuple, along dim 0): the tensor `t` that grows `name`."""
+        if not self.tree.is_call_to(value, {"torch.cat"}) or not value.args:  # type: ignore[union-attr]
+            return None
+        if any(a.keyword is not None and a.keyword.value == "dim" and code(a.value) != "0" for a in value.args) or len(value.args) > 1 and value.args[1].keyword is None and code(value.args[1].value) != "0":  # type: ignore[union-attr]
+            return None
+        pieces = value.args[0].value  # type: ignore[union-attr]
+        if type(pieces) not in (cst.List, cst.Tuple) or len(pieces.elements) != 2:
+            return None
+        first, second = (e.value for e in pieces.elements)
+        return second if type(first) is cst.Name and first.value == name else None
+
+    def _on_the_cpu_by_name(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """A name bound, in the loop's function, only to values on the CPU (`err = (...).cpu()`)."""
+        if type(node) is not cst.Name:
+            return False
+        values = [self.program.element(v, i) for v, i in self.program.assignments(function, node.value)]
+        return bool(values) and all(self._on_the_cpu(v) for v in values)
+
     def _is_target(self, name: cst.Name) -> bool:
         parent = self.tree.parent(name)
         if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is name):
@@ -497,6 +528,13 @@ class ReduceMetrics(Transform):
                 f"{gathered} = [None] * {self.world_size(function)}",
                 f"dist.all_gather_object({gathered}, {name})",
                 f"{name} = [sum(step) / len(step) for step in zip(*{gathered})]  # the mean over ranks, step by step",
+            ]
+        for name in [n for n, kind in totals.items() if kind == "cat"]:
+            gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
+            lines += [
+                f"{gathered} = [None] * {self.world_size(function)}",
+                f"dist.all_gather_object({gathered}, {name})",
+                f"{name} = torch.cat({gathered})",
             ]
         for name in of_kind["list"]:
             gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
