@@ -81,9 +81,22 @@ class Accumulations:
         forwards = [
             (i, c) for i, st in enumerate(body[: end + 1]) for c in self.tree.calls(st) if self.forwards_model(c, function)
         ]
+        nested = False
+        if not forwards and step is not None:
+            # `out = model(x)` in the loop, `if optimizer is not None: loss.backward()` (one loop
+            # that also evaluates): the `with` holds the forward through that `if`, step and all
+            holder = self.tree.parent(block)
+            outer = self.tree.parent(holder) if type(holder) is cst.If else None
+            if isinstance(outer, cst.IndentedBlock) and self.tree.loops(holder)[:1] == [found.loop]:
+                body, last = list(outer.body), holder
+                end = body.index(last)
+                forwards = [
+                    (i, c) for i, st in enumerate(body[:end]) for c in self.tree.calls(st) if self.forwards_model(c, function)
+                ]
+                nested = bool(forwards)
         if step is None:
             return self._inner_loop_span(found, body[forwards[0][0] : end + 1] if forwards else [], forwards)
-        if not forwards or any(self.tree.inside(step, st) for st in body[forwards[0][0] : end + 1]):
+        if not forwards or (not nested and any(self.tree.inside(step, st) for st in body[forwards[0][0] : end + 1])):
             return "forward and backward are in different blocks; wrap them in `model.no_sync()` on micro-steps by hand"
         start, forward = forwards[0]
         span = body[start : end + 1]

@@ -143,7 +143,7 @@ class Checkpoints(Transform):
             self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
             self.change(call, f"barrier before reading {code(path.value)} back: rank 0 saves it, every rank loads it")
         elif path is not None and (helper := self._handed_the_model_before(call, function)) is not None and not self.tree.loops(call):
-            statement = self.tree.statement(call)
+            statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
             self.plan.insert_before(statement, statements("dist.barrier()  # a helper handed the model may have written this file: wait until every rank is done\n"))
             self.change(call, (
                 f"barrier before reading {code(path.value)}: `{code(helper.func)}(...)` {self.origin_of(helper, self.tree.function(helper))}, handed the model "

@@ -32,7 +32,10 @@ class GradientSync(Transform):
                 if not isinstance(span, Span):
                     self.warn(found.step or backward, f"gradient accumulation: {span}")
                     continue
-                wrap_micro_steps(self.plan, span.statements, span.model, span.condition)
+                condition = span.condition
+                if span.model.rsplit(".", 1)[-1] in self.facts.optional_models:
+                    condition += f" or not isinstance({span.model}, DDP)"  # it may hold the plain model here
+                wrap_micro_steps(self.plan, span.statements, span.model, condition)
                 self.change(
                     span.statements[0],
                     f"micro-steps run under `{span.model}.no_sync()` until `{span.condition}`: one all-reduce per optimizer step",

@@ -7,6 +7,7 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.edit import Plan
 from ddpify.lint.rule import Rule
+from ddpify.lint.rules._devices_and_output import devices_and_output
 from ddpify.syntax import code, method_call
 
 
@@ -63,6 +64,7 @@ class StateDictOfWrapper(Rule):
             c
             for c in self.tree.calls(saved)
             if (m := method_call(c)) and m[1] == "state_dict" and self.script.is_ddp_model(m[0], function)
+            and not devices_and_output(self.script).rebound_since_wrap(code(m[0]), c, function)  # `model = torch.load(f)` since
         ]
         if not found and isinstance(saved, cst.Name):
             for value, index in self.program.assignments(function, saved.value):
