@@ -360,6 +360,9 @@ class Sampler(Transform):
                 if prefix and prefix not in ("data", "train"):
                     candidates.insert(0, f"{prefix}_dataset")
                     break
+            else:
+                if len(loader) > 3 and not any(word in loader for word in ("load", "data", "train")):
+                    candidates.insert(0, f"{loader}_dataset")  # `unlabeled = DataLoader(...)`: `unlabeled_dataset`
         name = next((n for n in candidates if not self.program.binds(function, n) and (function, n) not in taken), "sampled_dataset")
         taken.add((function, name))
         statement = self.tree.statement(call)
