@@ -558,11 +558,11 @@ class ReduceMetrics(Transform):
         """Sums and counts are summed over ranks; a total divided by a per-rank count (batches,
         `len(loader)`, a constant) is an average and is averaged. `correct / total` sums both,
         whatever `total` counts (samples, or `+= batch_size`)."""
-        end = self.tree.last_line(loop.loop)
+        start = self.tree.order(loop.loop)
         modes = set()
         for node in self.program.scope_nodes(loop.function):
-            if self.tree.line(node) <= end:
-                continue
+            if self.tree.order(node) <= start or self.tree.inside(node, loop.loop):
+                continue  # only what runs after the loop
             if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
                 divided, denominator = node.left, node.right
             elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
