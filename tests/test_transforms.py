@@ -3653,3 +3653,17 @@ def test_a_tensor_grown_with_torch_cat_over_the_shard_is_gathered() -> None:
     )
     output = convert(script(body)).output
     assert "        dist.all_gather_object(gathered, errs)\n        errs = torch.cat(gathered)\n    if rank == 0:\n        print(errs.mean()" in output
+
+
+def test_swa_batchnorm_statistics_recomputed_over_the_shard_are_warned_about() -> None:
+    """`torch.optim.swa_utils.update_bn(train_loader, swa_model)` after training: each rank's
+    BatchNorm statistics came from its own shard and differed per rank, silently (helper corpus
+    L; verify compares parameters, not buffers)."""
+    body = (
+        f"{LOADER}\nmodel = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nswa_model = torch.optim.swa_utils.AveragedModel(model)\n"
+        "for x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+        "    swa_model.update_parameters(model)\ntorch.optim.swa_utils.update_bn(loader, swa_model)\n"
+    )
+    result = convert(script(body))
+    assert any(w.startswith("`torch.optim.swa_utils.update_bn(loader, swa_model)` recomputes the BatchNorm statistics from this rank's shard") for w in warnings(result))

@@ -88,6 +88,22 @@ class WrapModel(Transform):
         self._rewrap_after_unfreezing()
         self._uses_after_wrap()
         self._handed_to_other_modules()
+        self._batchnorm_refresh_on_a_shard()
+
+    def _batchnorm_refresh_on_a_shard(self) -> None:
+        """`torch.optim.swa_utils.update_bn(train_loader, swa_model)` over a sharded loader: each
+        rank recomputes the BatchNorm statistics from its own part of the data, so they differ
+        per rank (and rank 0 saves its own). Warned about: the fix is the script's call."""
+        sharded = self.facts.sharded_loaders
+        for call in self.tree.calls():
+            if self.tree.qname(call.func) != "torch.optim.swa_utils.update_bn" or not call.args:
+                continue
+            loaders = self.program.dataloaders(call.args[0].value, self.tree.function(call))
+            if loaders and any(id(o.node) in sharded for o in loaders):
+                self.warn(call, (
+                    f"`{code(call)}` recomputes the BatchNorm statistics from this rank's shard only: they differ per rank; "
+                    "pass a loader over the whole training set, or average the running_mean/running_var buffers over ranks after it"
+                ))
 
     def _handed_to_other_modules(self) -> None:
         """`evaluate(net, val_loader)` from another module gets the DDP wrapper, whose attributes
