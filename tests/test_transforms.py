@@ -357,7 +357,12 @@ def test_existing_samplers_are_split_by_rank(loader: str, expected: str, set_epo
     [
         pytest.param(
             DATA + "loader = DataLoader(data, batch_sampler=torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 8, False))",
-            "takes a batch_sampler", id="batch-sampler",
+            "give it `DistributedSampler(dataset)` in place of `torch.utils.data.RandomSampler(data)`, and call "
+            "`loader.batch_sampler.sampler.set_epoch(epoch)`", id="batch-sampler",
+        ),
+        pytest.param(
+            DATA + "loader = DataLoader(data, batch_sampler=Buckets(data, 8))",
+            "takes a batch_sampler, which ddpify does not split by rank: give each rank its own batches in it", id="custom-batch-sampler",
         ),
         pytest.param(DATA + "loader = DataLoader(data, batch_size=8, sampler=MySampler(data))", "draws with `MySampler(data)`", id="custom-sampler"),
     ],

@@ -1460,10 +1460,18 @@ class Analyzer:
         call = origin.node
         assert isinstance(call, cst.Call)
         line = self.tree.line(call)
-        if s.arg(call, 4, "batch_sampler") is not None:
+        batch_sampler = s.arg(call, 4, "batch_sampler")
+        if batch_sampler is not None:
+            inner = batch_sampler.value
+            advice = "give each rank its own batches in it, or use a sampler"
+            if self.tree.is_call_to(inner, {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"}) and inner.args:  # type: ignore[union-attr]
+                sampler = inner.args[0].value  # type: ignore[union-attr]
+                advice = (
+                    f"torch's BatchSampler batches what its sampler draws: give it `DistributedSampler(dataset)` in place of "
+                    f"`{code(sampler)}`, and call `loader.batch_sampler.sampler.set_epoch(epoch)` each epoch"
+                )
             raise NotConvertible(
-                f"the training DataLoader (line {line}) takes a batch_sampler, which ddpify cannot split by rank: "
-                "give each rank its own batches in it, or use a sampler"
+                f"the training DataLoader (line {line}) takes a batch_sampler, which ddpify does not split by rank: {advice}"
             )
         dataset = s.arg(call, 0, "dataset")
         if dataset is not None and self._is_iterable_dataset(dataset.value, origin.function):
