@@ -3672,3 +3672,30 @@ def test_swa_batchnorm_statistics_recomputed_over_the_shard_are_warned_about() -
     )
     result = convert(script(body))
     assert any(w.startswith("`torch.optim.swa_utils.update_bn(loader, swa_model)` recomputes the BatchNorm statistics from this rank's shard") for w in warnings(result))
+
+
+def test_data_files_a_helper_writes_with_torch_save_are_prepared_on_rank_0() -> None:
+    """`if not os.path.isdir(root): generate_dataset(root)`, whose helper writes tensors with
+    torch.save, then a Dataset that lists the folder: every rank wrote the same files, and on a
+    fresh machine one listed the other's half-written folder and crashed (helper corpus L). Rank 0
+    prepares them, the others wait; a checkpoint saved after training is no data."""
+    helpers = """\
+def generate_dataset(root):
+    os.makedirs(root, exist_ok=True)
+    for i in range(16):
+        torch.save(torch.randn(4), os.path.join(root, f"{i}.pt"))
+
+
+def save_model(net, path):
+    torch.save(net, path)
+"""
+    body = (
+        'root = "toy_data"\nif not os.path.isdir(root):\n    generate_dataset(root)\n'
+        "data = TensorDataset(torch.stack([torch.load(os.path.join(root, f)) for f in sorted(os.listdir(root))]), torch.randn(16, 1))\n"
+        "loader = DataLoader(data, batch_size=4, shuffle=True)\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+        'save_model(model, "model.pt")\n'
+    )
+    output = convert(script(body, helpers=helpers, imports="import os\n")).output
+    assert "    if rank == 0 and not os.path.isdir(root):\n        generate_dataset(root)\n    dist.barrier()  # rank 0 prepared the data files" in output
+    assert "dist.barrier()  # rank 0 prepared the data files: wait for them\n    dist.destroy" not in output

@@ -1778,6 +1778,12 @@ class Analyzer:
         """Entry statements that call same-file helpers writing data files (and nothing that syncs):
         `if not exists: download_and_unzip(...); create_csvs(...)`."""
         writers = self.program.reaching(self._writes_file)
+        # `torch.save(tensor, f"{root}/cls0/{i}.pt")` in a helper: data files, when they are made
+        # before any training (a checkpoint saves the model, and after training starts)
+        first = min((self.tree.order(loop.loop) for loop in facts.train_loops), default=None)
+        models = {m.ref.split(".")[0] for m in facts.models}
+        tensor_writers = self.program.reaching(lambda call, function: self._saves_data(call, function, models)) - writers
+        writers |= tensor_writers
         writers -= facts.syncing
         writers = {f for f in writers if not facts.in_dataset(f)}
         if not writers:
@@ -1791,6 +1797,8 @@ class Analyzer:
             called = {t[0] for c in self.tree.calls(statement) if (t := self.program.callee(c, entry.function)) is not None}
             if _tees_output(statement):
                 continue  # `sys.stdout = Logger("log.txt")`: a log, not data (guarded as output)
+            if called & tensor_writers and not called & (writers - tensor_writers) and (first is None or self.tree.order(statement) > first):
+                continue  # a save after training started: a checkpoint, not data
             if called & writers and not any(isinstance(n, (cst.For, cst.While)) for n in self.tree.walk(statement)) and not self._keeps_a_value(statement, entry.function):
                 statements.append(statement)  # `opt = parse_option()` is kept by every rank: not one of them
         inside = [c for st in statements for c in self.tree.calls(st)]
@@ -1800,6 +1808,17 @@ class Analyzer:
             if sites and all(any(site is c for c in inside) or self._called_only_from(function, writers) for site in sites):
                 only_there.add(function)
         return statements, only_there
+
+    def _saves_data(self, call: cst.Call, function: cst.FunctionDef | None, models: set[str]) -> bool:
+        """`torch.save(x, path)` in a same-file function that trains nothing, of a value that is no
+        model, state dict or optimizer: a data file."""
+        if function is None or not self.tree.is_call_to(call, s.TORCH_SAVE) or not call.args or function in self.program.training_functions:
+            return False
+        saved = call.args[0].value
+        names = {n.value for n in self.tree.walk(saved) if type(n) is cst.Name}
+        if names & (models | set(self.program.param_names(function))) - {"self"} and not self.tree.calls(saved):
+            return False  # `torch.save(net, path)`: a model handed in
+        return not any((m := s.method_call(c)) is not None and m[1] in ("state_dict", "parameters") for c in self.tree.calls(saved)) and "optim" not in code(saved)
 
     def _keeps_a_value(self, statement: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
         """Whether a statement binds a name the code after it reads (`opt = parse_option()`):
