@@ -3699,3 +3699,21 @@ def save_model(net, path):
     output = convert(script(body, helpers=helpers, imports="import os\n")).output
     assert "    if rank == 0 and not os.path.isdir(root):\n        generate_dataset(root)\n    dist.barrier()  # rank 0 prepared the data files" in output
     assert "dist.barrier()  # rank 0 prepared the data files: wait for them\n    dist.destroy" not in output
+
+
+def test_a_smoothed_loss_per_step_of_an_lr_finder_is_averaged_step_by_step() -> None:
+    """fastai-style range test: `avg = beta * avg + (1 - beta) * loss.item()`, `smoothed = avg /
+    (1 - beta ** i)`, `losses.append(smoothed)`, then the learning rate picked from `losses`. The
+    smoothed value was not known to be a number, so each rank picked from its own losses and
+    trained with its own learning rate (replicas apart; helper corpus L)."""
+    body = (
+        f"{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=1e-4)\n"
+        "it = iter(loader)\nlr, avg, lrs, losses = 1e-4, 0.0, [], []\n"
+        "for i in range(1, 5):\n    x, y = next(it)\n    for group in optimizer.param_groups:\n        group['lr'] = lr\n"
+        "    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+        "    avg = 0.9 * avg + 0.1 * loss.item()\n    smoothed = avg / (1 - 0.9 ** i)\n"
+        "    lrs.append(lr)\n    losses.append(smoothed)\n    lr *= 10\n"
+        "best = lrs[losses.index(min(losses))]\n"
+    )
+    output = convert(script(body)).output
+    assert "    losses = [sum(step) / len(step) for step in zip(*gathered)]  # the mean over ranks, step by step\n" in output

@@ -443,6 +443,15 @@ class ReduceMetrics(Transform):
             target = self.program.callee(node, self.tree.function(node))
             returned = self.program.returns(target[0]) if target is not None else []
             return bool(returned) and all(self._is_number(value, depth - 1) for value in returned)
+        if depth > 0 and type(node) is cst.Name:  # `smoothed = avg / (1 - beta ** i)`, `avg = ... + loss.item()`
+            function = self.tree.function(node)
+            values = [self.program.element(v, i) for v, i in self.program.assignments(function, node.value)]
+            values = [v for v in values if type(v) not in (cst.Integer, cst.Float)]  # a start (`avg = 0.0`) says nothing
+            return bool(values) and all(
+                self._is_number(value, depth - 1)
+                or any(type(n) is cst.Name and n.value != node.value and self._is_number(n, depth - 1) for n in self.tree.walk(value))
+                for value in values
+            )
         return False
 
     def _on_the_cpu(self, node: cst.BaseExpression) -> bool:
