@@ -3485,17 +3485,25 @@ def test_a_model_taken_from_a_container_in_a_loop_is_refused_for_what_it_is() ->
     assert "no torch.optim optimizer" not in result.reason
 
 
-@pytest.mark.parametrize("shuffle", ["", ", shuffle=True"], ids=["in-order", "shuffled"])
-def test_state_carried_across_batches_of_a_loader_read_in_order_is_refused(shuffle: str) -> None:
+@pytest.mark.parametrize(
+    ("shuffle", "reset"),
+    [("", ""), (", shuffle=True", ""), ("", "    hidden = model.init_hidden()\n")],
+    ids=["in-order", "shuffled", "in-order-state-reset-each-batch"],
+)
+def test_state_carried_across_batches_of_a_loader_read_in_order_is_refused(shuffle: str, reset: str) -> None:
     """Truncated BPTT over consecutive windows served in order (`hidden = hidden.detach()`; `out,
     hidden = model(x, hidden)`): a DistributedSampler deals the windows round-robin, so each
     rank carried its state across the other rank's windows, silently (helper corpus M). Refused
-    with the reason; a shuffled loader has no order to keep."""
+    with the reason; a shuffled loader has no order to keep, and a state made anew at each batch
+    (`hidden = model.init_hidden()`) carries nothing."""
     helpers = """\
 class LM(nn.Module):
     def __init__(self):
         super().__init__()
         self.rnn = nn.GRU(4, 4)
+
+    def init_hidden(self):
+        return torch.zeros(1, 3, 4)
 
     def forward(self, x, hidden):
         return self.rnn(x, hidden)
@@ -3503,11 +3511,11 @@ class LM(nn.Module):
     body = (
         f"loader = DataLoader(TensorDataset(torch.randn(16, 3, 4), torch.randn(16, 3, 4)), batch_size=None{shuffle})\n"
         "model = LM()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nhidden = torch.zeros(1, 3, 4)\n"
-        "for x, y in loader:\n    hidden = hidden.detach()\n    out, hidden = model(x, hidden)\n"
+        f"for x, y in loader:\n{reset}    hidden = hidden.detach()\n    out, hidden = model(x, hidden)\n"
         "    loss = nn.functional.mse_loss(out, y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
     )
     result = convert(script(body, helpers=helpers))
-    if shuffle:
+    if shuffle or reset:
         assert result.status == "converted"
     else:
         assert result.status == "unchanged" and "carries `hidden` from one batch into the next over `loader`, read in order" in result.reason

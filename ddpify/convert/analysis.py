@@ -1380,9 +1380,21 @@ class Analyzer:
             read = {n.value for n in self.tree.walk(node.value) if type(n) is cst.Name}
             for name in sorted(names & read & handed):
                 before = [v for v, _ in self.program.assignments(function, name) if not self.tree.inside(v, loop)]
-                if before and type(node.value) is cst.Call and self.tree.loops(node)[:1] == [loop]:
+                if before and type(node.value) is cst.Call and self.tree.loops(node)[:1] == [loop] and not self._reset_each_step(loop, name, node):
                     return name
         return None
+
+    def _reset_each_step(self, loop: cst.For, name: str, carry: cst.Assign) -> bool:
+        """`hidden = model.init_hidden(bs)` in the loop's own body before `carry`, from what is not
+        `hidden` itself: each batch starts a state of its own, nothing is carried."""
+        for statement in loop.body.body:  # type: ignore[attr-defined]
+            if self.tree.order(statement) >= self.tree.order(carry) or self.tree.inside(carry, statement):
+                break
+            for node in self.tree.walk(statement):
+                if type(node) is cst.Assign and any(type(t.target) is cst.Name and t.target.value == name for t in node.targets):
+                    if name not in {n.value for n in self.tree.walk(node.value) if type(n) is cst.Name}:
+                        return self.tree.loops(node)[:1] == [loop] and not any(type(a) is cst.If for a in self.tree.ancestors(node) if self.tree.inside(a, loop.body))
+        return False
 
     def _model_from_a_loop(self) -> str | None:
         """`for name, model in models.items(): optimizer = Adam(model.parameters())`: the model is
