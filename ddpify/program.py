@@ -44,6 +44,18 @@ def _params(function: cst.FunctionDef) -> list[cst.Param]:
     return [*p.posonly_params, *p.params]
 
 
+def _unpacked(node: cst.Assign) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """(target, value) pairs of an assignment, element by element when a tuple is unpacked from a
+    tuple of the same length (`self.model, self.opt = model, opt`)."""
+    pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+    for t in node.targets:
+        if type(t.target) in (cst.Tuple, cst.List) and type(node.value) in (cst.Tuple, cst.List) and len(t.target.elements) == len(node.value.elements):  # type: ignore[union-attr]
+            pairs += [(a.value, b.value) for a, b in zip(t.target.elements, node.value.elements)]  # type: ignore[union-attr]
+        else:
+            pairs.append((t.target, node.value))
+    return pairs
+
+
 def _named_params(function: cst.FunctionDef) -> list[cst.Param]:
     """Every parameter a caller can pass by name or position (keyword-only ones too)."""
     p = function.params
@@ -554,14 +566,10 @@ class Program:
         for node in self.scope_nodes(init) if init is not None else ():
             if type(node) is not cst.Assign:
                 continue
-            for t in node.targets:  # `self.model = model`, `self.model, self.T = model, T`
-                pairs = [(t.target, node.value)]
-                if type(t.target) in (cst.Tuple, cst.List) and type(node.value) in (cst.Tuple, cst.List):
-                    pairs = list(zip((e.value for e in t.target.elements), (e.value for e in node.value.elements)))
-                for target, value in pairs:
-                    argument = self.argument_for(call, init, value.value) if type(value) is cst.Name else None  # type: ignore[arg-type]
-                    if argument is not None and (attr := dotted(target)) and attr.startswith("self."):
-                        kept[attr] = argument
+            for target, value in _unpacked(node):  # `self.model = model`, `self.model, self.T = model, T`
+                argument = self.argument_for(call, init, value.value) if type(value) is cst.Name else None
+                if argument is not None and (attr := dotted(target)) and attr.startswith("self."):
+                    kept[attr] = argument
         return kept
 
     def helper_returns(self, call: cst.Call, function: cst.FunctionDef | None) -> list[Origin] | None:
@@ -678,12 +686,8 @@ class Program:
                         for node in self.scope_nodes(callee):
                             if type(node) is not cst.Assign:
                                 continue
-                            for t in node.targets:  # `self.model = model`, `self.model, self.opt = model, opt`
-                                pairs = [(t.target, node.value)]
-                                if type(t.target) in (cst.Tuple, cst.List) and type(node.value) in (cst.Tuple, cst.List):
-                                    pairs = list(zip((e.value for e in t.target.elements), (e.value for e in node.value.elements)))
-                                work += [
-                                    (name, callee) for target, value in pairs
-                                    if dotted(value) == param and (name := dotted(target)) and name.startswith("self.")
-                                ]
+                            work += [  # `self.model = model`, `self.model, self.opt = model, opt`
+                                (name, callee) for target, value in _unpacked(node)
+                                if dotted(value) == param and (name := dotted(target)) and name.startswith("self.")
+                            ]
         return refs

@@ -190,11 +190,7 @@ class TrainLoops:
         names = self.program.param_names(generator)
         if not names:
             return False
-        return any(
-            isinstance(node, cst.For) and dotted(self.program.unwrap_iterable(node.iter)) == names[0]
-            and any(isinstance(n, cst.Yield) for n in self.tree.walk(node.body))
-            for node in self.program.scope_nodes(generator)
-        )
+        return any(dotted(self.program.unwrap_iterable(loop.iter)) == names[0] for loop in self._yielding_loops(generator))
 
     def own_loader_generator(self, call: cst.Call, function: cst.FunctionDef | None) -> tuple[cst.FunctionDef, cst.For] | None:
         """`inf_train_gen()`: a same-file generator, handed nothing, whose `for` over a loader it
@@ -203,11 +199,7 @@ class TrainLoops:
         if target is None or call.args:
             return None
         generator = target[0]
-        for node in self.program.scope_nodes(generator):
-            if type(node) is cst.For and any(type(n) is cst.Yield for n in self.tree.walk(node.body)):
-                if self.program.loader(node.iter, generator) is not None:
-                    return generator, node
-        return None
+        return next(((generator, loop) for loop in self._yielding_loops(generator) if self.program.loader(loop.iter, generator) is not None), None)
 
     def generator_passes(self, loop: TrainLoop) -> list[tuple[cst.CSTNode, cst.FunctionDef, cst.For]]:
         """`batches = cycle(train_loader)` drawn with next(): each call that hands the loader to a
@@ -219,9 +211,8 @@ class TrainLoops:
         found = []
         if loop.function is not None:  # the generator reads the loader itself (`inf_train_gen()`)
             found += [
-                (loop.loop, loop.function, node) for node in self.program.scope_nodes(loop.function)
-                if type(node) is cst.For and code(self.program.unwrap_iterable(node.iter)) == spelled
-                and any(type(n) is cst.Yield for n in self.tree.walk(node.body))
+                (loop.loop, loop.function, node) for node in self._yielding_loops(loop.function)
+                if code(self.program.unwrap_iterable(node.iter)) == spelled
             ]  # fmt: skip
         for call in self.program.calls_in(loop.function):
             if not (call.args and code(call.args[0].value) == spelled and self.yields_from_argument(call, loop.function)):
@@ -229,11 +220,17 @@ class TrainLoops:
             generator = self.program.callee(call, loop.function)[0]  # type: ignore[index]
             name = self.program.param_names(generator)[0]
             found += [
-                (call, generator, node) for node in self.program.scope_nodes(generator)
-                if type(node) is cst.For and dotted(self.program.unwrap_iterable(node.iter)) == name
-                and any(type(n) is cst.Yield for n in self.tree.walk(node.body))
+                (call, generator, node) for node in self._yielding_loops(generator)
+                if dotted(self.program.unwrap_iterable(node.iter)) == name
             ]  # fmt: skip
         return found
+
+    def _yielding_loops(self, generator: cst.FunctionDef) -> list[cst.For]:
+        """The `for` loops of a function whose bodies yield: a generator's passes over what it iterates."""
+        return [
+            node for node in self.program.scope_nodes(generator)
+            if type(node) is cst.For and any(type(n) is cst.Yield for n in self.tree.walk(node.body))
+        ]  # fmt: skip
 
     def _loader_loops(self, node: cst.CSTNode, function: cst.FunctionDef | None, seen: set) -> list[TrainLoop]:
         loops = self.tree.loops(node)

@@ -327,12 +327,9 @@ class ReduceMetrics(Transform):
         if not any(self.tree.line(n) > end for n in reads) or not isinstance(self.tree.parent(outer), (cst.IndentedBlock, cst.Module)):
             return False
         function = loop.function
-        gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
         lines = [
             f"# Each rank recorded its own steps: `{name}` becomes the mean over ranks, step by step.",
-            f"{gathered} = [None] * {self.world_size(function)}",
-            f"dist.all_gather_object({gathered}, {name})",
-            f"{name} = [sum(step) / len(step) for step in zip(*{gathered})]",
+            *self._gathered(function, name, "[sum(step) / len(step) for step in zip(*{g})]"),
         ]
         self.plan.insert_after(outer, statements("\n".join(lines) + "\n"))
         self.change(outer, f"`{name}` (a value per step, on each rank's shard) is averaged over ranks step by step once the loop ends")
@@ -489,7 +486,7 @@ class ReduceMetrics(Transform):
 
     def _reduce(self, loop: TrainLoop, totals: dict[str, Kind], helper: bool = False, sharded: str | None = None) -> None:
         function = loop.function
-        of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("count", "number", "number?", "tensor", "list")}
+        of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("count", "number", "number?", "tensor")}
         numbers = [name for name, kind in totals.items() if kind in ("count", "number", "number?")]  # in the script's order
         summed = {name for name in totals if totals[name] == "meter" or self._summed(loop, name, totals)}
         reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith("dict") or kind in ("meter", "array")]
@@ -530,28 +527,15 @@ class ReduceMetrics(Transform):
             lines.append(f"dist.all_reduce({name})")
             if name not in summed:  # not in place: an integer tensor (a count of hits) divides into floats
                 lines.append(f"{name} = {name} / {self.world_size(function)}")
-        for name in [n for n, kind in totals.items() if kind == "series"]:
+        joins = {
             # a value per step of a step loop (an LR range test's losses, walked with its `lrs` by index)
-            gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
-            lines += [
-                f"{gathered} = [None] * {self.world_size(function)}",
-                f"dist.all_gather_object({gathered}, {name})",
-                f"{name} = [sum(step) / len(step) for step in zip(*{gathered})]  # the mean over ranks, step by step",
-            ]
-        for name in [n for n, kind in totals.items() if kind == "cat"]:
-            gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
-            lines += [
-                f"{gathered} = [None] * {self.world_size(function)}",
-                f"dist.all_gather_object({gathered}, {name})",
-                f"{name} = torch.cat({gathered})",
-            ]
-        for name in of_kind["list"]:
-            gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
-            lines += [
-                f"{gathered} = [None] * {self.world_size(function)}",
-                f"dist.all_gather_object({gathered}, {name})",
-                f"{name} = [value for values in {gathered} for value in values]",
-            ]
+            "series": "[sum(step) / len(step) for step in zip(*{g})]  # the mean over ranks, step by step",
+            "cat": "torch.cat({g})",
+            "list": "[value for values in {g} for value in values]",
+        }
+        for kind, join in joins.items():
+            for name in [n for n, k in totals.items() if k == kind]:
+                lines += self._gathered(function, name, join)
         listed = ", ".join(f"`{t}`" for t in totals)
         done = "gathered from every rank" if not reduced else f"all-reduced ({how} over ranks)"
         if sharded is not None:
@@ -606,6 +590,16 @@ class ReduceMetrics(Transform):
             value = f"{tensor}[{i}].item()" + (f" / {self.world_size(function)}" if name in averaged else "")
             lines.append(f"{name} = int({value})" if name in ints else f"{name} = {value}")
         return lines
+
+    def _gathered(self, function: cst.FunctionDef | None, name: str, join: str) -> list[str]:
+        """`name` gathered from every rank as an object, then joined (`join`, with `{g}` for the
+        ranks' values) back into `name`."""
+        gathered = self._free(function, "gathered", "gathered_values", "all_ranks")
+        return [
+            f"{gathered} = [None] * {self.world_size(function)}",
+            f"dist.all_gather_object({gathered}, {name})",
+            f"{name} = " + join.format(g=gathered),
+        ]
 
     def _free(self, function: cst.FunctionDef | None, *names: str) -> str:
         return next(n for n in names if not self.program.binds(function, n))
