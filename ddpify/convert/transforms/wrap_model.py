@@ -11,9 +11,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.switches import GradSwitches
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, dotted, unchained
+from ddpify.syntax import code, dotted
 
 # Names of functions from other modules that use a model without training it: they get `model.module`.
 PLAIN_MODEL_USES = ("eval", "valid", "test", "predict", "infer", "score", "metric", "sample", "generate", "visual", "plot", "show", "save", "checkpoint", "export", "log", "print", "summary", "copy", "count", "flops", "ema", "swa", "average", "submi", "animation")  # EMA/SWA helpers read the weights
@@ -148,11 +149,13 @@ class WrapModel(Transform):
         again right after, where it is wrapped; elsewhere the report says so. Not where the
         model is only frozen after its wrap (a GAN turns its critic off and on every step): its
         parameters all required a gradient at the wrap, and DDP averages them."""
-        switches = [(node, *self._model_of(node, module), on, module) for node, module, on in self._grad_switches()]
-        for node, root, model, on, _ in switches:
-            if not on or root is None:
+        grad = self.program.fact(GradSwitches)
+        for switch in grad.all:
+            node = switch.node
+            root, model = self._model_of(node, switch.module)
+            if not switch.on or root is None:
                 continue
-            if model is not None and self._toggled_after_wrap(model, switches):
+            if model is not None and grad.toggled_after_wrap(model.ref, model.anchor, model.function):
                 continue
             if model is None or model.optional is not None:
                 self.warn(node, (
@@ -176,67 +179,6 @@ class WrapModel(Transform):
             return None, None
         model = next((m for m in self.facts.models if m.ref == dotted(root) and m.function is function and m.element is None), None)
         return root, model
-
-    def _toggled_after_wrap(self, model, switches) -> bool:
-        """The whole model is turned off only after its wrap, never before (a GAN's critic during
-        the generator's step): every parameter required a gradient when DDP wrapped it, and a
-        backward with all of them off fires none of DDP's hooks."""
-        wrapped = self.tree.order(model.anchor)
-        offs = [(node, module) for node, _, other, on, module in switches if other is model and not on]
-        return (
-            bool(offs)
-            and all(self.tree.order(node) > wrapped and dotted(module) == model.ref for node, module in offs)
-            and not any(not on and other is None and self.tree.order(node) < wrapped for node, _, other, on, _ in switches)
-        )
-
-    def _grad_switches(self) -> list[tuple[cst.CSTNode, cst.BaseExpression | None, bool]]:
-        """Where parameters start or stop requiring gradients, each with the module whose
-        parameters they are and whether they turn on: `for p in m.parameters(): p.requires_grad
-        = flag`, `m.requires_grad_(flag)`, and a call of a same-file function that does either to
-        a module it is handed (`set_requires_grad(model.backbone, True)`)."""
-        found: list[tuple[cst.CSTNode, cst.BaseExpression | None, bool]] = []
-        for node in self.tree.of_type(cst.For):
-            on = self._switch(node)
-            if on is not None:
-                method = s.method_call(unchained(self.program.unwrap_iterable(node.iter)))
-                found.append((node, method[0] if method else None, on))
-        for call in self.tree.calls():
-            method = s.method_call(call)
-            if method is not None and method[1] == "requires_grad_":
-                found.append((call, method[0], not _passes_false(call.args[:1])))
-                continue
-            function = self.tree.function(call)
-            target = self.program.callee(call, function)
-            if target is None:
-                continue
-            helper = target[0]
-            for loop in (n for n in self.program.scope_nodes(helper) if type(n) is cst.For):
-                on = self._switch(loop, helper, call)
-                method = s.method_call(unchained(self.program.unwrap_iterable(loop.iter))) if on is not None else None
-                handed = self.program.argument_for(call, helper, dotted(method[0]) or "") if method else None
-                if handed is not None:
-                    found.append((call, handed, bool(on)))
-        return found
-
-    def _switch(self, loop: cst.For, helper: cst.FunctionDef | None = None, call: cst.Call | None = None) -> bool | None:
-        """`for p in ...parameters(): p.requires_grad = X` (or `p.requires_grad_(X)`): whether it
-        turns them on (False: off when X is the literal False; None: no such loop). In a helper,
-        X may be its parameter: what `call` passes for it."""
-        found = s.method_call(unchained(self.program.unwrap_iterable(loop.iter)))
-        if not found or found[1] not in ("parameters", "named_parameters"):
-            return None
-        for node in self.tree.walk(loop.body):
-            if type(node) is cst.Assign and any(type(t.target) is cst.Attribute and t.target.attr.value == "requires_grad" for t in node.targets):
-                value = node.value
-                if helper is not None and call is not None and type(value) is cst.Name and value.value in self.program.all_param_names(helper):
-                    # `p.requires_grad = flag` in `set_requires_grad(module, flag)`: what the call passes
-                    passed = self.program.argument_for(call, helper, value.value)
-                    value = passed if passed is not None else (self.program.default(helper, value.value) or value)
-                return not (type(value) is cst.Name and value.value == "False")
-            call_ = s.method_call(node)
-            if call_ and call_[1] == "requires_grad_":
-                return not _passes_false(node.args[:1])  # type: ignore[attr-defined]
-        return None
 
     def _of_averaging(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """`swa_model.update_parameters(model)`: a method of an AveragedModel, which reads the
@@ -332,8 +274,3 @@ class WrapModel(Transform):
                     self.change(node, f"`{ref}.{attr}(...)` called on the plain model (`.module`): DDP has no `{attr}`, and this call does not train")
                 else:
                     self.change(node, f"`{ref}.{attr}` read through `.module` (the DDP wrapper has no `{attr}`)")
-
-
-def _passes_false(args) -> bool:
-    """`requires_grad_(False)`: the first argument is the literal False."""
-    return bool(args) and type(args[0].value) is cst.Name and args[0].value.value == "False"

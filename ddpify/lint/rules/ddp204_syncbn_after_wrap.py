@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpify.analysis.switches import PARAMETER_METHODS, GradSwitches
 from ddpify.edit import Plan
 from ddpify.lint.rule import Rule
 from ddpify.lint.rules._devices_and_output import (
@@ -26,7 +27,8 @@ from ddpify.syntax import code, dotted, method_call, unchained
 class SyncbnAfterWrap(Rule):
     """## What it does
     Flags `nn.SyncBatchNorm.convert_sync_batchnorm(model)` and other module surgery (assigning
-    a new submodule, `add_module`, freezing or unfreezing parameters with `requires_grad`)
+    a new submodule, `add_module`, freezing or unfreezing parameters with `requires_grad`, also
+    through a same-file helper handed the module: `set_requires_grad(model.backbone, True)`)
     applied to a model after it was wrapped in `DistributedDataParallel`, either on the wrapper
     or on the module it wraps. Surgery in a branch that excludes the wrap's (the wrap under
     `if args.distributed:`, `model.features = nn.DataParallel(model.features)` under its
@@ -80,9 +82,10 @@ class SyncbnAfterWrap(Rule):
                 continue
             if self._wrapped_again(node, name, function):
                 return  # `model = DDP(model.module)` after it: the new wrapper sees the change
-            if self._freezes(node) and not self._trains_after(node, name, function):
+            switch = self.program.fact(GradSwitches).at(node)
+            if switch is not None and not switch.on and not self._trains_after(node, name, function):
                 return  # a teacher frozen once it has trained, run under no_grad from then on: no gradient to sync
-            if "requires_grad" in what and subject == name and self._toggled_whole(name, wrap, function):
+            if switch is not None and subject == name and self.program.fact(GradSwitches).toggled_after_wrap(name, wrap, function):
                 return  # a GAN's critic off for the generator's step, on again for its own: DDP was built with all of it
             if "requires_grad" in what:
                 why = "DDP only syncs the parameters that required grad when it was built; freeze before wrapping"
@@ -104,32 +107,6 @@ class SyncbnAfterWrap(Rule):
             if (target is not None and dotted(target) == name) or (inner is not None and dotted(inner) in (name, f"{name}.module")):
                 return True
         return False
-
-    def _toggled_whole(self, name: str, wrap: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
-        """`name`'s parameters are switched only as a whole and only after its wrap, and some switch
-        turns them off: every one required a gradient when DDP was built, and a backward with all
-        of them off fires none of its hooks."""
-        switches = [
-            (call, subject) for call in self.program.calls_in(function)
-            if (subject := self._surgery(call)[0]) is not None and "requires_grad" in self._surgery(call)[1]
-            and (subject == name or subject.startswith(name + "."))
-        ]  # fmt: skip
-        return (
-            any(self._freezes(call) for call, _ in switches)
-            and all(subject == name and self.tree.order(call) > self.tree.order(wrap) for call, subject in switches)
-        )
-
-    def _freezes(self, node: cst.Call) -> bool:
-        """`p.requires_grad_(False)`, or `p.requires_grad = False` in a loop over parameters."""
-        found = method_call(node)
-        if found is not None and found[1] == "requires_grad_":
-            return bool(node.args) and code(node.args[0].value) == "False"
-        loop = self._loop_over(node)
-        values = [
-            n.value for n in self.tree.walk(loop.body) if isinstance(n, cst.Assign)
-            and any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad" for t in n.targets)
-        ] if loop is not None else []  # fmt: skip
-        return bool(values) and all(code(v) == "False" for v in values)
 
     def _trains_after(self, node: cst.Call, name: str, function: cst.FunctionDef | None) -> bool:
         """A forward of `name` with gradients after `node` in its function (or in a function it calls)."""
@@ -154,53 +131,17 @@ class SyncbnAfterWrap(Rule):
         found = method_call(node)
         if found is not None and found[1] in ("add_module", "register_module") and self._builds_module(node.args[-1].value if node.args else None):
             return dotted(found[0]), f"`{code(node.func)}(...)`"
-        if found is not None and found[1] == "requires_grad_":
-            owner = self._parameters_owner(found[0])
-            subject = owner if owner is not None else dotted(found[0])
-            return subject, f"`{code(node.func)}(...)`"
-        if found is not None and found[1] in ("parameters", "named_parameters") and self._sets_requires_grad(node):
-            return dotted(found[0]), f"`requires_grad` set on `{code(node)}`"
+        switch = self.program.fact(GradSwitches).at(node)
+        if switch is not None:
+            # `m.requires_grad_(...)` (in a loop over `m.parameters()`, or a helper's), or that loop setting `p.requires_grad`
+            setting = type(switch.node) is cst.For and (method_call(node) or ("", ""))[1] in PARAMETER_METHODS
+            return dotted(switch.module), f"`requires_grad` set on `{code(node)}`" if setting else f"`{code(node.func)}(...)`"
         parent = self.tree.parent(node)
         if isinstance(parent, cst.Assign) and parent.value is node and self._builds_module(node):
             for t in parent.targets:
                 if isinstance(t.target, cst.Attribute) and (owner := dotted(t.target.value)) is not None:
                     return owner, f"`{code(t.target)}` replaced"
         return None, ""
-
-    def _loop_over(self, parameters: cst.Call) -> cst.For | None:
-        """The `for p in m.parameters():` (or `enumerate(...)`, `named_parameters()`) loop a call feeds."""
-        node: cst.CSTNode = parameters
-        parent = self.tree.parent(node)
-        if isinstance(parent, cst.Arg) and self.tree.is_builtin_call(self.tree.parent(parent), "enumerate"):
-            node = self.tree.parent(parent)  # type: ignore[assignment]
-            parent = self.tree.parent(node)
-        return parent if isinstance(parent, cst.For) and parent.iter is node else None
-
-    def _sets_requires_grad(self, parameters: cst.Call) -> bool:
-        loop = self._loop_over(parameters)
-        if loop is None:
-            return False
-        loop_names = names_in(self.tree, loop.target)
-        for n in self.tree.walk(loop.body):
-            if isinstance(n, cst.Assign):
-                for target in n.targets:
-                    if isinstance(target.target, cst.Attribute) and target.target.attr.value == "requires_grad" and dotted(target.target.value) in loop_names:
-                        return True
-        return False
-
-    def _parameters_owner(self, receiver: cst.BaseExpression) -> str | None:
-        """For `p.requires_grad_()` inside `for p in m.parameters():`, the model `m`."""
-        if not isinstance(receiver, cst.Name):
-            return None
-        for loop in self.tree.loops(receiver):
-            if isinstance(loop, cst.For) and receiver.value in names_in(self.tree, loop.target):
-                iterated = loop.iter
-                if self.tree.is_builtin_call(iterated, "enumerate") and iterated.args:  # type: ignore[union-attr]
-                    iterated = iterated.args[0].value  # type: ignore[union-attr]
-                found = method_call(iterated)
-                if found is not None and found[1] in ("parameters", "named_parameters"):
-                    return dotted(found[0])
-        return None
 
     def _builds_module(self, node: cst.BaseExpression | None) -> bool:
         """A call that constructs a layer: `nn.Linear(...)`, `torchvision.ops.FrozenBatchNorm2d(...)`,

@@ -1,0 +1,113 @@
+"""Where parameters start or stop requiring gradients, and what a model's wrap sees of it.
+
+DDP averages only the parameters that required a gradient when it wrapped the model. A switch
+after the wrap matters two ways: unfreezing (`requires_grad_(True)`, gradual fine-tuning)
+leaves the newly trained parameters out of the averaging, while a model switched off and on as
+a whole only after its wrap (a GAN's critic during the generator's step) was wrapped with all
+of it and is fine. Convert wraps the model again after an unfreeze; lint DDP204 reports one.
+Both read the switches from here (`Program.fact(GradSwitches)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import libcst as cst
+
+from ddpify.program import Program
+from ddpify.syntax import dotted, method_call, unchained
+
+PARAMETER_METHODS = ("parameters", "named_parameters")
+
+
+@dataclass
+class GradSwitch:
+    node: cst.For | cst.Call  # the loop over the parameters, `m.requires_grad_(...)`, or the call of a helper doing either
+    at: cst.CSTNode  # where lint reports it: the loop's `m.parameters()` (its `p.requires_grad_()`), or the call
+    module: cst.BaseExpression  # whose parameters switch: `model.backbone`
+    on: bool  # they start requiring gradients (False: the literal False turns them off)
+
+
+class GradSwitches:
+    """The switches of one file, in source order."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.tree = program.tree
+
+    @cached_property
+    def all(self) -> list[GradSwitch]:
+        """`for p in m.parameters(): p.requires_grad = flag` (or `p.requires_grad_(flag)`),
+        `m.requires_grad_(flag)`, and a call of a same-file function that does the loop form to
+        a module it is handed (`set_requires_grad(model.backbone, True)`), the flag then being
+        what the call passes."""
+        found: list[GradSwitch] = []
+        in_loops: set[cst.Call] = set()
+        for loop in self.tree.of_type(cst.For):
+            switch = self._loop(loop)
+            if switch is not None:
+                found.append(switch)
+                in_loops.add(switch.at)  # type: ignore[arg-type]
+        for call in self.tree.calls():
+            method = method_call(call)
+            if method is not None and method[1] == "requires_grad_":
+                if call not in in_loops:
+                    found.append(GradSwitch(call, call, method[0], not _passes_false(call.args[:1])))
+                continue
+            target = self.program.callee(call, self.tree.function(call))
+            if target is None:
+                continue
+            helper = target[0]
+            for loop in (n for n in self.program.scope_nodes(helper) if type(n) is cst.For):
+                switch = self._loop(loop, helper, call)
+                handed = self.program.argument_for(call, helper, dotted(switch.module) or "") if switch is not None else None
+                if switch is not None and handed is not None:
+                    found.append(GradSwitch(call, call, handed, switch.on))
+        found.sort(key=lambda switch: self.tree.order(switch.node))
+        return found
+
+    def in_function(self, function: cst.FunctionDef | None) -> list[GradSwitch]:
+        return [switch for switch in self.all if self.tree.function(switch.node) is function]
+
+    def at(self, node: cst.CSTNode) -> GradSwitch | None:
+        return next((switch for switch in self.all if switch.at is node), None)
+
+    def toggled_after_wrap(self, name: str, wrap: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
+        """`name`'s parameters are switched only as a whole and only after its wrap, and some
+        switch turns them off (a GAN's critic during the generator's step): every one required a
+        gradient when DDP wrapped it, and a backward with all of them off fires none of its hooks."""
+        mine = [
+            switch for switch in self.in_function(function)
+            if (subject := dotted(switch.module)) is not None and (subject == name or subject.startswith(name + "."))
+        ]  # fmt: skip
+        wrapped = self.tree.order(wrap)
+        return any(not switch.on for switch in mine) and all(
+            dotted(switch.module) == name and self.tree.order(switch.node) > wrapped and not self.tree.inside(switch.node, wrap)
+            for switch in mine
+        )
+
+    def _loop(self, loop: cst.For, helper: cst.FunctionDef | None = None, call: cst.Call | None = None) -> GradSwitch | None:
+        """`for p in m.parameters(): p.requires_grad = X` (or `p.requires_grad_(X)`). In a helper,
+        X may be its parameter: what `call` passes for it."""
+        iterated = unchained(self.program.unwrap_iterable(loop.iter))
+        found = method_call(iterated)
+        if not found or found[1] not in PARAMETER_METHODS:
+            return None
+        for node in self.tree.walk(loop.body):
+            if type(node) is cst.Assign and any(type(t.target) is cst.Attribute and t.target.attr.value == "requires_grad" for t in node.targets):
+                value = node.value
+                if helper is not None and call is not None and type(value) is cst.Name and value.value in self.program.all_param_names(helper):
+                    # `p.requires_grad = flag` in `set_requires_grad(module, flag)`: what the call passes
+                    passed = self.program.argument_for(call, helper, value.value)
+                    value = passed if passed is not None else (self.program.default(helper, value.value) or value)
+                return GradSwitch(loop, iterated, found[0], not (type(value) is cst.Name and value.value == "False"))
+            method = method_call(node) if type(node) is cst.Call else None
+            if method and method[1] == "requires_grad_":
+                return GradSwitch(loop, node, found[0], not _passes_false(node.args))  # type: ignore[attr-defined]
+        return None
+
+
+def _passes_false(args) -> bool:
+    """`requires_grad_(False)`: the first argument is the literal False."""
+    return bool(args) and type(args[0].value) is cst.Name and args[0].value.value == "False"
