@@ -3725,3 +3725,20 @@ def test_a_smoothed_loss_per_step_of_an_lr_finder_is_averaged_step_by_step() -> 
     )
     output = convert(script(body)).output
     assert "    losses = [sum(step) / len(step) for step in zip(*gathered)]  # the mean over ranks, step by step\n" in output
+
+
+def test_a_model_read_back_whole_is_reached_both_ways_only_after_the_read() -> None:
+    """`model = torch.load(f)` after training: the saves before it hold the wrapper (`.module`);
+    a helper handed the model before and after, and a save in the loop that reads it back, may
+    hold either (`getattr(model, "module", model)`)."""
+    helpers = 'def evaluate(net):\n    return net.weight.sum().item()\n'
+    after = (
+        'torch.save(model.state_dict(), "last.pt")\nprint(evaluate(model))\n'
+        'model = torch.load("best.pt", weights_only=False)\nprint(evaluate(model))\n'
+    )
+    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}{after}", helpers)).output
+    assert 'torch.save(model.module.state_dict(), "last.pt")' in output
+    assert 'return getattr(net, "module", net).weight.sum()' in output
+    loop = LOOP + '    torch.save(model.state_dict(), "last.pt")\n    if epoch == 1:\n        model = torch.load("last.pt", weights_only=False)\n'
+    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}")).output
+    assert 'torch.save(getattr(model, "module", model).state_dict(), "last.pt")' in output  # the second epoch's save follows the read

@@ -18,6 +18,7 @@ from ddpify import syntax as s
 from ddpify.analysis import sync
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.analysis.output import FILE_WRITE, Outputs
+from ddpify.analysis.rebinds import rebinds_after
 from ddpify.program import Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value, unchained
 
@@ -245,29 +246,37 @@ class Facts:
         torch.load(f)`, the best model read back), with the helpers' parameters it is handed:
         from there on they hold the plain model, so code reaching it must work both ways."""
         names = {m.ref.rsplit(".", 1)[-1] for m in self.models if m.optional is not None}
-        rebound = []
-        for m in self.models:
-            if m.element is not None or "." in m.ref:
-                continue
-            wrapped = self.tree.order(m.anchor)
-            for value, _ in self.program.assignments(m.function, m.ref):
-                after = self.tree.order(value) > wrapped and not self.tree.inside(value, m.anchor)
-                if after and self._plain_again(value):
-                    rebound.append((m.ref, m.function))
-                    break
+        rebound = list(self._rebound)
         if rebound:
             names |= {ref.rsplit(".", 1)[-1] for refs in self.program.propagate(rebound).values() for ref in refs}
         return names
 
-    def _plain_again(self, value: cst.BaseExpression) -> bool:
-        """A value that is a plain model, never the wrapper: read back whole (`torch.load(f)`), or
-        built anew by a same-file class."""
-        if type(value) is not cst.Call:
+    @cached_property
+    def _rebound(self) -> dict[tuple[str, cst.FunctionDef | None], cst.BaseExpression]:
+        """Each wrapped model bound again after its wrap to what is no wrapper: its first such value."""
+        found = {}
+        for m in self.models:
+            if m.element is None and m.optional is None:
+                values = rebinds_after(self.program, m.ref, m.anchor, m.function)
+                if values:
+                    found[(m.ref, m.function)] = values[0]
+        return found
+
+    def may_be_plain(self, ref: str, at: cst.CSTNode | None) -> bool:
+        """Whether `ref` may hold the plain model where `at` runs, so that code reaching the plain
+        model must work both ways (`getattr(ref, "module", ref)`). In the function that wraps a
+        model read back later, code that runs only before the read holds the wrapper."""
+        name = ref.rsplit(".", 1)[-1]
+        if name not in self.optional_models:
             return False
-        value = unchained(value)
-        return type(value) is cst.Call and (
-            self.tree.is_call_to(value, s.TORCH_LOAD) or (type(value.func) is cst.Name and value.func.value in self.program.classes)
-        )
+        if at is None or any(m.ref.rsplit(".", 1)[-1] == name for m in self.models if m.optional is not None):
+            return True
+        function = self.tree.function(at)
+        value = self._rebound.get((ref, function))
+        if value is None:
+            return True  # a helper handed it: called before and after the read
+        outer = set(self.tree.loops(value))
+        return not (self.tree.order(at) < self.tree.order(value) and not any(loop in outer for loop in self.tree.loops(at)))
 
     @cached_property
     def _runs_after_lazy_setup(self) -> set[cst.FunctionDef]:

@@ -52,10 +52,11 @@ class Transform:
             self.plan.uses.add("world_size")
         return expr
 
-    def plain(self, ref: str) -> str:
-        """How code reaches the plain model behind `ref` once it is wrapped: `ref.module`, or
-        `getattr(ref, "module", ref)` for a model wrapped only when it trains (`optional`)."""
-        if ref.rsplit(".", 1)[-1] in self.facts.optional_models:
+    def plain(self, ref: str, at: cst.CSTNode | None = None) -> str:
+        """How code at `at` reaches the plain model behind `ref` once it is wrapped: `ref.module`,
+        or `getattr(ref, "module", ref)` where it may hold the plain model (wrapped only when it
+        trains, or read back whole later)."""
+        if self.facts.may_be_plain(ref, at):
             return f'getattr({ref}, "module", {ref})'
         return f"{ref}.module"
 

@@ -37,7 +37,7 @@ class Checkpoints(Transform):
                     self.facts.is_model(found[0], function) or self._in_model_list(found[0])
                 ):
                     ref = code(found[0])
-                    self.plan.replace(found[0], cst.parse_expression(self.plain(ref)))
+                    self.plan.replace(found[0], cst.parse_expression(self.plain(ref, node)))
                     self.change(node, f"`{ref}.{found[1]}` goes through `.module`: no `module.` prefix in the keys")
                 elif self.tree.is_call_to(node, s.TORCH_SAVE):
                     saves.append(node)
@@ -110,7 +110,7 @@ class Checkpoints(Transform):
                 if isinstance(parent, cst.Attribute) and parent.value is node:
                     continue  # model.state_dict(), model.module: handled where they are
                 ref = code(node)
-                self.plan.replace(node, cst.parse_expression(self.plain(ref)))
+                self.plan.replace(node, cst.parse_expression(self.plain(ref, node)))
                 self.change(node, f"`{ref}` is saved as the plain model (`{ref}.module`), not its DDP wrapper")
 
     def _in_model_list(self, node: cst.BaseExpression) -> bool:

@@ -33,7 +33,7 @@ class GradientSync(Transform):
                     self.warn(found.step or backward, f"gradient accumulation: {span}")
                     continue
                 condition = span.condition
-                if span.model.rsplit(".", 1)[-1] in self.facts.optional_models:
+                if self.facts.may_be_plain(span.model, span.statements[0]):
                     condition += f" or not isinstance({span.model}, DDP)"  # it may hold the plain model here
                 wrap_micro_steps(self.plan, span.statements, span.model, condition)
                 self.change(

@@ -126,10 +126,10 @@ class WrapModel(Transform):
                     ref = code(a.value)
                     last = name.rsplit(".", 1)[-1].lower()
                     if averaging or any(word in last for word in PLAIN_MODEL_USES) or self.tree.grad_disabled(call):
-                        self.plan.replace(a.value, cst.parse_expression(self.plain(ref)))
+                        self.plan.replace(a.value, cst.parse_expression(self.plain(ref, call)))
                         self.change(call, f"`{name}(...)` {self.origin_of(call, function)} gets the plain model (`{ref}.module`): it may read attributes the DDP wrapper does not have")
                     elif self._outside_training(call, function):
-                        self.plan.replace(a.value, cst.parse_expression(self.plain(ref)))
+                        self.plan.replace(a.value, cst.parse_expression(self.plain(ref, call)))
                         self.change(call, (
                             f"`{name}(...)` {self.origin_of(call, function)} gets the plain model (`{ref}.module`): it runs outside the training loop "
                             "and is given no optimizer or loader, so it does not train; a state_dict it saves has the plain model's keys"
@@ -258,7 +258,7 @@ class WrapModel(Transform):
                 if type(node) is cst.Subscript and self.facts.is_model(node.value, function):
                     # `model[0]` of an nn.Sequential: the wrapper cannot be indexed
                     ref = dotted(node.value)
-                    self.plan.replace(node.value, cst.parse_expression(self.plain(ref)))
+                    self.plan.replace(node.value, cst.parse_expression(self.plain(ref, node)))
                     self.change(node, f"`{ref}[...]` indexes the plain model (`.module`): the DDP wrapper cannot be indexed")
                     continue
                 if not isinstance(node, cst.Attribute) or not self.facts.is_model(node.value, function):
@@ -267,7 +267,7 @@ class WrapModel(Transform):
                 if attr in s.WRAPPER_ATTRIBUTES or attr.startswith("__"):
                     continue
                 ref = dotted(node.value)
-                self.plan.replace(node.value, cst.parse_expression(self.plain(ref)))
+                self.plan.replace(node.value, cst.parse_expression(self.plain(ref, node)))
                 parent = self.tree.parent(node)
                 if isinstance(parent, cst.Call) and parent.func is node:
                     # The analysis refused scripts that train through such a method.

@@ -21,6 +21,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.destinations import private_to_process
+from ddpify.analysis.rebinds import rebinds_after
 from ddpify.analysis.output import LOGGING, PRINT, TENSORBOARD, TQDM, WANDB, WRITES, Outputs
 from ddpify.analysis.ranks import GLOBAL_RANK_NAMES, MAIN_PROCESS_NAMES
 from ddpify.lint.script import Script
@@ -371,20 +372,6 @@ class DevicesAndOutput:
     def wraps_in(self, function: cst.FunctionDef | None) -> list[cst.Call]:
         return [w for w in self.script.ddp_wraps if self.tree.function(w) is function]
 
-    def _rebound_between(self, name: str, wrap: cst.Call, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
-        """`model = torch.load(f)` after the wrap and before `node`: the name holds another object
-        there (the best model read back whole), not the wrapper."""
-        if "." in name:
-            return False
-        start, end = self.tree.order(wrap), self.tree.order(node)
-        statement = self.tree.statement(wrap)
-        return any(
-            start < self.tree.order(value) < end and not self.tree.inside(value, statement)
-            and not (type(value) is cst.Call and self.tree.is_call_to(value, s.DDP))
-            and name not in {n.value for n in self.tree.walk(value) if type(n) is cst.Name}  # not `convert_sync_batchnorm(model)`
-            for value, _ in self.program.assignments(function, name)
-        )
-
     def rebound_since_wrap(self, name: str, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
         """`name` is wrapped in this function before `node`, and bound again to another object
         since (the best model read back whole): at `node` it is no wrapper."""
@@ -392,7 +379,7 @@ class DevicesAndOutput:
             wrap for wrap in self.wraps_in(function)
             if self.tree.order(wrap) < self.tree.order(node) and (target := wrap_target(self.tree, wrap)) is not None and dotted(target) == name
         ]  # fmt: skip
-        return bool(wraps) and all(self._rebound_between(name, wrap, node, function) for wrap in wraps)
+        return bool(wraps) and all(rebinds_after(self.program, name, wrap, function, node) for wrap in wraps)
 
     def wrapped_at(self, name: str, node: cst.CSTNode, function: cst.FunctionDef | None, seen: frozenset = frozenset()) -> cst.Call | None:
         """The DDP wrap that `name` (the wrapper or the module it wraps) may have gone through
@@ -403,7 +390,7 @@ class DevicesAndOutput:
             target = wrap_target(self.tree, wrap)
             inner = wrapped_module(wrap)
             names = {dotted(target) if target is not None else None, dotted(inner) if inner is not None else None}
-            if name in names and not self._rebound_between(name, wrap, node, function):
+            if name in names and not rebinds_after(self.program, name, wrap, function, node):
                 return wrap
         if function is None or function in seen:
             return None
