@@ -3742,3 +3742,31 @@ def test_a_model_read_back_whole_is_reached_both_ways_only_after_the_read() -> N
     loop = LOOP + '    torch.save(model.state_dict(), "last.pt")\n    if epoch == 1:\n        model = torch.load("last.pt", weights_only=False)\n'
     output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}")).output
     assert 'torch.save(getattr(model, "module", model).state_dict(), "last.pt")' in output  # the second epoch's save follows the read
+
+
+def test_correct_per_class_over_counts_from_the_labels_is_summed() -> None:
+    """`per_class_correct / label_counts` with `label_counts = torch.bincount(labels)`: the
+    counts are of the whole training set, so the per-rank totals are summed (averaging them
+    printed a per-class accuracy of 50% at 100% on 2 ranks; helper corpus L)."""
+    body = f"""\
+{DEVICE}
+labels = torch.randint(0, 2, (64,))
+loader = DataLoader(TensorDataset(torch.randn(64, 4), labels), batch_size=8, shuffle=True)
+label_counts = torch.bincount(labels, minlength=2).float()
+model = nn.Linear(4, 2).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    per_class_correct = torch.zeros(2)
+    for x, y in loader:
+        out = model(x.to(device))
+        loss = nn.functional.cross_entropy(out, y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        for c in range(2):
+            per_class_correct[c] += ((out.argmax(1).cpu() == c) & (y == c)).sum().item()
+    print((per_class_correct / label_counts).tolist(), (per_class_correct[0] / label_counts[0]).item())
+"""
+    output = convert(script(body)).output
+    assert "dist.all_reduce(per_class_correct)\n" in output
+    assert "per_class_correct / world_size" not in output

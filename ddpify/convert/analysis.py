@@ -400,9 +400,13 @@ class Facts:
         """`len(loader.dataset)`, `loader.dataset.__len__()`, `len(train_set)` of a training
         loader's dataset, or a name bound to `len(dataset)`: the number of samples of the whole
         dataset, of which a rank now sees 1/world_size. Not `len(loader)` or `len(loader.sampler)`:
-        those count a rank's own batches or samples."""
+        those count a rank's own batches or samples. Counts per class taken from the labels
+        (`label_counts = torch.bincount(labels)`, `label_counts[c]`) count the whole set too."""
         if hasattr(expr, "lpar"):
             expr = expr.with_changes(lpar=[], rpar=[])  # `(len(ds))`
+        counted = expr.value if type(expr) is cst.Subscript else expr  # `label_counts[c]`
+        if any(o.node is not counted and _counts_labels(self.tree, o.node) for o in self.program.origins(counted, function)):
+            return True
         if isinstance(expr, cst.Call):
             measured = _measured(self.tree, expr)
             return measured is not None and (
@@ -2125,6 +2129,16 @@ def _measured(tree: Tree, node: cst.CSTNode) -> cst.BaseExpression | None:
         return node.args[0].value  # type: ignore[union-attr]
     found = s.method_call(node) if isinstance(node, cst.Call) else None
     return found[0] if found is not None and found[1] == "__len__" else None
+
+
+def _counts_labels(tree: Tree, node: cst.CSTNode) -> bool:
+    """`torch.bincount(labels)`, `np.bincount(...)` or `labels.bincount()` (`.float()` after it):
+    the samples of each class, counted before training from the data, not from a loader's batches."""
+    node = unchained(node) if type(node) is cst.Call else node
+    if type(node) is not cst.Call:
+        return False
+    found = s.method_call(node)
+    return (tree.qname(node.func) or "").rsplit(".", 1)[-1] == "bincount" or (found is not None and found[1] == "bincount")
 
 
 def _tees_output(statement: cst.CSTNode) -> bool:
