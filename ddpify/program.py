@@ -611,13 +611,16 @@ class Program:
         return [o for o in self.origins(wrapped[1], origin.function) if self.tree.is_call_to(o.node, s.DATALOADER)]
 
     def sampler_owner(self, loader: cst.BaseExpression, function: cst.FunctionDef | None, spelled: str | None = None) -> str:
-        """How `loader` (spelled so) reaches the DataLoader whose `.sampler` to use: itself, or the
-        attribute a same-file wrapper keeps it in (`train_dl.dl`)."""
+        """How `loader` (spelled so) reaches the object whose `.sampler` to use: itself, the
+        attribute a same-file wrapper keeps it in (`train_dl.dl`), or its torch BatchSampler
+        (`loader.batch_sampler`)."""
         spelled = spelled if spelled is not None else code(loader)
         for origin in self.origins(loader, function):
             wrapped = self.loader_wrapper(origin)
             if wrapped is not None and self._wrapped_loaders(origin):
                 return f"{spelled}.{wrapped[0]}"
+            if self.tree.is_call_to(origin.node, s.DATALOADER) and self.tree.is_call_to(getattr(s.arg(origin.node, 4, "batch_sampler"), "value", None), s.BATCH_SAMPLER):
+                return f"{spelled}.batch_sampler"  # its `.sampler` is the one the BatchSampler batches
         return spelled
 
     # --- following an object through the program ---------------------------------------

@@ -24,6 +24,7 @@ RANDOM_SAMPLER = {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.Ra
 SEQUENTIAL_SAMPLER = {"torch.utils.data.SequentialSampler", "torch.utils.data.sampler.SequentialSampler"}
 WEIGHTED_SAMPLER = {"torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler"}
 SUBSET_SAMPLER = {"torch.utils.data.SubsetRandomSampler", "torch.utils.data.sampler.SubsetRandomSampler"}
+BATCH_SAMPLER = {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"}
 ITERABLE_DATASET = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 DATASET = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset", *ITERABLE_DATASET}
 

@@ -356,9 +356,9 @@ def test_existing_samplers_are_split_by_rank(loader: str, expected: str, set_epo
     ("loader", "reason"),
     [
         pytest.param(
-            DATA + "loader = DataLoader(data, batch_sampler=torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 8, False))",
-            "give it `DistributedSampler(dataset)` in place of `torch.utils.data.RandomSampler(data)`, and call "
-            "`loader.batch_sampler.sampler.set_epoch(epoch)`", id="batch-sampler",
+            DATA + "loader = DataLoader(data, batch_sampler=torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data, replacement=True), 8, False))",
+            "give it `DistributedSampler(dataset)` in place of `torch.utils.data.RandomSampler(data, replacement=True)`, and call "
+            "`loader.batch_sampler.sampler.set_epoch(epoch)`", id="batch-sampler-with-replacement",
         ),
         pytest.param(
             DATA + "loader = DataLoader(data, batch_sampler=Buckets(data, 8))",
@@ -370,6 +370,18 @@ def test_existing_samplers_are_split_by_rank(loader: str, expected: str, set_epo
 def test_samplers_that_cannot_be_split_are_refused(loader: str, reason: str) -> None:
     result = convert(standard(loader=loader))
     assert result.status == "unchanged" and reason in result.reason
+
+
+@pytest.mark.parametrize(("inner", "shuffle"), [("RandomSampler", "True"), ("SequentialSampler", "False")])
+def test_torch_batch_sampler_batches_a_distributed_sampler(inner: str, shuffle: str) -> None:
+    """`batch_sampler=BatchSampler(RandomSampler(data), 8, False)`: the batches come from the inner
+    sampler, which becomes a DistributedSampler; set_epoch goes through `loader.batch_sampler`
+    (`loader.sampler` is the DataLoader's own SequentialSampler there). It was refused."""
+    loader = DATA + f"loader = DataLoader(data, batch_sampler=torch.utils.data.BatchSampler(torch.utils.data.{inner}(data), 8, False))"
+    output = convert(standard(loader=loader)).output
+    assert f"batch_sampler=torch.utils.data.BatchSampler(DistributedSampler(data, shuffle={shuffle}), 8, False))" in output
+    assert "        loader.batch_sampler.sampler.set_epoch(epoch)\n" in output
+    assert "drop_last=True" not in output and "loader.sampler" not in output.replace("batch_sampler.sampler", "")
 
 
 def test_iterable_dataset_is_refused() -> None:
@@ -3770,3 +3782,20 @@ for epoch in range(2):
     output = convert(script(body)).output
     assert "dist.all_reduce(per_class_correct)\n" in output
     assert "per_class_correct / world_size" not in output
+
+
+def test_two_syncing_calls_in_one_output_get_two_names() -> None:
+    """`print("train", evaluate(model, loader), "test", evaluate(model, test_loader))`: each call
+    runs on every rank before rank 0 prints, under a name of its own (both were bound to
+    `evaluate_result`, so the train figure printed the test one)."""
+    helpers = """
+    def evaluate(model, loader):
+        total = 0.0
+        for x, y in loader:
+            total += nn.functional.mse_loss(model(x), y, reduction="sum").item()
+        return total / len(loader.dataset)
+    """
+    after = 'test_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8)\nprint("train", evaluate(model, loader), "test", evaluate(model, test_loader))\n'
+    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}{after}", helpers)).output
+    assert "    evaluate_result = evaluate(model, loader)\n    evaluate_result2 = evaluate(model, test_loader)\n" in output
+    assert 'print("train", evaluate_result, "test", evaluate_result2)' in output

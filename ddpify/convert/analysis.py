@@ -124,6 +124,8 @@ class LoaderPlan:
     # the None becomes this DistributedSampler, so the ranks shard the data when the flag is off.
     none: cst.CSTNode | None = None
     none_sampler: str | None = None
+    # "shard" of `batch_sampler=BatchSampler(RandomSampler(ds), ...)`: `sampler` is the one inside
+    batched: bool = False
 
 
 @dataclass
@@ -340,7 +342,7 @@ class Facts:
                 continue  # a loader read in order reads in order on every pass: set_epoch changes nothing
             for via, generator, loop in loops.generator_passes(draw):
                 if via is draw.loop:  # the generator reads the loader itself: it is that loader
-                    found.setdefault(loop, (loop, code(draw.loader), False))
+                    found.setdefault(loop, (loop, self.program.sampler_owner(draw.loader, draw.function), False))
                     continue
                 name = self.program.param_names(generator)[0]
                 callers = [
@@ -350,7 +352,7 @@ class Facts:
                     any(id(o.node) in self.sharded_loaders for o in self.program.dataloaders(arg, caller)) or (draw.external and code(arg) == code(draw.loader))
                     for arg, caller in callers
                 )
-                found.setdefault(loop, (loop, name, mixed))
+                found.setdefault(loop, (loop, self.program.sampler_owner(cst.Name(name), generator, name), mixed))
         return list(found.values())
 
     def _draws_sharded(self, draw: TrainLoop) -> bool:
@@ -369,7 +371,7 @@ class Facts:
             for call in self.program.calls_in(loop.function):
                 if self.tree.is_builtin_call(call, "iter") and call.args and code(call.args[0].value) == spelled:
                     if self.tree.loops(call) or any(isinstance(a, cst.ExceptHandler) for a in self.tree.ancestors(call)):
-                        found.append((call, spelled))
+                        found.append((call, self.program.sampler_owner(loop.loader, loop.function, spelled)))
         return list(dict.fromkeys(found))
 
     def in_dataset(self, function: cst.FunctionDef | None) -> bool:
@@ -1489,8 +1491,10 @@ class Analyzer:
         if batch_sampler is not None:
             inner = batch_sampler.value
             advice = "give each rank its own batches in it, or use a sampler"
-            if self.tree.is_call_to(inner, {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"}) and inner.args:  # type: ignore[union-attr]
+            if self.tree.is_call_to(inner, s.BATCH_SAMPLER) and inner.args:  # type: ignore[union-attr]
                 sampler = inner.args[0].value  # type: ignore[union-attr]
+                if self._shardable_inner(sampler):
+                    return LoaderPlan(call, origin.function, "shard", sampler, batched=True)  # type: ignore[arg-type]
                 advice = (
                     f"torch's BatchSampler batches what its sampler draws: give it `DistributedSampler(dataset)` in place of "
                     f"`{code(sampler)}`, and call `loader.batch_sampler.sampler.set_epoch(epoch)` each epoch"
@@ -1532,6 +1536,16 @@ class Analyzer:
             f"the training DataLoader (line {line}) draws with `{code(sampler.value)}`, a sampler ddpify cannot split by "
             "rank: make it give each rank its own samples (or use a DistributedSampler), then convert"
         )
+
+    def _shardable_inner(self, sampler: cst.BaseExpression) -> bool:
+        """`RandomSampler(ds)` (without replacement) or `SequentialSampler(ds)` written in torch's
+        `BatchSampler(...)` over a named dataset: a DistributedSampler over `ds` takes its place."""
+        if type(sampler) is not cst.Call or not self.tree.is_call_to(sampler, s.RANDOM_SAMPLER | s.SEQUENTIAL_SAMPLER):
+            return False
+        source = s.arg(sampler, 0, "data_source")
+        if source is None or dotted(source.value) is None or len(sampler.args) != 1:
+            return False  # `replacement=`, `num_samples=`, `generator=`: a draw a DistributedSampler does not make
+        return True
 
     def _optional_sampler(self, call: cst.Call, function: cst.FunctionDef | None, origins: list[Origin]) -> LoaderPlan | None:
         """`sampler = WeightedRandomSampler(w, n) if args.balance else None` with `shuffle=(sampler
@@ -2072,10 +2086,11 @@ PASSES = "<passes>"
 
 
 def _shuffles(loader: cst.CSTNode) -> bool:
-    """Whether a DataLoader call draws in a random order (`shuffle=` not False, or a sampler)."""
+    """Whether a DataLoader call draws in a random order (`shuffle=` not False, or a sampler or
+    batch sampler)."""
     if type(loader) is not cst.Call:
         return True
-    shuffle, sampler = s.arg(loader, 2, "shuffle"), s.arg(loader, 3, "sampler")
+    shuffle, sampler = s.arg(loader, 2, "shuffle"), s.arg(loader, 3, "sampler") or s.arg(loader, 4, "batch_sampler")
     return sampler is not None or (shuffle is not None and not (type(shuffle.value) is cst.Name and shuffle.value.value == "False"))
 
 

@@ -450,6 +450,9 @@ def patch_dataloader(facts):
             return None
         sampler = getattr(loader, "sampler", None)
         batch_sampler = getattr(loader, "batch_sampler", None)
+        inner = getattr(batch_sampler, "sampler", None)
+        if inner is not None and inner is not sampler:  # `batch_sampler=BatchSampler(DistributedSampler(ds), ...)`
+            sampler = inner
         entry = {
             "_loader": loader,
             "index": len(facts.loaders),

@@ -54,7 +54,7 @@ class ReduceMetrics(Transform):
             if totals:
                 # `run_epoch(model, val_loader)` also evaluates a whole loader through the same loop
                 whole = self._also_whole(loop)
-                self._reduce(loop, totals, sharded=f"isinstance({code(loop.loader)}.sampler, DistributedSampler)" if whole else None)
+                self._reduce(loop, totals, sharded=f"isinstance({self.program.sampler_owner(loop.loader, loop.function)}.sampler, DistributedSampler)" if whole else None)
         for loop in self._shard_passes():
             totals = self._accumulators(loop)
             if totals:
@@ -64,7 +64,7 @@ class ReduceMetrics(Transform):
             if not totals:
                 continue
             # a helper some callers hand a whole loader (`check_accuracy(test_loader)`): reduced when the loader it is given is sharded
-            sharded = None if every_caller_sharded else f"isinstance({code(loop.loader)}.sampler, DistributedSampler)"
+            sharded = None if every_caller_sharded else f"isinstance({self.program.sampler_owner(loop.loader, loop.function)}.sampler, DistributedSampler)"
             self._reduce(loop, totals, helper=True, sharded=sharded)
 
     def _shard_passes(self) -> list[TrainLoop]:

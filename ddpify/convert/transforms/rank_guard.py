@@ -145,11 +145,13 @@ class RankZeroGuards(Transform):
         calls = self._syncing_calls(statement.body[0], function)
         if not calls or any(self.facts.syncs(a.value, function) for c in calls for a in c.args):
             return False
-        hoisted = []
+        hoisted, taken = [], set()
         for call in calls:
             callee = s.dotted(call.func) or "value"
             base = f"{callee.rsplit('.', 1)[-1]}_result"
-            name = next(n for n in (base, f"{base}_", f"{base}2") if not self.program.binds(function, n))
+            candidates = (base if i == 1 else f"{base}{i}" for i in range(1, 100))  # `print(evaluate(a), evaluate(b))`: two names
+            name = next(n for n in candidates if n not in taken and not self.program.binds(function, n))
+            taken.add(name)
             hoisted.append(f"{name} = {code(call)}\n")
             self.plan.replace(call, cst.Name(name))
         self.plan.insert_before(statement, statements("".join(hoisted)))

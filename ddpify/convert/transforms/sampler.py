@@ -140,6 +140,14 @@ class Sampler(Transform):
 
     def _shard(self, plan: LoaderPlan) -> None:
         call = plan.call
+        if plan.batched:
+            assert plan.sampler is not None
+            source = code(s.arg(plan.sampler, 0, "data_source").value)  # type: ignore[union-attr]
+            shuffle_code = "True" if self.tree.qname(plan.sampler.func) in s.RANDOM_SAMPLER else "False"
+            self.plan.replace(plan.sampler, cst.parse_expression(f"DistributedSampler({source}, shuffle={shuffle_code})"))
+            self.change(call, f"training DataLoader sharded across ranks: its BatchSampler batches a DistributedSampler in place of `{code(plan.sampler)}`")
+            self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+            return
         dataset = s.arg(call, 0, "dataset")
         if dataset is None:
             self.warn(call, "the training DataLoader has no dataset argument ddpify can read: not sharded")

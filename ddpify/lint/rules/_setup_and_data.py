@@ -65,7 +65,6 @@ PLAIN_SAMPLERS = {
     "torch.utils.data.SequentialSampler",
     "torch.utils.data.sampler.SequentialSampler",
 }
-BATCH_SAMPLER = {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"}
 TRAIN_TEST_SPLIT = {"sklearn.model_selection.train_test_split", "sklearn.model_selection._split.train_test_split"}
 # Datasets that shard themselves across ranks (or cannot take a sampler at all).
 SELF_SHARDING = {"datasets.distributed.split_dataset_by_node"}
@@ -589,7 +588,7 @@ class Facts:
             found = self.resolve(value, function)
             complete = complete and bool(found)
             for origin in found:
-                inner = s.arg(origin.node, 0, "sampler") if self.tree.is_call_to(origin.node, BATCH_SAMPLER) else None
+                inner = s.arg(origin.node, 0, "sampler") if self.tree.is_call_to(origin.node, s.BATCH_SAMPLER) else None
                 if inner is not None:
                     resolved = self.resolve(inner.value, origin.function)
                     complete = complete and bool(resolved)
@@ -616,7 +615,7 @@ class Facts:
         for target, scope in names:
             wanted = dotted(target) if target is not node else None
             for call in self.tree.calls():
-                if self.tree.is_call_to(call, s.DATALOADER | BATCH_SAMPLER):
+                if self.tree.is_call_to(call, s.DATALOADER | s.BATCH_SAMPLER):
                     continue
                 if self.program.callee(call, self.tree.function(call)) is not None:
                     continue
