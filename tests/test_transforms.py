@@ -3799,3 +3799,13 @@ def test_two_syncing_calls_in_one_output_get_two_names() -> None:
     output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}{after}", helpers)).output
     assert "    evaluate_result = evaluate(model, loader)\n    evaluate_result2 = evaluate(model, test_loader)\n" in output
     assert 'print("train", evaluate_result, "test", evaluate_result2)' in output
+
+
+def test_a_backend_of_the_scripts_own_leaves_the_setup_another_name() -> None:
+    """`backend = CFG["backend"]` (which feature extractor to build): the setup's temporary
+    becomes `dist_backend` and the script's own stays as it was. It was refused ("rename it")."""
+    body = f'backend = "mlp"\n{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}print(backend)\n'
+    result = convert(script(body))
+    assert result.status == "converted"
+    assert 'dist_backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"' in result.output
+    assert "dist.init_process_group(dist_backend)" in result.output and '    backend = "mlp"\n' in result.output

@@ -1796,7 +1796,8 @@ class Analyzer:
     def _check_names(self, entry: Entry) -> set[str]:
         """The setup defines `local_rank` and `backend` in the entry point, and `rank` and
         `world_size` where no name of the script's own is called so (then the code asks
-        `dist.get_rank()` where it needs the rank). Returns the latter names the script binds."""
+        `dist.get_rank()` where it needs the rank). Returns the latter names the script binds,
+        and the name the backend takes where the script has a `backend` of its own."""
         taken = set()
         for name in ENTRY_NAMES:
             values = self.program.assignments(entry.function, name)
@@ -1806,6 +1807,9 @@ class Analyzer:
                 continue
             if name in ("rank", "world_size"):
                 taken.add(name)
+                continue
+            if name == "backend":  # the setup's own temporary: another name does
+                taken.add(next(n for n in ("dist_backend", "ddp_backend", "process_group_backend") if not self.program.binds(entry.function, n)))
                 continue
             where = next((f" (line {self.tree.line(v)})" for v, _ in values), "")
             raise NotConvertible(f"the script already uses the name `{name}`{where} that the DDP setup needs; rename it first")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import libcst as cst
@@ -58,6 +59,9 @@ class ProcessGroup(Transform):
         for name in ("rank", "world_size"):
             if name in self.plan.uses:
                 source += f"{name} = dist.get_{name}()\n"
+        renamed = next((n for n in self.facts.taken if n.endswith("_backend")), None)
+        if renamed is not None:  # the script has a `backend` of its own
+            source = re.sub(r"\bbackend\b", renamed, source)
         setup = statements(source)
         if entry.kind == "module":
             assert entry.after is not None
