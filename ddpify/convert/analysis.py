@@ -1245,7 +1245,7 @@ class Analyzer:
     def _uses_for_training(self, statement: cst.CSTNode, ref: str, function: cst.FunctionDef | None) -> bool:
         """A forward, a loop that trains, or a call of a same-file function that trains."""
         for call in self.tree.calls(statement):
-            if dotted(call.func) == ref:
+            if dotted(call.func) == ref and not self._trial_forward(call, statement):
                 return True
             if is_backward(call) and any(self.tree.inside(loop, statement) for loop in self.tree.loops(call)) and self._may_train(statement, ref, function):
                 return True
@@ -1255,6 +1255,19 @@ class Analyzer:
             if self._hands_to_trainer(call, ref):
                 return True  # `Trainer(model, ...)`: its methods train what it was handed
         return False
+
+    def _trial_forward(self, call: cst.Call, statement: cst.CSTNode) -> bool:
+        """`model(torch.zeros(1, 3, 32, 32))` on a line of its own (it sizes lazy layers), printed
+        (`print(model(dummy).shape)`) or under `no_grad`, outside any loop: a forward whose
+        output nothing trains on. The wrap goes after it (DDP refuses uninitialized parameters)."""
+        if self.tree.loops(call) or any(type(n) in (cst.For, cst.While) for n in self.tree.walk(statement)):
+            return False
+        if self.tree.grad_disabled(call):
+            return True
+        if not (type(statement) is cst.SimpleStatementLine and len(statement.body) == 1 and type(statement.body[0]) is cst.Expr):
+            return False
+        value = statement.body[0].value
+        return value is call or (self.tree.is_builtin_call(value, "print") and not any(is_backward(c) for c in self.tree.calls(value)))
 
     def _may_train(self, loop: cst.CSTNode, ref: str, function: cst.FunctionDef | None) -> bool:
         """Whether a loop that calls backward() may train `ref`: it names the model or a name

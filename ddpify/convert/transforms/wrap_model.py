@@ -271,6 +271,9 @@ class WrapModel(Transform):
                 parent = self.tree.parent(node)
                 if isinstance(parent, cst.Call) and parent.func is node:
                     # The analysis refused scripts that train through such a method.
-                    self.change(node, f"`{ref}.{attr}(...)` called on the plain model (`.module`): DDP has no `{attr}`, and this call does not train")
+                    if attr in s.MODULE_METHODS:  # `named_parameters()`: the wrapper has it, with other names
+                        self.change(node, f"`{ref}.{attr}(...)` called on the plain model (`.module`): through the DDP wrapper every name would start with `module.`")
+                    else:
+                        self.change(node, f"`{ref}.{attr}(...)` called on the plain model (`.module`): DDP has no `{attr}`, and this call does not train")
                 else:
                     self.change(node, f"`{ref}.{attr}` read through `.module` (the DDP wrapper has no `{attr}`)")
