@@ -3820,3 +3820,15 @@ def test_the_wrap_follows_a_trial_forward_and_the_move(trial: str) -> None:
     model = f"model = nn.Sequential(nn.LazyLinear(8), nn.Linear(8, 1))\n{trial}\nmodel = model.to(device)"
     output = convert(standard(model=model)).output
     assert "    model = model.to(device)\n    model = DDP(model)\n" in output
+
+
+def test_a_second_stage_model_is_wrapped_too() -> None:
+    """Pretraining `m1`, then a second model `m2` with its own optimizer and loop in the same
+    function: both are wrapped. The first loop's `loss = ...(m1(x))` was taken as a use of `m2`
+    (its loop binds `loss` too), so `m2` got no place for its wrap and trained apart on every
+    rank, unreported (helper corpus O)."""
+    stage = "{m} = nn.Linear(4, 1).to(device)\n{o} = torch.optim.SGD({m}.parameters(), lr=0.1)\n" + LOOP.replace("model(", "{m}(").replace("optimizer", "{o}")
+    body = f"{DEVICE}\n{LOADER}\n" + stage.format(m="m1", o="o1") + stage.format(m="m2", o="o2")
+    output = convert(script(body)).output
+    assert "    m1 = DDP(m1)\n" in output and "    m2 = DDP(m2)\n" in output
+

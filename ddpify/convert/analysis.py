@@ -645,6 +645,7 @@ class Analyzer:
     def _models(self) -> list[TrainedModel]:
         found: dict[tuple[str, cst.FunctionDef | None], TrainedModel] = {}
         always: set[tuple[str, cst.FunctionDef | None]] = set()  # trained by an optimizer made on every path
+        unplaced: dict[tuple[str, cst.FunctionDef | None], cst.Call] = {}  # trained, with no place found for the wrap
         for call in self.tree.calls():
             if not self._is_optimizer_call(call) or not call.args:
                 continue
@@ -677,6 +678,8 @@ class Analyzer:
                         if model is not None:
                             self._judge_unused_parameters(model)
                             found[key] = model
+            for key in touched - set(found):
+                unplaced.setdefault(key, call)
             under_if = any(isinstance(a, cst.If) for a in self.tree.ancestors(call) if self.tree.function(a) is function or a is function)
             for key in touched & set(found):
                 if optional is None and under_if:
@@ -687,6 +690,14 @@ class Analyzer:
                     found[key].optional = optional
         for key in always & set(found):
             found[key].optional = None
+        unplaced = {key: call for key, call in unplaced.items() if key not in found}
+        if unplaced and found:
+            (ref, _), call = next(iter(unplaced.items()))
+            raise NotConvertible(
+                f"the optimizer at line {self.tree.line(call)} trains `{ref}`, but ddpify finds no statement after `{ref}` is built and "
+                f"before it trains where a DDP wrap could go: left unwrapped it would train apart on every rank beside "
+                f"{', '.join(f'`{m.ref}`' for m in found.values())}; wrap it by hand (`{ref} = DDP({ref})` once it is on its device), then convert"
+            )
         if not found:
             for model in self._models_handed_an_optimizer():
                 self._judge_unused_parameters(model)
@@ -1271,11 +1282,14 @@ class Analyzer:
 
     def _may_train(self, loop: cst.CSTNode, ref: str, function: cst.FunctionDef | None) -> bool:
         """Whether a loop that calls backward() may train `ref`: it names the model or a name
-        bound from it (`net = model.to(device)`), or calls a function of this file (which may
-        reach it). A teacher's pre-training loop before `student = Net()` trains no student."""
+        bound from it before the loop (`net = model.to(device)`), or calls a function of this
+        file (which may reach it). A teacher's pre-training loop before `student = Net()` trains
+        no student, nor does a first stage's loop the second stage's model."""
         names = {ref}
+        start = self.tree.order(loop)
         for node in self.program.scope_nodes(function):
-            if type(node) is cst.Assign and self._mentions(node.value, ref):
+            # bound before the loop: `loss = ...(model(x))` in a later loop is another loss
+            if type(node) is cst.Assign and self.tree.order(node) < start and self._mentions(node.value, ref):
                 names |= {name for t in node.targets for name in self.program.names_in(t.target)}
         for node in self.tree.walk(loop):
             if (type(node) is cst.Name or type(node) is cst.Attribute) and dotted(node) in names:
