@@ -10,6 +10,7 @@ that names it.
 from __future__ import annotations
 
 import builtins
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -22,6 +23,7 @@ from ddpify import syntax as s
 from ddpify.syntax import Tree, code, dotted, string_value
 
 # Calls that wrap an iterable without changing what it yields batch by batch.
+COMPANION_LIMIT = 500_000  # bytes: a module of the script's own larger than this is not read
 ITERABLE_WRAPPERS = {"builtins.enumerate", "builtins.iter", "builtins.zip", "itertools.islice", *s.TQDM}
 
 
@@ -65,8 +67,10 @@ def _named_params(function: cst.FunctionDef) -> list[cst.Param]:
 class Program:
     """Functions, classes and assignments of one script, indexed once."""
 
-    def __init__(self, tree: Tree) -> None:
+    def __init__(self, tree: Tree, directory: Path | None = None) -> None:
         self.tree = tree
+        self.directory = directory  # where the script's own modules are (`from utils import AverageMeter`)
+        self._companions: dict[str, Program | None] = {}
         self.functions: dict[str, cst.FunctionDef] = {}  # module-level functions by name
         self.classes: dict[str, cst.ClassDef] = {}
         self.methods: dict[cst.ClassDef, dict[str, cst.FunctionDef]] = {}
@@ -136,6 +140,28 @@ class Program:
         if factory not in self._facts:
             self._facts[factory] = factory(self)
         return self._facts[factory]  # type: ignore[return-value]
+
+    def companion_class(self, qualified: str | None) -> tuple[Program, cst.ClassDef] | None:
+        """A class of one of the script's own modules, read (never rewritten) from the script's
+        directory: `r10_meters.AverageMeter` from `r10_meters.py` (or `r10_meters/__init__.py`).
+        None when there is no such file or it does not define the class at its top level."""
+        if self.directory is None or not qualified or "." not in qualified:
+            return None
+        module, name = qualified.rsplit(".", 1)
+        if module not in self._companions:
+            self._companions[module] = None
+            parts = module.split(".")
+            for candidate in (self.directory.joinpath(*parts).with_suffix(".py"), self.directory.joinpath(*parts, "__init__.py")):
+                try:
+                    if candidate.is_file() and candidate.stat().st_size < COMPANION_LIMIT:
+                        self._companions[module] = Program(Tree.parse(cst.parse_module(candidate.read_text())))
+                        break
+                except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+                    break
+        companion = self._companions[module]
+        if companion is None or name not in companion.classes or companion.tree.function(companion.classes[name]) is not None:
+            return None
+        return companion, companion.classes[name]
 
     def param_names(self, function: cst.FunctionDef) -> list[str]:
         names = [p.name.value for p in _params(function)]

@@ -3832,3 +3832,26 @@ def test_a_second_stage_model_is_wrapped_too() -> None:
     output = convert(script(body)).output
     assert "    m1 = DDP(m1)\n" in output and "    m2 = DDP(m2)\n" in output
 
+
+
+def test_a_meter_from_the_scripts_own_module_is_reduced(tmp_path) -> None:
+    """`from meters import AverageMeter` beside the script: its update() is read from
+    meters.py (not rewritten), so the meter's totals are summed over ranks as for a class of
+    the script's own. Left alone, the printed accuracy covered rank 0's shard and an early
+    stop on it hung the other rank (helper corpus O). A meter whose module is not there is
+    warned about."""
+    (tmp_path / "meters.py").write_text(
+        "class AverageMeter:\n    def __init__(self):\n        self.sum, self.count, self.avg = 0.0, 0, 0.0\n\n"
+        "    def update(self, val, n=1):\n        self.sum += val * n\n        self.count += n\n        self.avg = self.sum / self.count\n"
+    )
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    losses = AverageMeter()\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        losses.update(loss.item(), x.size(0))\n"
+    ) + "    print(losses.avg)\n    if losses.avg < 0.01:\n        break\n"
+    source = standard(loop=loop).replace("import torch\n", "import torch\nfrom meters import AverageMeter\n", 1)
+    train = tmp_path / "train.py"
+    train.write_text(source)
+    output = convert_source(source, ConvertOptions(), path=str(train)).output
+    assert "        dist.all_reduce(losses_totals)\n        losses.sum = losses_totals[0].item()\n        losses.count = int(losses_totals[1].item())\n" in output
+    assert "        losses.avg = losses.sum / losses.count\n" in output
+    alone = convert_source(source, ConvertOptions())
+    assert "`losses` (`AverageMeter(...)`) comes from a module ddpify cannot read here" in " ".join(n.message for n in alone.notes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
 import libcst as cst
@@ -51,7 +52,8 @@ def convert_source(source: str, options: ConvertOptions | None = None, path: str
     if early.has_edits or early.imports:  # the DDP pipeline reads the script the prepasses made
         source = early.output(source)
         tree = Tree.parse(cst.parse_module(source))
-    analyzer = Analyzer(tree, source)
+    directory = Path(path).resolve().parent if path != "<string>" and Path(path).is_file() else None  # the script's own modules
+    analyzer = Analyzer(tree, source, directory)
     plan = Plan(tree)
     try:
         facts = analyzer.run()
@@ -61,7 +63,7 @@ def convert_source(source: str, options: ConvertOptions | None = None, path: str
         notes = early.notes + _moved(plan.notes, source, original)
         if source != original and str(reason).startswith("already distributed"):
             try:  # the reason names a line: the original's, where the original shows it
-                Analyzer(Tree.parse(module), original).run()
+                Analyzer(Tree.parse(module), original, directory).run()
             except NotConvertible as first:
                 reason = first if str(first).startswith("already distributed") else reason
             notes.append(Note(1, "change", "apex", f"{reason}: only its apex parts were converted"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Literal
 
 import libcst as cst
@@ -449,10 +450,10 @@ class Facts:
 
 
 class Analyzer:
-    def __init__(self, tree: Tree, source: str | None = None) -> None:
+    def __init__(self, tree: Tree, source: str | None = None, directory: Path | None = None) -> None:
         self.tree = tree
         self.source = source
-        self.program = Program(tree)
+        self.program = Program(tree, directory)
         self.outputs = Outputs(tree, self.program)
         self.warnings: list[tuple[cst.CSTNode | None, str]] = []
         self._sources_cache: dict[cst.FunctionDef | None, set[int]] = {}

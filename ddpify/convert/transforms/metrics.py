@@ -20,6 +20,7 @@ from ddpify.analysis.totals import restarts_inside
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
+from ddpify.program import Program
 from ddpify.syntax import code, dotted, is_backward, method_call
 
 # An increment built from these is a Python number (`loss.item()`, `y.size(0)`, `len(y)`).
@@ -37,6 +38,8 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # `running[name] += value.item()`): gathered, and added up key by key.
 # array: a numpy array of counts or sums (`confusion[t, p] += 1`), reduced in place through a
 # tensor that shares its memory.
+# Metric objects that reduce over ranks themselves (torchmetrics' compute() syncs), or are no meters.
+SYNCED_METERS = ("torch", "builtins.", "torchmetrics.", "ignite.", "tqdm", "collections.", "dict")
 Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "meter", "array"]
 NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
 ZEROS = NUMPY_ZEROS | {"torch.zeros", "torch.zeros_like"}
@@ -217,8 +220,18 @@ class ReduceMetrics(Transform):
                 # `confusion = np.zeros((k, k))`, `confusion[t, p] += 1`: reduced in place
                 totals[name] = "array" if all(self.tree.is_call_to(v, NUMPY_ZEROS) for v in initial) else "tensor"
         for name in sorted(updated, key=lambda n: n):
-            if self._meter_class(loop, name) is not None and self._read_after(loop, name):
+            if not self._read_after(loop, name):
+                continue
+            if self._meter_class(loop, name) is not None:
                 totals[name] = "meter"
+                continue
+            initial = self._initial_values(loop, name)
+            made = initial[0].func if len(initial) == 1 and type(initial[0]) is cst.Call else None
+            if made is not None and self.tree.qname(made) is not None and not self.tree.qname(made).startswith(SYNCED_METERS):  # type: ignore[union-attr]
+                self.warn(loop.loop, (
+                    f"`{name}` (`{code(made)}(...)`) comes from a module ddpify cannot read here: what it totals through update() covers this "
+                    f"rank's shard only; reduce its totals over ranks (dist.all_reduce) before reporting them or deciding on them"
+                ))
         for name, values in concatenated.items():
             if not (self._initial_values(loop, name) and self._read_after(loop, name)) or not any(self._from_batch(loop, v) for v in values):
                 continue
@@ -238,36 +251,34 @@ class ReduceMetrics(Transform):
                 self.warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
         return totals
 
-    def _meter_class(self, loop: TrainLoop, name: str) -> cst.ClassDef | None:
-        """The same-file class `name` is made from before the loop (each pass of the loop around
-        it starts a new one), when its update() adds to totals of its own."""
+    def _meter_class(self, loop: TrainLoop, name: str) -> tuple[Program, cst.ClassDef] | None:
+        """The class `name` is made from before the loop (each pass of the loop around it starts
+        a new one), when its update() adds to totals of its own: a class of this file, or of one
+        of the script's own modules beside it (`from utils import AverageMeter`), with the
+        program that defines it."""
         initial = self._initial_values(loop, name)
-        classes = {
-            value.func.value for value in initial if type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in self.program.classes
-        }
-        if len(initial) != 1 or len(classes) != 1:
+        if len(initial) != 1 or type(initial[0]) is not cst.Call:
             return None
-        cls = self.program.classes[classes.pop()]
-        update = self.program.class_methods(cls).get("update")
-        return cls if update is not None and self._meter_totals(update) else None
-
-    def _meter_totals(self, update: cst.FunctionDef) -> list[str]:
-        """The attributes update() adds to (`self.sum += val * n`), in its order."""
-        found = []
-        for node in self.program.scope_nodes(update):
-            if type(node) is cst.AugAssign and type(node.operator) is cst.AddAssign and (target := dotted(node.target)) is not None:
-                if target.startswith("self.") and target.count(".") == 1 and target[5:] not in found:
-                    found.append(target[5:])
-        return found
+        func = initial[0].func
+        if type(func) is cst.Name and func.value in self.program.classes:
+            found: tuple[Program, cst.ClassDef] | None = (self.program, self.program.classes[func.value])
+        else:
+            found = self.program.companion_class(self.tree.qname(func))
+        if found is None:
+            return None
+        program, cls = found
+        update = program.class_methods(cls).get("update")
+        return found if update is not None and _meter_totals(program, update) else None
 
     def _meter_lines(self, loop: TrainLoop, name: str) -> list[str]:
         """The meter's totals summed over ranks (counts as ints again), then what update() derives
         from them alone, assigned again (`meter.avg = meter.sum / meter.count`)."""
-        cls = self._meter_class(loop, name)
-        assert cls is not None
-        methods = self.program.class_methods(cls)
+        found = self._meter_class(loop, name)
+        assert found is not None
+        program, cls = found
+        methods = program.class_methods(cls)
         update = methods["update"]
-        attributes = self._meter_totals(update)
+        attributes = _meter_totals(program, update)
         tensor = self._free(loop.function, f"{name}_totals", f"reduced_{name}")
         lines = [
             f"{tensor} = torch.tensor([{', '.join(f'{name}.{a}' for a in attributes)}], dtype=torch.float64)",
@@ -276,37 +287,24 @@ class ReduceMetrics(Transform):
         starts = {}
         for method in (methods.get("__init__"), methods.get("reset")):
             for a in attributes:
-                for value, index in self.program.assignments(method, f"self.{a}") if method is not None else []:
-                    starts[a] = self.program.element(value, index)
-        counts = self._meter_counts(update, attributes)
+                for value, index in program.assignments(method, f"self.{a}") if method is not None else []:
+                    starts[a] = program.element(value, index)
+        counts = _meter_counts(program, update, attributes)
         for i, a in enumerate(attributes):
             value = f"{tensor}[{i}].item()"
             lines.append(f"{name}.{a} = int({value})" if isinstance(starts.get(a), cst.Integer) and a in counts else f"{name}.{a} = {value}")
-        for node in self.program.scope_nodes(update):
+        tree = program.tree
+        for node in program.scope_nodes(update):
             if type(node) is not cst.Assign or len(node.targets) != 1 or (target := dotted(node.targets[0].target)) is None or not target.startswith("self."):
                 continue
-            attributes_read = [dotted(n) for n in self.tree.walk(node.value) if type(n) is cst.Attribute]
+            attributes_read = [dotted(n) for n in tree.walk(node.value) if type(n) is cst.Attribute]
             names = {
-                n.value for n in self.tree.walk(node.value)
-                if type(n) is cst.Name and not (type(parent := self.tree.parent(n)) is cst.Attribute and parent.attr is n)
+                n.value for n in tree.walk(node.value)
+                if type(n) is cst.Name and not (type(parent := tree.parent(n)) is cst.Attribute and parent.attr is n)
             } - {"self", "max", "min", "float", "int", "round"}  # fmt: skip
             if not names and attributes_read and all(r is not None and r.startswith("self.") and r[5:] in attributes for r in attributes_read):
                 lines.append(f"{name}.{target[5:]} = {code(node.value).replace('self.', f'{name}.')}")
         return lines
-
-    def _meter_counts(self, update: cst.FunctionDef, attributes: list[str]) -> set[str]:
-        """The totals update() counts with whole numbers: `self.count += n` (n defaults to an int)
-        or `+= 1`; `self.sum += val * n` is a float even when it starts from 0."""
-        defaults = {p.name.value for p in update.params.params if isinstance(p.default, cst.Integer)}
-        counts = set()
-        for a in attributes:
-            increments = [
-                node.value for node in self.program.scope_nodes(update)
-                if type(node) is cst.AugAssign and dotted(node.target) == f"self.{a}"
-            ]  # fmt: skip
-            if increments and all(isinstance(v, cst.Integer) or (type(v) is cst.Name and v.value in defaults) for v in increments):
-                counts.add(a)
-        return counts
 
     def _step_history(self, loop: TrainLoop, name: str, values: list[cst.BaseExpression]) -> bool:
         """`G_losses = []` before the epochs, `G_losses.append(errG.item())` at each step, read
@@ -604,3 +602,24 @@ class ReduceMetrics(Transform):
     def _free(self, function: cst.FunctionDef | None, *names: str) -> str:
         return next(n for n in names if not self.program.binds(function, n))
 
+
+def _meter_totals(program: Program, update: cst.FunctionDef) -> list[str]:
+    """The attributes update() adds to (`self.sum += val * n`), in its order."""
+    found = []
+    for node in program.scope_nodes(update):
+        if type(node) is cst.AugAssign and type(node.operator) is cst.AddAssign and (target := dotted(node.target)) is not None:
+            if target.startswith("self.") and target.count(".") == 1 and target[5:] not in found:
+                found.append(target[5:])
+    return found
+
+
+def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[str]) -> set[str]:
+    """The totals update() counts with whole numbers: `self.count += n` (n defaults to an int)
+    or `+= 1`; `self.sum += val * n` is a float even when it starts from 0."""
+    defaults = {p.name.value for p in update.params.params if isinstance(p.default, cst.Integer)}
+    counts = set()
+    for a in attributes:
+        increments = [node.value for node in program.scope_nodes(update) if type(node) is cst.AugAssign and dotted(node.target) == f"self.{a}"]
+        if increments and all(isinstance(v, cst.Integer) or (type(v) is cst.Name and v.value in defaults) for v in increments):
+            counts.add(a)
+    return counts
