@@ -3855,3 +3855,18 @@ def test_a_meter_from_the_scripts_own_module_is_reduced(tmp_path) -> None:
     assert "        losses.avg = losses.sum / losses.count\n" in output
     alone = convert_source(source, ConvertOptions())
     assert "`losses` (`AverageMeter(...)`) comes from a module ddpify cannot read here" in " ".join(n.message for n in alone.notes)
+
+
+def test_getattr_and_hasattr_of_the_model_read_the_plain_model() -> None:
+    """`getattr(model, "num_classes", 1000)`, `hasattr(model, "_orig_mod")` and torch.compile's
+    unwraps read the plain model, as `model.num_classes` does: on the wrapper they gave the
+    default, and the saved state dicts had `module._orig_mod.` keys (helper corpus N)."""
+    after = (
+        'raw = getattr(model, "_orig_mod", model)\ntorch.save(raw.state_dict(), "a.pt")\n'
+        'raw2 = model._orig_mod if hasattr(model, "_orig_mod") else model\nprint(getattr(model, "num_classes", 1000), raw2)\n'
+        'print(getattr(model, "module", model))\n'
+    )
+    output = convert(standard(after=after)).output
+    assert 'raw = getattr(model.module, "_orig_mod", model.module)' in output
+    assert 'raw2 = model.module._orig_mod if hasattr(model.module, "_orig_mod") else model.module' in output
+    assert 'getattr(model.module, "num_classes", 1000)' in output and 'print(getattr(model, "module", model))' in output

@@ -14,7 +14,7 @@ from ddpify import syntax as s
 from ddpify.analysis.switches import GradSwitches
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, dotted
+from ddpify.syntax import code, dotted, string_value
 
 # Names of functions from other modules that use a model without training it: they get `model.module`.
 PLAIN_MODEL_USES = ("eval", "valid", "test", "predict", "infer", "score", "metric", "sample", "generate", "visual", "plot", "show", "save", "checkpoint", "export", "log", "print", "summary", "copy", "count", "flops", "ema", "swa", "average", "submi", "animation")  # EMA/SWA helpers read the weights
@@ -180,6 +180,24 @@ class WrapModel(Transform):
         model = next((m for m in self.facts.models if m.ref == dotted(root) and m.function is function and m.element is None), None)
         return root, model
 
+    def _attribute_by_name(self, call: cst.Call, function: cst.FunctionDef | None) -> None:
+        """`getattr(model, "num_classes", 1000)`, `hasattr(model, "_orig_mod")`, and the model as
+        getattr's default (`getattr(model, "_orig_mod", model)`, torch.compile's unwrap): the
+        model's own attributes, read from the plain model as `model.num_classes` is. On the
+        wrapper they gave the default, or the wrapper itself, whose keys start with `module.`."""
+        name = string_value(call.args[1].value) if len(call.args) >= 2 else None
+        if name is None or name in s.WRAPPER_ATTRIBUTES or name.startswith("__"):
+            return
+        unwrapped = [a.value for a in (call.args[0], *call.args[2:3]) if not a.keyword]
+        test = self.tree.parent(call)
+        if type(test) is cst.IfExp and test.test is call:  # `model._orig_mod if hasattr(model, "_orig_mod") else model`
+            unwrapped.append(test.orelse)
+        for value in unwrapped:
+            if self.facts.is_model(value, function):
+                ref = code(value)
+                self.plan.replace(value, cst.parse_expression(self.plain(ref, call)))
+                self.change(call, f"`{code(call.func)}({ref}, {code(call.args[1].value)}, ...)` reads the plain model (`.module`): the DDP wrapper has no `{name}`")
+
     def _of_averaging(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """`swa_model.update_parameters(model)`: a method of an AveragedModel, which reads the
         parameters it is handed (the plain model's are the wrapper's)."""
@@ -260,6 +278,9 @@ class WrapModel(Transform):
                     ref = dotted(node.value)
                     self.plan.replace(node.value, cst.parse_expression(self.plain(ref, node)))
                     self.change(node, f"`{ref}[...]` indexes the plain model (`.module`): the DDP wrapper cannot be indexed")
+                    continue
+                if type(node) is cst.Call and (self.tree.is_builtin_call(node, "getattr") or self.tree.is_builtin_call(node, "hasattr")):
+                    self._attribute_by_name(node, function)
                     continue
                 if not isinstance(node, cst.Attribute) or not self.facts.is_model(node.value, function):
                     continue
