@@ -3870,3 +3870,15 @@ def test_getattr_and_hasattr_of_the_model_read_the_plain_model() -> None:
     assert 'raw = getattr(model.module, "_orig_mod", model.module)' in output
     assert 'raw2 = model.module._orig_mod if hasattr(model.module, "_orig_mod") else model.module' in output
     assert 'getattr(model.module, "num_classes", 1000)' in output and 'print(getattr(model, "module", model))' in output
+
+
+def test_a_data_parallel_model_gets_its_gpu_as_device_ids() -> None:
+    """`model = nn.DataParallel(model).cuda()` with the batch left on the CPU (pytorch/examples'
+    ImageNet moves it only under --gpu): DataParallel moved it, and DDP does so only with
+    device_ids, chosen at run time from where the model is (helper corpus O)."""
+    model = "model = nn.Linear(4, 1)\nif torch.cuda.is_available():\n    model = nn.DataParallel(model).cuda()"
+    loop = LOOP.replace("        x, y = x.to(device), y.to(device)\n", "")
+    output = convert(standard(model=model, loop=loop)).output
+    assert "    model = DDP(model, device_ids=[torch.cuda.current_device()] if next(model.parameters()).is_cuda else None)\n" in output
+    plain = convert(standard()).output
+    assert "    model = DDP(model)\n" in plain

@@ -76,6 +76,13 @@ class WrapModel(Transform):
                 if model.moved_by is not None:
                     move = f"{model.moved_by[0]}  # `{model.moved_by[1]}` moves it there: DDP wraps a model already on its device\n"
                     self.change(model.anchor, f"`{model.moved_by[1]}` moves `{model.ref}` after the wrap point: moved first, with the same call")
+                if self._was_data_parallel(model):
+                    # DataParallel moved the batch to the GPU itself; DDP does it only when it is given device_ids
+                    flag += f", device_ids=[torch.cuda.current_device()] if next({model.ref}.parameters()).is_cuda else None"
+                    self.change(model.anchor, (
+                        f"`{model.ref}` was wrapped in DataParallel, which moves each batch to the GPU itself: DDP gets the GPU the model "
+                        "is on as device_ids, so that it moves the batch too (None when the model is on the CPU)"
+                    ))
                 self.plan.insert_after(model.anchor, statements(move + f"{model.ref} = DDP({model.ref}{flag})\n" + keep_buffers))
                 self.change(model.anchor, f"`{model.ref}` wrapped in DistributedDataParallel once it is on its device and its weights are final")
             if unused is None and not (model.class_name or "").startswith(("torch.", "torchvision.", "timm.")):
@@ -179,6 +186,14 @@ class WrapModel(Transform):
             return None, None
         model = next((m for m in self.facts.models if m.ref == dotted(root) and m.function is function and m.element is None), None)
         return root, model
+
+    def _was_data_parallel(self, model) -> bool:
+        """`model = nn.DataParallel(model)` where the model is trained: the script may hand it
+        batches on the CPU (pytorch/examples' ImageNet moves them only under --gpu)."""
+        return any(
+            self.tree.is_call_to(call, s.DATA_PARALLEL) and call.args and dotted(call.args[0].value) == model.ref
+            for call in self.program.calls_in(model.function)
+        )
 
     def _attribute_by_name(self, call: cst.Call, function: cst.FunctionDef | None) -> None:
         """`getattr(model, "num_classes", 1000)`, `hasattr(model, "_orig_mod")`, and the model as
