@@ -651,3 +651,34 @@ dist.destroy_process_group()
     result = verify_api.verify_script(script, verify_api.VerifyOptions(timeout=float(TIMEOUT), launcher="direct"))
     row = result.check("checkpoint net.pt")
     assert row.status == verify_api.OK and "no 'module.' prefix" in row.detail, verify_api.format_table(result)
+
+
+def test_module_keys_the_plain_run_saves_too_are_the_scripts_own(tmp_path: Path) -> None:
+    """An AveragedModel (or a timm ModelEmaV2) keeps its copy in `self.module`: its state dict has
+    `module.` keys in the one-process run too. With --single that run shows it, and the row
+    passes; a wrapper saved by mistake still fails (helper corpora N and O)."""
+    script = tmp_path / "swa.py"
+    body = """
+import os
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.optim.swa_utils import AveragedModel
+
+if "RANK" in os.environ:
+    dist.init_process_group("gloo")
+else:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+model = DDP(nn.Linear(2, 1))
+swa = AveragedModel(model.module)
+if dist.get_rank() == 0:
+    torch.save(swa.state_dict(), "swa.pt")
+    torch.save(SAVED.state_dict(), "wrapper.pt")
+dist.destroy_process_group()
+"""
+    script.write_text(body.replace("SAVED", "model if dist.get_world_size() > 1 else model.module"))
+    result = verify_api.verify_script(script, verify_api.VerifyOptions(timeout=float(TIMEOUT), launcher="direct", single=True))
+    assert result.check("checkpoint swa.pt").status == verify_api.OK, verify_api.format_table(result)
+    assert "the plain one-process run saves the same keys" in result.check("checkpoint swa.pt").detail
+    assert result.check("checkpoint wrapper.pt").status == verify_api.FAIL, verify_api.format_table(result)

@@ -217,11 +217,31 @@ class VerifyResult:
         if not self.checkpoints:
             result.append(Check("checkpoints", INFO, "none written"))
         for ckpt in self.checkpoints:
+            if not ckpt.ok and ckpt.loaded and self._prefixed_in_single_run(ckpt):
+                detail = f"{describe_checkpoint(ckpt)}; the plain one-process run saves the same keys: they are the script's own, not the DDP wrapper's"
+                result.append(Check(f"checkpoint {ckpt.path}", OK, detail))
+                continue
             result.append(Check(f"checkpoint {ckpt.path}", OK if ckpt.ok else FAIL, describe_checkpoint(ckpt)))
         if self.single_run is not None:
             result.append(_single_check(self.single_run))
         result.append(Check("wall time", INFO, f"{run.wall_time:.1f} s"))
         return tuple(result)
+
+
+    def _prefixed_in_single_run(self, ckpt: CheckpointReport) -> bool:
+        """The one-process run saved this file with the same `module.` keys in each state dict (an
+        AveragedModel's or a ModelEmaV2's copy lives in `self.module`): not the wrapper's doing."""
+        if self.single_run is None:
+            return False
+        recorded = {}
+        for rank in self.single_run.ranks:
+            for path, saved in (rank.facts or {}).get("checkpoints", {}).items():
+                recorded[_relative(Path(path), self.single_run.workdir)] = saved
+        saved = recorded.get(ckpt.path)
+        if saved is None:
+            return False
+        single = {sd["key"]: (sd["num_keys"], tuple(sd["prefixed"])) for sd in saved["state_dicts"]}
+        return all(single.get(sd.key) == (sd.num_keys, sd.prefixed) for sd in ckpt.state_dicts if sd.prefixed)
 
 
 def verify_script(
