@@ -279,10 +279,19 @@ class Program:
         return None
 
     def instance_of(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
-        """The same-file class an object is an instance of (`stopper = EarlyStopping()`), when its
-        assignment says so directly, or when it is made right there (`Trainer(model).fit(...)`)."""
+        """The same-file class an object is an instance of (`stopper = EarlyStopping()`, or
+        `self.stopper = EarlyStopping()` in a method), when its assignment says so directly, or
+        when it is made right there (`Trainer(model).fit(...)`)."""
         if type(obj) is cst.Call and type(obj.func) is cst.Name and obj.func.value in self.classes:
             return self.classes[obj.func.value]
+        held = dotted(obj) if type(obj) is cst.Attribute else None
+        if held is not None and held.startswith("self.") and held.count(".") == 1 and function is not None:
+            cls = self.owner_class(function)  # `self.stopper = EarlyStopping()` in a method of the class
+            for method in self.methods.get(cls, {}).values() if cls is not None else ():
+                for value, index in self.assignments(method, held):
+                    if index is None and type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in self.classes:
+                        return self.classes[value.func.value]
+            return None
         if not isinstance(obj, cst.Name):
             return None
         if obj.value == "self" and function is not None:

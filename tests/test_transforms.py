@@ -2595,6 +2595,28 @@ def test_a_same_file_monitor_is_not_called_one_from_another_module() -> None:
     notes = [n.message for n in result.notes]
     assert any(n.startswith("`stopper(...)` (a same-file `EarlyStopping`) gets the plain model") for n in notes)
     assert not any("stopper(...)` from another module" in n for n in notes)
+    # kept in an attribute by a class-based experiment (helper corpus N)
+    experiment = helpers + textwrap.dedent("""
+    class Experiment:
+        def __init__(self, loader):
+            self.model = nn.Linear(4, 1)
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            self.loader = loader
+            self.stopper = EarlyStopping()
+
+        def run(self):
+            for epoch in range(2):
+                for x, y in self.loader:
+                    loss = nn.functional.mse_loss(self.model(x), y)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                self.stopper(loss.item(), self.model)
+                if self.stopper.early_stop:
+                    break
+    """)
+    notes = [n.message for n in convert(script(f"{LOADER}\nExperiment(loader).run()\n", helpers=experiment)).notes]
+    assert any(n.startswith("`self.stopper(...)` (a same-file `EarlyStopping`) gets the plain model") for n in notes), notes
 
 
 def test_a_weighted_sampler_under_a_flag_keeps_both_choices() -> None:
