@@ -3904,3 +3904,17 @@ def test_a_data_parallel_model_gets_its_gpu_as_device_ids() -> None:
     assert "    model = DDP(model, device_ids=[torch.cuda.current_device()] if next(model.parameters()).is_cuda else None)\n" in output
     plain = convert(standard()).output
     assert "    model = DDP(model)\n" in plain
+
+
+def test_a_parameter_trained_beside_the_model_has_its_gradient_averaged() -> None:
+    """`log_vars = nn.Parameter(torch.zeros(2))` in the model's optimizer (learned task
+    weights): DDP averages only the model's gradients, so it trained apart on every rank and
+    the replicas drifted (helper corpus N). Its gradient is averaged before the step."""
+    model = "model = nn.Linear(4, 1).to(device)\nscale = nn.Parameter(torch.ones(1))"
+    body = f"{DEVICE}\n{LOADER}\n{model}\noptimizer = torch.optim.SGD(list(model.parameters()) + [scale], lr=0.1)\n"
+    loop = LOOP.replace("mse_loss(model(x), y)", "mse_loss(model(x) * scale, y)")
+    output = convert(script(body + loop)).output
+    assert (
+        "            if scale.grad is not None:  # trained beside the DDP model: its gradient averaged over ranks by hand\n"
+        "                dist.all_reduce(scale.grad)\n                scale.grad /= world_size\n            optimizer.step()\n"
+    ) in output

@@ -16,6 +16,8 @@ from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code, dotted, string_value
 
+PARAMETERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
+
 # Names of functions from other modules that use a model without training it: they get `model.module`.
 PLAIN_MODEL_USES = ("eval", "valid", "test", "predict", "infer", "score", "metric", "sample", "generate", "visual", "plot", "show", "save", "checkpoint", "export", "log", "print", "summary", "copy", "count", "flops", "ema", "swa", "average", "submi", "animation")  # EMA/SWA helpers read the weights
 
@@ -94,6 +96,7 @@ class WrapModel(Transform):
                 )
         self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
         self._rewrap_after_unfreezing()
+        self._bare_parameters()
         self._uses_after_wrap()
         self._handed_to_other_modules()
         self._batchnorm_refresh_on_a_shard()
@@ -186,6 +189,43 @@ class WrapModel(Transform):
             return None, None
         model = next((m for m in self.facts.models if m.ref == dotted(root) and m.function is function and m.element is None), None)
         return root, model
+
+    def _bare_parameters(self) -> None:
+        """`log_vars = nn.Parameter(torch.zeros(2))` stepped by the optimizer beside the model's
+        parameters (learned task weights): DDP averages only its model's gradients, so such a
+        parameter trained on each rank's shard apart and the replicas drifted. Its gradient is
+        averaged by hand before each step of that optimizer; where the step cannot see the name,
+        the report says so."""
+        for call in self.tree.calls():
+            name = self.tree.qname(call.func) or ""
+            if not name.startswith("torch.optim.") or ".lr_scheduler." in name or ".swa_utils." in name or not call.args:
+                continue
+            function = self.tree.function(call)
+            bare = []
+            for node in self.tree.walk(call.args[0].value):
+                if type(node) is cst.Name and node.value not in bare and any(self.tree.is_call_to(o.node, PARAMETERS) for o in self.program.origins(node, function)):
+                    bare.append(node.value)
+            parent = self.tree.parent(call)
+            optimizer = dotted(parent.targets[0].target) if type(parent) is cst.Assign and len(parent.targets) == 1 else None
+            if not bare or optimizer is None:
+                continue
+            steps = [
+                c for c in self.tree.calls() if (found := s.method_call(c)) is not None and found[1] == "step"
+                and (dotted(found[0]) == optimizer or (c.args and dotted(c.args[0].value) == optimizer))  # `scaler.step(optimizer)`
+            ]  # fmt: skip
+            for step in steps:
+                where = self.tree.function(step)
+                if where is not function or not self.facts.runs_after_setup(where):
+                    self.warn(step, f"{', '.join(f'`{b}`' for b in bare)} trained by `{optimizer}` outside the DDP model: average its gradient over ranks (dist.all_reduce) before this step")
+                    continue
+                size = self.world_size(where)
+                lines = "".join(
+                    f"if {b}.grad is not None:  # trained beside the DDP model: its gradient averaged over ranks by hand\n"
+                    f"    dist.all_reduce({b}.grad)\n    {b}.grad /= {size}\n"
+                    for b in bare
+                )
+                self.plan.insert_before(self.tree.statement(step), statements(lines))
+                self.change(step, f"{', '.join(f'`{b}`' for b in bare)}, trained by `{optimizer}` beside the DDP model, has its gradient averaged over ranks before the step")
 
     def _was_data_parallel(self, model) -> bool:
         """`model = nn.DataParallel(model)` where the model is trained: the script may hand it
