@@ -3918,3 +3918,13 @@ def test_a_parameter_trained_beside_the_model_has_its_gradient_averaged() -> Non
         "            if scale.grad is not None:  # trained beside the DDP model: its gradient averaged over ranks by hand\n"
         "                dist.all_reduce(scale.grad)\n                scale.grad /= world_size\n            optimizer.step()\n"
     ) in output
+
+
+def test_a_vocabulary_numbered_in_a_sets_order_is_warned_about() -> None:
+    """`vocab = list({w for w in corpus})`: string hashes are seeded per process, so each rank
+    numbered the words differently (helper corpus O: dev accuracy fell from 0.96 to 0.60).
+    `sorted(...)` around it gives one order."""
+    for spelled, warned in (("list({w for w in corpus})", True), ("sorted(list(set(corpus)))", False), ("sorted({w for w in corpus})", False)):
+        body = f'corpus = ["a", "b", "c"]\nvocab = {spelled}\nindex = {{w: i for i, w in enumerate(vocab)}}\n{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}'
+        found = [w for w in warnings(convert(script(body))) if "orders a set" in w]
+        assert bool(found) is warned, (spelled, found)

@@ -36,6 +36,7 @@ class SeedPerRank(Transform):
     DESCRIPTION = "with --seed-per-rank, the script's seeds offset by the rank right before training"
 
     def run(self) -> None:
+        self._set_orders()
         seeds = [
             call
             for call in self.tree.calls()
@@ -231,6 +232,27 @@ class SeedPerRank(Transform):
     def _calls_of_callee(self, call: cst.Call, function: cst.FunctionDef | None) -> list[cst.Call]:
         target = self.program.callee(call, function)
         return self.program.calls_in(target[0]) if target is not None else []
+
+
+    def _set_orders(self) -> None:
+        """`list({w for w in corpus})`, `enumerate(set(words))`: a set of strings is iterated in an
+        order its string hashes decide, and every process seeds those hashes at random
+        (PYTHONHASHSEED). A vocabulary numbered that way differs per rank, and so does what each
+        rank's model sees. Warned about: `sorted(...)` gives one order everywhere."""
+        for call in self.tree.calls():
+            if not call.args or not any(self.tree.is_builtin_call(call, name) for name in ("list", "tuple", "enumerate")):
+                continue
+            holder = self.tree.parent(self.tree.parent(call))
+            if self.tree.is_builtin_call(holder, "sorted") or self.tree.is_builtin_call(holder, "set"):
+                continue  # `sorted(list(set(text)))`: one order everywhere
+            iterated = call.args[0].value
+            function = self.tree.function(call)
+            origins = [iterated] if type(iterated) is not cst.Name else [o.node for o in self.program.origins(iterated, function)]
+            if origins and all(type(o) in (cst.SetComp, cst.Set) or self.tree.is_builtin_call(o, "set") for o in origins):
+                self.warn(call, (
+                    f"`{code(call)}` orders a set, whose order for strings follows hashes that each process seeds at random: "
+                    f"a vocabulary or index built from it differs from rank to rank; order it the same way everywhere (`sorted(...)`)"
+                ))
 
 
 def _plus(seed: cst.BaseExpression, rank: str) -> str:
