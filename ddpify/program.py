@@ -163,6 +163,18 @@ class Program:
             return None
         return companion, companion.classes[name]
 
+    def companion_function(self, qualified: str | None) -> tuple[Program, cst.FunctionDef] | None:
+        """A top-level function of one of the script's own modules (`utils.save_history`), as
+        companion_class finds classes."""
+        if not qualified or "." not in qualified:
+            return None
+        module, name = qualified.rsplit(".", 1)
+        self.companion_class(f"{module}.{name}")  # reads the module once
+        companion = self._companions.get(module)
+        if companion is None or name not in companion.functions:
+            return None
+        return companion, companion.functions[name]
+
     def param_names(self, function: cst.FunctionDef) -> list[str]:
         names = [p.name.value for p in _params(function)]
         if self.owner_class(function) is not None and names and not self._is_static(function):

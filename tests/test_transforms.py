@@ -3928,3 +3928,20 @@ def test_a_vocabulary_numbered_in_a_sets_order_is_warned_about() -> None:
         body = f'corpus = ["a", "b", "c"]\nvocab = {spelled}\nindex = {{w: i for i, w in enumerate(vocab)}}\n{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}'
         found = [w for w in warnings(convert(script(body))) if "orders a set" in w]
         assert bool(found) is warned, (spelled, found)
+
+
+def test_a_writer_of_the_scripts_own_module_runs_on_rank_0(tmp_path) -> None:
+    """`utils.finalize(outdir, history)` beside the script dumps a JSON file: read from utils.py,
+    it is a file write, done once (every rank wrote the same file; helper corpus O). A function
+    that returns what it computes is left to every rank."""
+    (tmp_path / "utils.py").write_text(
+        "import json\nimport os\n\n\ndef finalize(outdir, history):\n    os.makedirs(outdir, exist_ok=True)\n"
+        '    with open(os.path.join(outdir, "history.json"), "w") as f:\n        json.dump(history, f)\n\n\n'
+        'def summarize(history):\n    with open("summary.txt", "w") as f:\n        f.write(str(history))\n    return len(history)\n'
+    )
+    after = 'utils.finalize("runs", [1, 2])\nutils.summarize([1, 2])\n'
+    source = standard(after=after).replace("import torch\n", "import torch\nimport utils\n", 1)
+    train = tmp_path / "train.py"
+    train.write_text(source)
+    output = convert_source(source, ConvertOptions(), path=str(train)).output
+    assert '    if rank == 0:\n        utils.finalize("runs", [1, 2])\n    utils.summarize([1, 2])\n' in output

@@ -121,6 +121,8 @@ class Outputs:
             found = self._by_qualified_name(call, name, function)
             if found is not None:
                 return found
+            if self._companion_writes(name):
+                return Output(FILE_WRITE, code(call.func))
         if tree.opens_for_writing(call):
             argument = s.arg(call, 0, "file")
             return Output(FILE_WRITE, "open", argument.value if argument is not None else None)
@@ -128,6 +130,29 @@ class Outputs:
             return Output(LOGGING, call.func.value, by_name=True)
         found = s.method_call(call)
         return self._method(call, found[0], found[1], function) if found is not None else None
+
+    def _companion_writes(self, name: str) -> bool:
+        """A function of the script's own module beside it (read, not rewritten) that writes files
+        and does nothing else the ranks must do together: no collective, no backward or step, no
+        call of its module's other functions, and nothing returned (`utils.finalize(dir, history)`
+        dumping a JSON file)."""
+        found = self.program.companion_function(name)
+        if found is None:
+            return False
+        program, function = found
+        outputs, writes = Outputs(program.tree, program), False
+        for node in program.scope_nodes(function):
+            if type(node) is cst.Return and node.value is not None:
+                return False
+            if type(node) is not cst.Call:
+                continue
+            called = program.tree.qname(node.func) or ""
+            method = s.method_call(node)
+            if called.startswith("torch.distributed") or program.callee(node, function) is not None or (method is not None and method[1] in ("backward", "step")):
+                return False
+            out = outputs.of(node, function)
+            writes = writes or (out is not None and out.kind in WRITES)
+        return writes
 
     def _star_imported_module(self, func: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
         """`sys.stdout.write(...)` where only `from utils import *` binds `sys`: the module it
