@@ -529,6 +529,7 @@ class Analyzer:
 
     def _explain_nothing_to_train(self) -> None:
         # A training loop living in another module is out of reach of a one-file rewrite.
+        elsewhere = []
         for call in self.tree.calls():
             name = self.tree.qname(call.func)
             if name is None or name.startswith(("torch.", "builtins.")) or "." not in name:
@@ -537,6 +538,15 @@ class Analyzer:
                 self.warnings.append(
                     (call, f"training loop lives in `{name}` (another module): out of reach of a one-file rewrite")
                 )
+                elsewhere.append((call, name))
+        if elsewhere:  # the engine layout (DETR, DeiT, MAE): neither file can be converted alone
+            call, name = elsewhere[0]
+            raise NotConvertible(
+                f"the training loop runs in `{name}` (another module), called at line {self.tree.line(call)} with the optimizer: "
+                "ddpify rewrites one file, and this layout needs both: here the DDP wrap, a DistributedSampler with set_epoch and "
+                f"rank-0 output; in `{name.rsplit('.', 1)[0]}` the reduction of what it measures. Make those changes by hand "
+                "(ddpify lint checks the result)"
+            )
         raise NotConvertible("nothing to train: no `.backward()` call in this file")
 
     def _holds_optimizer(self, expr: cst.BaseExpression) -> bool:
@@ -1487,7 +1497,7 @@ class Analyzer:
         return (
             f"{where} trains with the optimizer it is given (`{optimizer}`, line {self.tree.line(steps[0])}){batches}: the model, its "
             f"optimizer and the data are built by its caller, not in this file; the DDP wrap and the DistributedSampler go where they "
-            f"are built: convert the script that calls `{top.name.value}(...)`"
+            f"are built: convert the script that calls `{top.name.value}(...)` (when it leaves the loop to this module, make the changes by hand)"
         )
 
     def _no_loader_reason(self, backward_calls: list[cst.Call]) -> str:

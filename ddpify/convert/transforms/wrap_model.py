@@ -230,6 +230,9 @@ class WrapModel(Transform):
     def _was_data_parallel(self, model) -> bool:
         """`model = nn.DataParallel(model)` where the model is trained: the script may hand it
         batches on the CPU (pytorch/examples' ImageNet moves them only under --gpu)."""
+        for value, _ in self.program.assignments(model.function, model.ref):
+            if any(self.tree.is_call_to(c, s.DATA_PARALLEL) for c in self.tree.calls(value)):
+                return True  # `model = nn.DataParallel(Net()).cuda()`
         return any(
             self.tree.is_call_to(call, s.DATA_PARALLEL) and call.args and dotted(call.args[0].value) == model.ref
             for call in self.program.calls_in(model.function)
