@@ -3949,12 +3949,23 @@ def test_a_writer_of_the_scripts_own_module_runs_on_rank_0(tmp_path) -> None:
     assert '    if rank == 0:\n        utils.finalize("runs", [1, 2])\n    utils.summarize([1, 2])\n' in output
 
 
-def test_a_loop_in_an_engine_module_is_refused_with_what_both_files_need() -> None:
+def test_a_loop_in_an_engine_module_is_refused_with_what_both_files_need(tmp_path) -> None:
     """main.py builds the model, loader and optimizer and calls `engine.train_one_epoch(...)`
     (DETR, DeiT, MAE): refused with a reason naming the module and what each file needs, not
-    "nothing to train" (helper corpus O: each file's refusal pointed at the other)."""
+    "nothing to train" (helper corpus O: each file's refusal pointed at the other). A Trainer
+    class of the module beside it is what to convert instead."""
+    (tmp_path / "engine.py").write_text(
+        "def train_one_epoch(model, loader, optimizer, device, epoch):\n    for x, y in loader:\n"
+        "        loss = (model(x.to(device)) - y.to(device)).pow(2).mean()\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\n\n"
+        "class Trainer:\n    def __init__(self, model, optimizer, loader):\n        self.model, self.optimizer, self.loader = model, optimizer, loader\n"
+    )
     body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(2):\n    engine.train_one_epoch(model, loader, optimizer, device, epoch)\n"
-    result = convert(script(body, imports="import engine\n"))
+    main = tmp_path / "main.py"
+    main.write_text(script(body, imports="import engine\n"))
+    result = convert_source(main.read_text(), ConvertOptions(), path=str(main))
     assert result.status == "unchanged"
     assert result.reason.startswith("the training loop runs in `engine.train_one_epoch` (another module), called at line ")
     assert "here the DDP wrap, a DistributedSampler with set_epoch and rank-0 output; in `engine` the reduction" in result.reason
+    main.write_text(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nengine.Trainer(model, optimizer, loader)\n", imports="import engine\n"))
+    result = convert_source(main.read_text(), ConvertOptions(), path=str(main))
+    assert result.reason.startswith("nothing to train in this file: `engine.Trainer` (engine.py), handed the optimizer at line ")

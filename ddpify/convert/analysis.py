@@ -539,7 +539,15 @@ class Analyzer:
                     (call, f"training loop lives in `{name}` (another module): out of reach of a one-file rewrite")
                 )
                 elsewhere.append((call, name))
-        if elsewhere:  # the engine layout (DETR, DeiT, MAE): neither file can be converted alone
+        if elsewhere and self.program.companion_class(elsewhere[0][1]) is not None:
+            call, name = elsewhere[0]
+            module = name.rsplit(".", 1)[0]
+            raise NotConvertible(
+                f"nothing to train in this file: `{name}` ({module.replace('.', '/')}.py), handed the optimizer at line {self.tree.line(call)}, "
+                f"trains; convert {module.replace('.', '/')}.py, whose class then wraps the model and shards the loader it is given, "
+                "and run this script under torchrun as it is"
+            )
+        if elsewhere and self.program.companion_function(elsewhere[0][1]) is not None:  # the engine layout (DETR, DeiT, MAE)
             call, name = elsewhere[0]
             raise NotConvertible(
                 f"the training loop runs in `{name}` (another module), called at line {self.tree.line(call)} with the optimizer: "
