@@ -40,7 +40,7 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # tensor that shares its memory.
 # Metric objects that reduce over ranks themselves (torchmetrics' compute() syncs), or are no meters.
 SYNCED_METERS = ("torch", "builtins.", "torchmetrics.", "ignite.", "tqdm", "collections.", "dict")
-Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "meter", "array"]
+Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "meter", "meter dict", "array"]
 NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
 ZEROS = NUMPY_ZEROS | {"torch.zeros", "torch.zeros_like"}
 
@@ -152,6 +152,7 @@ class ReduceMetrics(Transform):
         appended: dict[str, list[cst.BaseExpression]] = {}  # name -> appended values
         keyed: dict[str, list[cst.BaseExpression]] = {}  # name -> increments of `name[key] += value`
         updated: set[str] = set()  # `meter.update(loss.item(), n)`
+        meter_dicts: set[str] = set()  # `meters[k].update(loss.item(), n)`
         concatenated: dict[str, list[cst.BaseExpression]] = {}  # name -> tensors of `name = torch.cat([name, t])`
         for node in self.tree.walk(loop.loop.body):
             if (
@@ -177,6 +178,11 @@ class ReduceMetrics(Transform):
                 appended.setdefault(found[0].value, []).append(node.args[0].value)  # type: ignore[union-attr]
             if found and found[1] == "update" and type(found[0]) is cst.Name and node.args and self._from_batch(loop, node.args[0].value):  # type: ignore[union-attr]
                 updated.add(found[0].value)
+            if (
+                found and found[1] == "update" and type(found[0]) is cst.Subscript and type(found[0].value) is cst.Name
+                and node.args and self._from_batch(loop, node.args[0].value)  # type: ignore[union-attr]
+            ):
+                meter_dicts.add(found[0].value.value)  # `meters[k].update(v.item(), n)`
         for name in [n for n, values in appended.items() if not any(self._from_batch(loop, v) for v in values)]:
             del appended[name]  # `img_list.append(netG(fixed_noise))`: the same on every rank, no shard's values
         totals: dict[str, Kind] = {}
@@ -232,6 +238,9 @@ class ReduceMetrics(Transform):
                     f"`{name}` (`{code(made)}(...)`) comes from a module ddpify cannot read here: what it totals through update() covers this "
                     f"rank's shard only; reduce its totals over ranks (dist.all_reduce) before reporting them or deciding on them"
                 ))
+        for name in sorted(meter_dicts):
+            if self._meter_dict_class(loop, name) is not None and self._read_after(loop, name):
+                totals[name] = "meter dict"
         for name, values in concatenated.items():
             if not (self._initial_values(loop, name) and self._read_after(loop, name)) or not any(self._from_batch(loop, v) for v in values):
                 continue
@@ -275,11 +284,31 @@ class ReduceMetrics(Transform):
         from them alone, assigned again (`meter.avg = meter.sum / meter.count`)."""
         found = self._meter_class(loop, name)
         assert found is not None
-        program, cls = found
+        return self._meter_reduction(*found, name, loop.function)
+
+    def _meter_dict_class(self, loop: TrainLoop, name: str) -> tuple[Program, cst.ClassDef] | None:
+        """`meters = {k: AverageMeter() for k in ["cls", "reg"]}` before the loop: a meter per
+        fixed key (the same keys, in the same order, on every rank)."""
+        initial = self._initial_values(loop, name)
+        if len(initial) != 1 or type(initial[0]) is not cst.DictComp or type(initial[0].value) is not cst.Call:
+            return None
+        keys = initial[0].for_in.iter
+        if not (type(keys) in (cst.List, cst.Tuple) and all(type(e.value) is cst.SimpleString for e in keys.elements)):
+            return None
+        func = initial[0].value.func
+        if type(func) is cst.Name and func.value in self.program.classes:
+            found: tuple[Program, cst.ClassDef] | None = (self.program, self.program.classes[func.value])
+        else:
+            found = self.program.companion_class(self.tree.qname(func))
+        if found is None or (update := found[0].class_methods(found[1]).get("update")) is None or not _meter_totals(found[0], update):
+            return None
+        return found
+
+    def _meter_reduction(self, program: Program, cls: cst.ClassDef, name: str, function: cst.FunctionDef | None) -> list[str]:
         methods = program.class_methods(cls)
         update = methods["update"]
         attributes = _meter_totals(program, update)
-        tensor = self._free(loop.function, f"{name}_totals", f"reduced_{name}")
+        tensor = self._free(function, f"{name}_totals", f"reduced_{name}")
         lines = [
             f"{tensor} = torch.tensor([{', '.join(f'{name}.{a}' for a in attributes)}], dtype=torch.float64)",
             f"dist.all_reduce({tensor})",
@@ -486,8 +515,8 @@ class ReduceMetrics(Transform):
         function = loop.function
         of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("count", "number", "number?", "tensor")}
         numbers = [name for name, kind in totals.items() if kind in ("count", "number", "number?")]  # in the script's order
-        summed = {name for name in totals if totals[name] == "meter" or self._summed(loop, name, totals)}
-        reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith("dict") or kind in ("meter", "array")]
+        summed = {name for name in totals if totals[name] in ("meter", "meter dict") or self._summed(loop, name, totals)}
+        reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith(("dict", "meter")) or kind == "array"]
         how = "sum" if set(reduced) <= summed else "average" if not summed & set(reduced) else "sum or average"
         what = f"{how} the totals" if reduced else "gather the values"
         lines = [f"# Each rank {'went over' if helper else 'trained on'} its own shard of the data: {what} over ranks."]
@@ -517,6 +546,12 @@ class ReduceMetrics(Transform):
             ]
         for name in [n for n, kind in totals.items() if kind == "meter"]:
             lines += self._meter_lines(loop, name)
+        for name in [n for n, kind in totals.items() if kind == "meter dict"]:
+            found = self._meter_dict_class(loop, name)
+            assert found is not None
+            meter = self._free(function, "meter", f"{name}_meter")
+            lines.append(f"for {meter} in {name}.values():  # made from the same keys on every rank: reduced in the same order")
+            lines += [f"    {line}" for line in self._meter_reduction(*found, meter, function)]
         for name in [n for n, kind in totals.items() if kind == "array"]:
             lines.append(f"dist.all_reduce(torch.from_numpy({name}))  # in place: the tensor shares the array's memory")
             if name not in summed:
