@@ -3989,3 +3989,15 @@ def test_a_dict_of_meters_over_fixed_keys_is_reduced_meter_by_meter() -> None:
         "            dist.all_reduce(meter_totals)\n"
     ) in output
     assert "            meter.avg = meter.sum / meter.count\n" in output
+
+
+def test_totals_divided_through_items_by_a_summed_count_are_summed() -> None:
+    """`{k: v / n for k, v in sums.items()}` with `n += x.size(0)`: `v` is a total of `sums`, and
+    a ratio of totals sums both (the dict was averaged: losses printed at 1/world_size; helper
+    corpus N). `len(loader)` as the divisor still averages."""
+    for divisor, summed in (("n", True), ("len(loader)", False)):
+        loop = LOOP.replace("for epoch in range(2):\n", 'for epoch in range(2):\n    sums = {"mse": 0.0}\n    n = 0\n').replace(
+            "        optimizer.step()\n", '        optimizer.step()\n        sums["mse"] += loss.item() * x.size(0)\n        n += x.size(0)\n'
+        ) + f"    print({{k: v / {divisor} for k, v in sums.items()}})\n"
+        output = convert(standard(loop=loop)).output
+        assert ("sums = dict(zip(sums, sums_totals.tolist()))" in output) is summed, output

@@ -586,6 +586,7 @@ class ReduceMetrics(Transform):
         whatever `total` counts (samples, or `+= batch_size`)."""
         start = self.tree.order(loop.loop)
         modes = set()
+        aliases = {name} | self._values_of(loop, name)
         for node in self.program.scope_nodes(loop.function):
             if self.tree.order(node) <= start or self.tree.inside(node, loop.loop):
                 continue  # only what runs after the loop
@@ -599,13 +600,30 @@ class ReduceMetrics(Transform):
                 isinstance(n, cst.Name) and n.value in totals and n.value != name for n in self.tree.walk(divided)
             ):
                 modes.add("sum")  # `total_loss / total_num`: the count a ratio of totals divides by is summed too
-            if any(isinstance(n, cst.Name) and n.value == name for n in self.tree.walk(divided)):
+            if any(isinstance(n, cst.Name) and n.value in aliases for n in self.tree.walk(divided)):
                 by_total = any(isinstance(n, cst.Name) and n.value in totals for n in self.tree.walk(denominator))
                 by_dataset = self.facts.counts_whole_dataset(denominator, loop.function)
                 modes.add("sum" if by_dataset or by_total else "average")
         if not modes:
             return totals[name] in ("count", "dict count", "array")  # an array of counts (a confusion matrix) is summed
         return modes == {"sum"}
+
+    def _values_of(self, loop: TrainLoop, name: str) -> set[str]:
+        """The names a loop or comprehension after the training loop binds to a dict's values
+        (`for k, v in sums.items()`, `for v in sums.values()`): `v / n` divides a total of it."""
+        found: set[str] = set()
+        end = self.tree.order(loop.loop)
+        for node in self.program.scope_nodes(loop.function):
+            if type(node) not in (cst.For, cst.CompFor) or self.tree.order(node) <= end or self.tree.inside(node, loop.loop):
+                continue
+            method = method_call(node.iter)  # type: ignore[attr-defined]
+            if method is None or type(method[0]) is not cst.Name or method[0].value != name or method[1] not in ("items", "values"):
+                continue
+            target = node.target  # type: ignore[attr-defined]
+            if method[1] == "items" and type(target) is cst.Tuple and len(target.elements) == 2:
+                target = target.elements[1].value
+            found |= {n.value for n in self.tree.walk(target) if type(n) is cst.Name}
+        return found
 
     def _unpack(self, tensor: str, numbers: list[str], totals: dict[str, Kind], summed: set[str], function) -> list[str]:
         """The reduced totals back into the script's names: counts as ints, sums or averages."""
