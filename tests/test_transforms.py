@@ -4001,3 +4001,24 @@ def test_totals_divided_through_items_by_a_summed_count_are_summed() -> None:
         ) + f"    print({{k: v / {divisor} for k, v in sums.items()}})\n"
         output = convert(standard(loop=loop)).output
         assert ("sums = dict(zip(sums, sums_totals.tolist()))" in output) is summed, output
+
+
+def test_a_model_average_takes_rank_0s_buffers_after_each_pass() -> None:
+    """`ema.update(model)` each step, where the EMA keeps `copy.deepcopy(model)`: each rank folds
+    its own BatchNorm statistics into the copy, so its evaluation, and an early stop on it,
+    differed per rank and one rank hung in backward() (helper corpus N). After the loop the
+    copy's buffers are rank 0's."""
+    helpers = (
+        "class ModelEma:\n    def __init__(self, model, decay=0.9):\n        self.ema = copy.deepcopy(model).eval()\n        self.decay = decay\n\n"
+        "    @torch.no_grad()\n    def update(self, model):\n        for e, m in zip(self.ema.parameters(), model.parameters()):\n"
+        "            e.mul_(self.decay).add_(m, alpha=1 - self.decay)\n"
+    )
+    model = "model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)).to(device)\nema = ModelEma(model)"
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        ema.update(model)\n")
+    body = f"{DEVICE}\n{LOADER}\n{model}\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
+    output = convert(script(body, helpers, imports="import copy\n")).output
+    assert (
+        "            ema.update(model)\n"
+        "        for buffer in ema.ema.buffers():  # each rank's BatchNorm statistics went into the copy: rank 0's, on every rank\n"
+        "            dist.broadcast(buffer, 0)\n"
+    ) in output

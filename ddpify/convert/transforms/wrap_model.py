@@ -14,7 +14,7 @@ from ddpify import syntax as s
 from ddpify.analysis.switches import GradSwitches
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, dotted, string_value
+from ddpify.syntax import code, dotted, string_value, unchained
 
 PARAMETERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 
@@ -97,6 +97,7 @@ class WrapModel(Transform):
         self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
         self._rewrap_after_unfreezing()
         self._bare_parameters()
+        self._averaged_copies()
         self._uses_after_wrap()
         self._handed_to_other_modules()
         self._batchnorm_refresh_on_a_shard()
@@ -226,6 +227,50 @@ class WrapModel(Transform):
                 )
                 self.plan.insert_before(self.tree.statement(step), statements(lines))
                 self.change(step, f"{', '.join(f'`{b}`' for b in bare)}, trained by `{optimizer}` beside the DDP model, has its gradient averaged over ranks before the step")
+
+    def _averaged_copies(self) -> None:
+        """`ema.update(model)` in the training loop, where `ema` keeps a copy of the model
+        (`self.ema = copy.deepcopy(model)` in a same-file class, timm's ModelEma): DDP gives every
+        rank rank 0's buffers at each forward, and the forward then moves them by the rank's own
+        batch, so the copy's BatchNorm statistics came out different on every rank, and so did
+        what was decided on its evaluation (an early stop left one rank waiting in backward()).
+        After each pass of the loop, the copy takes rank 0's buffers, as timm's distribute_bn."""
+        for loop in self.facts.train_loops:
+            for call in self.tree.calls(loop.loop.body):
+                found = s.method_call(call)
+                if found is None or found[1] != "update" or len(call.args) != 1 or not self.facts.is_model(call.args[0].value, loop.function):
+                    continue
+                copy = self._copy_attribute(found[0], loop.function)
+                if copy is None:
+                    continue
+                held = f"{code(found[0])}.{copy}"
+                buffer = next(n for n in ("buffer", "copy_buffer", "ema_buffer") if not self.program.binds(loop.function, n))
+                self.plan.insert_after(loop.loop, statements(
+                    f"for {buffer} in {held}.buffers():  # each rank's BatchNorm statistics went into the copy: rank 0's, on every rank\n"
+                    f"    dist.broadcast({buffer}, 0)\n"
+                ))
+                self.change(call, f"`{held}` takes rank 0's buffers after each pass: the running statistics it averages differ per rank")
+                break
+
+    def _copy_attribute(self, holder: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
+        """The attribute an averaging object keeps the model's copy in: `self.ema = copy.deepcopy(model)`
+        in its same-file class, or timm's ModelEma (`ema`) and ModelEmaV2/V3 (`module`)."""
+        cls = self.program.instance_of(holder, function)
+        if cls is not None:
+            init = self.program.class_methods(cls).get("__init__")
+            for node in self.program.scope_nodes(init) if init is not None else ():
+                if type(node) is cst.Assign and len(node.targets) == 1 and (target := dotted(node.targets[0].target)) is not None:
+                    value = unchained(node.value) if type(node.value) is cst.Call else node.value
+                    if target.startswith("self.") and target.count(".") == 1 and self.tree.is_call_to(value, {"copy.deepcopy"}):
+                        return target[5:]
+            return None
+        for origin in self.program.origins(holder, function):
+            name = self.tree.qname(origin.node.func) if type(origin.node) is cst.Call else None
+            if name in ("timm.utils.ModelEma", "timm.utils.model_ema.ModelEma"):
+                return "ema"
+            if name is not None and name.startswith(("timm.utils.ModelEmaV", "timm.utils.model_ema.ModelEmaV")):
+                return "module"
+        return None
 
     def _was_data_parallel(self, model) -> bool:
         """`model = nn.DataParallel(model)` where the model is trained: the script may hand it
