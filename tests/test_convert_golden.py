@@ -47,7 +47,7 @@ def test_corpus_is_large_and_varied():
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_golden(case: Case, update_golden: bool) -> None:
     source = case.source.read_text()
-    result = convert_source(source, _options(case), path="train.py")
+    result = convert_source(source, _options(case), path=str(case.source))  # its folder's modules are read too
     _check(case.report, _report(result), update_golden)
     if case.expect_unchanged:
         assert result.status == "unchanged" and result.output == source

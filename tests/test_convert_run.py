@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,15 @@ TIMEOUT = 240.0
 
 def _plain_model(case: Case) -> torch.nn.Module:
     namespace: dict = {}
-    exec(compile(case.definitions(), str(case.source), "exec"), namespace)
+    before = set(sys.modules)
+    sys.path.insert(0, str(case.folder))  # `from utils import ...`: the case's own modules
+    try:
+        exec(compile(case.definitions(), str(case.source), "exec"), namespace)
+    finally:
+        sys.path.remove(str(case.folder))
+        for name in set(sys.modules) - before:  # another case's `utils` is another module
+            if (getattr(sys.modules[name], "__file__", None) or "").startswith(str(case.folder)):
+                del sys.modules[name]
     return eval(case.config["model"], namespace)
 
 
@@ -59,8 +68,12 @@ def _explain(result: verify.VerifyResult) -> str:
 
 
 def _stage(case: Case, folder: Path) -> Path:
-    """The golden train_ddp.py in a fresh folder; a library's driver runs it as train.py."""
+    """The golden train_ddp.py in a fresh folder, with the case's other modules; a library's
+    driver runs it as train.py."""
     folder.mkdir()
+    for module in case.folder.glob("*.py"):  # the script's own modules beside it (utils.py)
+        if module.name not in ("train.py", "train_ddp.py"):
+            shutil.copy(module, folder / module.name)
     script = shutil.copy(case.converted, folder / "train_ddp.py")
     if case.config.get("entry"):  # a library: its driver runs, with the converted file in its place
         shutil.copy(case.converted, folder / "train.py")
