@@ -4022,3 +4022,17 @@ def test_a_model_average_takes_rank_0s_buffers_after_each_pass() -> None:
         "        for buffer in ema.ema.buffers():  # each rank's BatchNorm statistics went into the copy: rank 0's, on every rank\n"
         "            dist.broadcast(buffer, 0)\n"
     ) in output
+
+
+def test_a_dataset_class_drawing_its_samples_unseeded_is_warned_about() -> None:
+    """`SyntheticDataset(64)` whose `__init__` draws `torch.randn(n, 4)` from the unseeded global
+    generator: every rank makes its own data set, as the inline form does (helper corpus N). A
+    seed before the object is made, or a draw in `__getitem__`, is not warned about."""
+    helpers = (
+        "class SyntheticDataset(torch.utils.data.Dataset):\n    def __init__(self, n):\n        self.x = torch.randn(n, 4)\n        self.y = self.x.sum(1, keepdim=True)\n\n"
+        "    def __len__(self):\n        return len(self.x)\n\n    def __getitem__(self, i):\n        return self.x[i] + 0.01 * torch.randn(4), self.y[i]\n"
+    )
+    loader = "loader = DataLoader(SyntheticDataset(64), batch_size=8, shuffle=True)"
+    drawn = lambda loader: [w for w in warnings(convert(script(f"{DEVICE}\n{loader}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers))) if "the training data is drawn here" in w]  # noqa: E731
+    assert len(drawn(loader)) == 1
+    assert drawn("torch.manual_seed(0)\n" + loader) == []

@@ -94,6 +94,8 @@ def unseeded_data(tree: Tree, program: Program, dataset: cst.BaseExpression, fun
                 if name in DATA_DRAWS and not any(a.keyword is not None and a.keyword.value in OWN_GENERATOR for a in node.args):
                     if not tree.loops(node) and not program.in_dataset(scope) and not _seeded_before(tree, program, node, scope, 2, _library(name)):
                         found.append(node)
+                if type(node.func) is cst.Name and node.func.value in program.classes:
+                    found += _drawn_when_built(tree, program, node, scope)
             elif type(node) is cst.Name and not program.in_dataset(scope):
                 earlier = [v for v, i in program.assignments(scope, node.value) if i is None and tree.order(v) < tree.order(node)]
                 if earlier:  # the value the name holds here: its last assignment before, in this scope
@@ -103,6 +105,28 @@ def unseeded_data(tree: Tree, program: Program, dataset: cst.BaseExpression, fun
                     if origin.node is not node:
                         work.append((origin.node, origin.function))
     return list(dict.fromkeys(found))
+
+
+def _drawn_when_built(tree: Tree, program: Program, built: cst.Call, scope: cst.FunctionDef | None) -> list[cst.Call]:
+    """`SyntheticDataset(1024)` of a same-file class whose `__init__` draws its samples from a
+    global generator (`self.x = torch.randn(n, 8)`) that nothing seeds before the object is
+    made, nor in `__init__` before the draw. A draw in `__getitem__` (augmentation) is another
+    matter: every rank may draw its own."""
+    init = program.class_methods(program.classes[built.func.value]).get("__init__")  # type: ignore[union-attr]
+    if init is None:
+        return []
+    found = []
+    calls = program.calls_in(init)
+    for call in calls:
+        name = tree.qname(call.func)
+        if name not in DATA_DRAWS or any(a.keyword is not None and a.keyword.value in OWN_GENERATOR for a in call.args):
+            continue
+        library = _library(name)
+        if any(_seeds(tree, c, library) and tree.order(c) < tree.order(call) for c in calls):
+            continue
+        if not _seeded_before(tree, program, built, scope, 2, library):
+            found.append(call)
+    return found
 
 
 def _library(draw: str) -> str:
