@@ -4033,6 +4033,6 @@ def test_a_dataset_class_drawing_its_samples_unseeded_is_warned_about() -> None:
         "    def __len__(self):\n        return len(self.x)\n\n    def __getitem__(self, i):\n        return self.x[i] + 0.01 * torch.randn(4), self.y[i]\n"
     )
     loader = "loader = DataLoader(SyntheticDataset(64), batch_size=8, shuffle=True)"
-    drawn = lambda loader: [w for w in warnings(convert(script(f"{DEVICE}\n{loader}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers))) if "the training data is drawn here" in w]  # noqa: E731
+    drawn = lambda loader: [w.message for w in convert(script(f"{DEVICE}\n{loader}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers)).warnings if w.message.startswith("the training data is drawn here")]  # noqa: E731
     assert len(drawn(loader)) == 1
     assert drawn("torch.manual_seed(0)\n" + loader) == []
