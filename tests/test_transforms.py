@@ -4036,3 +4036,15 @@ def test_a_dataset_class_drawing_its_samples_unseeded_is_warned_about() -> None:
     drawn = lambda loader: [w.message for w in convert(script(f"{DEVICE}\n{loader}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers)).warnings if w.message.startswith("the training data is drawn here")]  # noqa: E731
     assert len(drawn(loader)) == 1
     assert drawn("torch.manual_seed(0)\n" + loader) == []
+
+
+def test_a_queue_of_batch_values_kept_across_steps_is_warned_about() -> None:
+    """`queue[ptr:ptr + n] = k` in the training loop, `queue` a tensor made before it and read
+    by the loss (MoCo's negatives): each rank stores only its shard's keys (helper corpus N).
+    A tensor written from numbers is not."""
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nqueue = torch.randn(16, 4)\nptr = 0\n"
+    loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = nn.functional.mse_loss(model(x), y) + (model(queue) ** 2).mean()").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        queue[ptr:ptr + len(x)] = x.detach()\n        ptr = (ptr + len(x)) % 16\n"
+    )
+    found = [w for w in warnings(convert(script(body + loop))) if "a queue of keys" in w]
+    assert found and found[0].startswith("`queue` keeps values of this rank's batches from step to step")

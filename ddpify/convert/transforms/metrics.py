@@ -53,6 +53,7 @@ class ReduceMetrics(Transform):
         if not self.facts.loader_plans:
             return
         for loop in self.facts.train_loops:
+            self._warn_batch_queues(loop)
             totals = self._accumulators(loop)
             if totals:
                 # `run_epoch(model, val_loader)` also evaluates a whole loader through the same loop
@@ -361,6 +362,27 @@ class ReduceMetrics(Transform):
         self.plan.insert_after(outer, statements("\n".join(lines) + "\n"))
         self.change(outer, f"`{name}` (a value per step, on each rank's shard) is averaged over ranks step by step once the loop ends")
         return True
+
+    def _warn_batch_queues(self, loop: TrainLoop) -> None:
+        """`queue[ptr:ptr + n] = k` in the training loop, where `queue` is made before it and read
+        by the loss (MoCo's queue of negative keys as a plain tensor): each rank stores only its
+        own batches' keys, so the ranks train against different queues, refreshed world_size
+        times more slowly. Warned about: the fix (gather the keys first) is the script's."""
+        start = self.tree.order(loop.loop)
+        for node in self.tree.walk(loop.loop.body):
+            if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Subscript:
+                continue
+            held = node.targets[0].target.value
+            if type(held) is not cst.Name or not self._from_batch(loop, node.value):
+                continue
+            made = [v for v, _ in self.program.assignments(loop.function, held.value) if self.tree.order(v) < start]
+            if not made or not any(type(c) is cst.Call and self.tree.qname(c.func) in s.TENSOR_FACTORIES for v in made for c in self.tree.walk(v)):
+                continue
+            self.warn(node, (
+                f"`{held.value}` keeps values of this rank's batches from step to step (a queue of keys): each rank stores only its "
+                f"own shard's, so the ranks train against different `{held.value}`; gather the values over ranks (dist.all_gather) before storing them"
+            ))
+            return
 
     def _from_batch(self, loop: TrainLoop, value: cst.CSTNode) -> bool:
         """Something of this rank's batch, or what another module computed over the sharded
