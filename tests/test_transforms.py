@@ -4048,3 +4048,14 @@ def test_a_queue_of_batch_values_kept_across_steps_is_warned_about() -> None:
     )
     found = [w for w in warnings(convert(script(body + loop))) if "a queue of keys" in w]
     assert found and found[0].startswith("`queue` keeps values of this rank's batches from step to step")
+
+
+def test_the_data_parallel_block_goes_with_its_announcement() -> None:
+    """`if device_count() > 1: print("Using N GPUs"); model = nn.DataParallel(model)` goes whole
+    (the print described what is gone), and `m.module.state_dict() if hasattr(m, "module") else
+    m.state_dict()` keeps its first branch once the model is wrapped (helper corpus N)."""
+    model = 'model = nn.Linear(4, 1).to(device)\nif torch.cuda.device_count() > 1:\n    print("Using", torch.cuda.device_count(), "GPUs")\n    model = nn.DataParallel(model)'
+    after = 'state = model.module.state_dict() if hasattr(model, "module") else model.state_dict()\ntorch.save(state, "m.pt")\n'
+    output = convert(standard(model=model, after=after)).output
+    assert "device_count" not in output and "Using" not in output
+    assert "    state = model.module.state_dict()\n" in output

@@ -6,7 +6,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.convert.transforms.base import Transform
-from ddpify.syntax import code, dotted
+from ddpify.syntax import code, dotted, string_value
 
 
 FUNCTIONAL = {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
@@ -49,6 +49,15 @@ class RemoveDataParallel(Transform):
             if dotted(obj) == ref and self.tree.qname(kind) in s.DATA_PARALLEL:
                 self.plan.replace(node, lambda updated: updated.orelse)  # type: ignore[attr-defined]
                 self.change(node, f"`{code(test)}` is never true once nn.DataParallel is gone: its other branch stays")
+        for node in self.tree.of_type(cst.IfExp):
+            test = node.test
+            if not (self.tree.is_builtin_call(test, "hasattr") and len(test.args) == 2 and string_value(test.args[1].value) == "module"):  # type: ignore[union-attr]
+                continue
+            function = self.tree.function(node)
+            wrapped = [m for m in self.facts.models if m.ref == ref and m.function is function and m.optional is None and m.element is None]
+            if dotted(test.args[0].value) == ref and wrapped and self.tree.order(node) > self.tree.order(wrapped[0].anchor) and not self.facts.may_be_plain(ref, node):  # type: ignore[union-attr]
+                self.plan.replace(node, lambda updated: updated.body)  # type: ignore[attr-defined]
+                self.change(node, f"`{code(test)}` is always true once `{ref}` is wrapped in DDP: its first branch stays")
 
     def _loads_take_old_checkpoints(self, model: cst.BaseExpression, function: cst.FunctionDef | None) -> None:
         """The script saved `model.state_dict()` through DataParallel: `module.`-prefixed keys. Its
@@ -87,11 +96,20 @@ class RemoveDataParallel(Transform):
         self.change(call, "nn.parallel.data_parallel replaced by a plain call of the module: each rank runs on its own GPU")
 
     def _removable(self, call: cst.Call) -> cst.CSTNode:
-        """The statement to drop; `if torch.cuda.device_count() > 1: model = nn.DataParallel(model)` goes whole."""
+        """The statement to drop; `if torch.cuda.device_count() > 1: model = nn.DataParallel(model)` goes
+        whole, with the prints that announce it."""
         statement = self.tree.statement(call)
         if isinstance(statement, cst.If):  # one-line `if ...: model = nn.DataParallel(model)`
             return statement
         owner = self.tree.parent(self.tree.block(statement))
-        if isinstance(owner, cst.If) and owner.orelse is None and len(owner.body.body) == 1:
-            return owner
+        if isinstance(owner, cst.If) and owner.orelse is None and all(s is statement or _only_prints(s) for s in owner.body.body):
+            return owner  # `print(f"Using {n} GPUs with DataParallel")` beside it: it would describe what is gone
         return statement
+
+
+def _only_prints(statement: cst.CSTNode) -> bool:
+    """`print(...)` or `logging.info(...)` on a line of its own."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr)):
+        return False
+    call = statement.body[0].value
+    return isinstance(call, cst.Call) and (dotted(call.func) or "").split(".")[-1] in ("print", "info", "warning", "debug")
