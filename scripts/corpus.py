@@ -13,7 +13,7 @@ CORPUS_DIR (default: ../shared/corpus beside this checkout) holds `files/NAME.py
    as one plain process. The 2-rank run gets NPROC x CORPUS_FAKE_N synthetic samples, so each
    rank sees as many as the plain run (the manifest sizes the split for one process: yunjey_gan
    needs whole batches of 100, which a real dataset gives every rank but 100 samples cannot). A row `entry=REL` is a library file driven by the companion REL: the converted file
-   takes its place and REL is run.
+   takes its place, REL is converted too (a driver: its output goes to rank 0) and run.
 
 Prints one row per script and the totals. A development tool, not part of the test suite: the
 runs take minutes. `--out DIR` keeps the converted files and each verify report (JSON).
@@ -110,6 +110,11 @@ def stage(row: Row, corpus: Path, converted: str) -> tuple[Path, Path]:
     target = root / row.path
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(converted, encoding="utf-8", errors="surrogateescape")
+    if entry:  # the driver is converted too, as a user converts both files (its output goes to rank 0)
+        driver = root / entry
+        result = convert_source(driver.read_text(encoding="utf-8", errors="surrogateescape"), ConvertOptions(), path=str(driver))
+        if result.status == "converted":
+            driver.write_text(result.output, encoding="utf-8", errors="surrogateescape")
     return root, (root / entry if entry else target)
 
 

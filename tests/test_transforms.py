@@ -4059,3 +4059,39 @@ def test_the_data_parallel_block_goes_with_its_announcement() -> None:
     output = convert(standard(model=model, after=after)).output
     assert "device_count" not in output and "Using" not in output
     assert "    state = model.module.state_dict()\n" in output
+
+
+def test_a_driver_of_a_trainer_beside_it_prints_on_rank_0(tmp_path) -> None:
+    """stargan's main.py: `Solver(loader, config).train()` from solver.py beside it, which trains;
+    the driver prints its config and makes folders. Its output goes to rank 0 (by the
+    environment's RANK: solver.py, once converted, sets the group up) and its folders are made
+    race-free; the report says to convert solver.py. It was left to print on every rank."""
+    (tmp_path / "solver.py").write_text(
+        "class Solver:\n    def __init__(self, model, loader, optimizer):\n        self.model, self.loader, self.optimizer = model, loader, optimizer\n\n"
+        "    def train(self):\n        for x, y in self.loader:\n            loss = (self.model(x) - y).pow(2).mean()\n"
+        "            self.optimizer.zero_grad()\n            loss.backward()\n            self.optimizer.step()\n"
+    )
+    source = textwrap.dedent("""\
+        import os
+        import torch
+        from solver import Solver
+
+        def main(config):
+            if not os.path.exists(config["out"]):
+                os.makedirs(config["out"])
+            model = torch.nn.Linear(4, 1)
+            Solver(model, [], torch.optim.SGD(model.parameters(), lr=0.1)).train()
+
+        if __name__ == "__main__":
+            config = {"out": "runs"}
+            print(config)
+            main(config)
+        """)
+    driver = tmp_path / "main.py"
+    driver.write_text(source)
+    result = convert_source(source, ConvertOptions(), path=str(driver))
+    assert result.status == "converted"
+    assert '    if int(os.environ.get("RANK", 0)) == 0:\n        print(config)\n' in result.output
+    assert 'os.makedirs(config["out"], exist_ok=True)' in result.output
+    assert any("the training runs in `Solver` (solver.py): convert that module" in w.message for w in result.warnings)
+    assert convert_source(source, ConvertOptions()).status == "unchanged"  # solver.py unread: nothing known to train

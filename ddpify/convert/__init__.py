@@ -10,6 +10,7 @@ from typing import Literal
 import libcst as cst
 
 from ddpify.convert.analysis import Analyzer, NotConvertible
+from ddpify.convert.driver import convert_driver
 from ddpify.convert.pipeline import PIPELINE, PREPASSES
 from ddpify.convert.transforms.base import ConvertOptions
 from ddpify.edit.plan import Note, Plan
@@ -58,6 +59,9 @@ def convert_source(source: str, options: ConvertOptions | None = None, path: str
     try:
         facts = analyzer.run()
     except NotConvertible as reason:
+        driver = Plan(tree)
+        if str(reason).startswith("nothing to train") and source == original and convert_driver(analyzer.program, driver):
+            return ConvertResult(original, driver.output(source), "converted", None, _sorted(early.notes + driver.notes))
         for node, message in analyzer.warnings:
             plan.warn(node, message)
         notes = early.notes + _moved(plan.notes, source, original)
