@@ -284,7 +284,7 @@ def is_import_line(statement: cst.BaseStatement) -> bool:
 
 def is_preamble(statement: cst.BaseStatement) -> bool:
     """What may sit between imports at the top of a script: `sys.path.append(...)`, a docstring,
-    `warnings.filterwarnings(...)`, `try: import x / except ImportError: ...`."""
+    `warnings.filterwarnings(...)`, `matplotlib.use("Agg")`, `try: import x / except ImportError: ...`."""
     if isinstance(statement, cst.Try):  # (its prints may be under a rank guard by now)
         return any(is_import_line(s) for s in statement.body.body)  # type: ignore[attr-defined]
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
@@ -292,7 +292,9 @@ def is_preamble(statement: cst.BaseStatement) -> bool:
     small = statement.body[0]
     if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
         return True
-    return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and (dotted(small.value.func) or "").startswith(("sys.path.", "warnings."))
+    return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and (dotted(small.value.func) or "").startswith(
+        ("sys.path.", "warnings.", "matplotlib.use")  # `matplotlib.use("Agg")` before `import matplotlib.pyplot`
+    )
 
 
 def method_call(node: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:

@@ -4095,3 +4095,16 @@ def test_a_driver_of_a_trainer_beside_it_prints_on_rank_0(tmp_path) -> None:
     assert 'os.makedirs(config["out"], exist_ok=True)' in result.output
     assert any("the training runs in `Solver` (solver.py): convert that module" in w.message for w in result.warnings)
     assert convert_source(source, ConvertOptions()).status == "unchanged"  # solver.py unread: nothing known to train
+
+
+def test_the_setup_follows_a_headless_plotting_import_cell() -> None:
+    """`import matplotlib` / `matplotlib.use("Agg")` / `import matplotlib.pyplot as plt`: the
+    setup goes after the whole cell, not between `import matplotlib` and its `use` (helper
+    corpus M: the pyplot import ended up below executable code)."""
+    source = (
+        'import os\nimport torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nimport matplotlib\nmatplotlib.use("Agg")\n'
+        f"import matplotlib.pyplot as plt\n\n{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + LOOP.replace("        x, y = x.to(device), y.to(device)\n", "")
+    )
+    output = convert(source).output
+    assert output.index("import matplotlib.pyplot as plt") < output.index("dist.init_process_group")
