@@ -4108,3 +4108,21 @@ def test_the_setup_follows_a_headless_plotting_import_cell() -> None:
     )
     output = convert(source).output
     assert output.index("import matplotlib.pyplot as plt") < output.index("dist.init_process_group")
+
+
+def test_a_training_step_in_a_closure_is_refused_with_the_way_out() -> None:
+    """`def train_one_epoch(dl): ...` inside `main()`, reading main's model and optimizer: the
+    wrap went after the training and the closure's loader was made again inside it (helper
+    corpus Q: replicas apart, or an UnboundLocalError). Refused, naming the closure. An LBFGS
+    closure the optimizer's step calls is not."""
+    closure = LOOP.replace("for epoch in range(2):\n    for x, y in loader:\n", "def train_one_epoch(dl):\n    for x, y in dl:\n")
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{closure}for epoch in range(2):\n    train_one_epoch(loader)\n"
+    result = convert(script(body))
+    assert result.status == "unchanged"
+    assert "is in `train_one_epoch`, a function defined inside `main()`: ddpify does not follow" in result.reason
+    lbfgs = (
+        "for epoch in range(2):\n    for x, y in loader:\n        def closure():\n            optimizer.zero_grad()\n"
+        "            loss = nn.functional.mse_loss(model(x), y)\n            loss.backward()\n            return loss\n        optimizer.step(closure)\n"
+    )
+    result = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.LBFGS(model.parameters())\n{lbfgs}"))
+    assert "a function defined inside" not in (result.reason or "")

@@ -464,6 +464,7 @@ class Analyzer:
         backward_calls = self.program.backward_calls
         if not backward_calls:
             self._explain_nothing_to_train()
+        self._check_nested_training(backward_calls)
         models = self._models()
         if not models:
             raise NotConvertible(self._no_model_reason(backward_calls))
@@ -526,6 +527,25 @@ class Analyzer:
                     evidence.append((2, f"reads {string_value(node)} (line {tree.line(node)})"))
         if evidence:  # the strongest kind, first in the file
             raise NotConvertible(f"already distributed: {min(evidence, key=lambda e: e[0])[1]}")
+
+    def _check_nested_training(self, backward_calls: list[cst.Call]) -> None:
+        """`def train_one_epoch(): ...` (or `def step(batch): ...`) defined inside `main()`, reading
+        the model, optimizer and loader of `main()`: ddpify follows values through module-level
+        functions and methods, not into closures, so it would wrap the model after the training and
+        shard a loader the closure rebinds. Refused with the way out."""
+        for call in backward_calls:
+            function = self.tree.function(call)
+            outer = self.tree.function(function) if function is not None else None
+            stepped = any(
+                (m := s.method_call(c)) is not None and m[1] == "step" and any(dotted(a.value) == function.name.value for a in c.args)
+                for c in self.program.calls_in(outer)
+            ) if outer is not None else False  # `optimizer.step(closure)` (LBFGS): the optimizer calls it, in the loop around
+            if outer is not None and self.program.owner_class(function) is None and not stepped:
+                raise NotConvertible(
+                    f"the training step (`backward()`, line {self.tree.line(call)}) is in `{function.name.value}`, a function defined inside "
+                    f"`{outer.name.value}()`: ddpify does not follow the model, optimizer and loader into such a closure; define it at module "
+                    f"level, handed what it uses (`def {function.name.value}(model, loader, optimizer, ...)`), then convert"
+                )
 
     def _explain_nothing_to_train(self) -> None:
         # A training loop living in another module is out of reach of a one-file rewrite.
