@@ -4126,3 +4126,27 @@ def test_a_training_step_in_a_closure_is_refused_with_the_way_out() -> None:
     )
     result = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.LBFGS(model.parameters())\n{lbfgs}"))
     assert "a function defined inside" not in (result.reason or "")
+
+
+def test_a_numpy_count_array_added_as_a_whole_is_reduced_in_place() -> None:
+    """`seen = np.zeros(k)`, `seen += np.bincount(y.numpy(), minlength=k)`: all-reduced through
+    torch.from_numpy in place (`dist.all_reduce(seen)` on the array raised TypeError on every
+    rank and in the plain run; helper corpus P)."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    seen = np.zeros(2)\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        seen += np.bincount((y > 0).long().numpy().ravel(), minlength=2)\n"
+    ) + "    print(seen.tolist())\n"
+    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", imports="import numpy as np\n")).output
+    assert "        dist.all_reduce(torch.from_numpy(seen))  # in place: the tensor shares the array's memory\n" in output
+    assert "dist.all_reduce(seen)" not in output
+
+
+def test_totals_reported_in_a_for_else_are_reduced_in_it() -> None:
+    """`for x, y in loader: ... else: print(running_loss / len(loader))` (the Udacity notebooks):
+    the reduction goes at the top of the `else`, which reports it. It was left as rank 0's
+    shard (helper corpus P)."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    running_loss = 0.0\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        running_loss += loss.item()\n"
+    ) + "    else:\n        print(running_loss / len(loader))\n"
+    output = convert(standard(loop=loop)).output
+    assert "    else:\n        # Each rank trained on its own shard of the data: average the totals over ranks.\n" in output
+    assert "            print(running_loss / len(loader))\n" in output

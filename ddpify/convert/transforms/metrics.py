@@ -211,6 +211,8 @@ class ReduceMetrics(Transform):
                         totals[name] = "tensor"  # `correct += (pred == y).sum()`, then `correct.item()`
                     else:
                         totals[name] = "number?"
+                elif all(self.tree.is_call_to(v, NUMPY_ZEROS) for v in initial):
+                    totals[name] = "array"  # `seen = np.zeros(k)`, `seen += np.bincount(y)`: reduced in place
                 else:
                     totals[name] = "tensor"
         for name, values in keyed.items():
@@ -453,7 +455,7 @@ class ReduceMetrics(Transform):
         return bool(values) and not any(self.tree.inside(v, outer[0]) for v in values)
 
     def _read_after(self, loop: TrainLoop, name: str) -> bool:
-        end = self.tree.last_line(loop.loop)
+        end = self.tree.last_line(_steps(loop))
         return any(
             isinstance(n, cst.Name) and n.value == name and self.tree.line(n) > end and not self._is_target(n)
             for n in self.program.scope_nodes(loop.function)
@@ -461,7 +463,7 @@ class ReduceMetrics(Transform):
 
     def _used_as_tensor(self, loop: TrainLoop, name: str) -> bool:
         """`name.double()`, `name.item()`...: after the loop the script reads it as a tensor."""
-        end = self.tree.last_line(loop.loop)
+        end = self.tree.last_line(_steps(loop))
         return any(
             isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == name and self.tree.line(n) > end
             for n in self.program.scope_nodes(loop.function)
@@ -600,7 +602,10 @@ class ReduceMetrics(Transform):
             self.change(loop.loop, f"{listed} {done} after the loop when the loader it is given is sharded (a whole loader, such as a test set, is left as it is)")
         else:
             self.change(loop.loop, f"{listed} {done} after the loop: each rank saw only its shard")
-        self.plan.insert_after(loop.loop, statements("\n".join(lines) + "\n"))
+        if isinstance(loop.loop.orelse, cst.Else):  # `for ...: ... else:` reports in its `else`: reduced first
+            self.plan.prepend(loop.loop.orelse.body, statements("\n".join(lines) + "\n"))
+        else:
+            self.plan.insert_after(loop.loop, statements("\n".join(lines) + "\n"))
 
     def _summed(self, loop: TrainLoop, name: str, totals: dict[str, Kind]) -> bool:
         """Sums and counts are summed over ranks; a total divided by a per-rank count (batches,
@@ -610,8 +615,8 @@ class ReduceMetrics(Transform):
         modes = set()
         aliases = {name} | self._values_of(loop, name)
         for node in self.program.scope_nodes(loop.function):
-            if self.tree.order(node) <= start or self.tree.inside(node, loop.loop):
-                continue  # only what runs after the loop
+            if self.tree.order(node) <= start or self.tree.inside(node, _steps(loop)):
+                continue  # only what runs after the loop's steps (its `else` too)
             if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
                 divided, denominator = node.left, node.right
             elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
@@ -698,3 +703,8 @@ def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[st
         if increments and all(isinstance(v, cst.Integer) or (type(v) is cst.Name and v.value in defaults) for v in increments):
             counts.add(a)
     return counts
+
+
+def _steps(loop: TrainLoop) -> cst.CSTNode:
+    """What runs at each step: the loop's body (a `for ... else:` runs its `else` after them)."""
+    return loop.loop.body if isinstance(loop.loop.orelse, cst.Else) else loop.loop
