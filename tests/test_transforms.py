@@ -4148,5 +4148,5 @@ def test_totals_reported_in_a_for_else_are_reduced_in_it() -> None:
         "        optimizer.step()\n", "        optimizer.step()\n        running_loss += loss.item()\n"
     ) + "    else:\n        print(running_loss / len(loader))\n"
     output = convert(standard(loop=loop)).output
-    assert "    else:\n        # Each rank trained on its own shard of the data: average the totals over ranks.\n" in output
-    assert "            print(running_loss / len(loader))\n" in output
+    assert "        else:\n            # Each rank trained on its own shard of the data: average the totals over ranks.\n" in output
+    assert "                print(running_loss / len(loader))\n" in output
