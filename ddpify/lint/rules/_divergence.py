@@ -200,6 +200,20 @@ class Scope:
         elif kind is cst.Call:
             self._call(node)
 
+    def _whole_batch_names(self, statement: cst.CSTNode) -> set[str]:
+        """The batch names of the loops around `statement` over loaders nothing shards (`for x, y
+        in val_loader:`): there they hold the same batch on every rank, whatever the training
+        loop bound to the same names (`x`, `y`) holds."""
+        names: set[str] = set()
+        for loop in self.tree.loops(statement):
+            if type(loop) is cst.For and loop is not statement and self._iterates_whole(loop):
+                names |= set(target_keys(self.batch_target(loop)))
+        return names
+
+    def _iterates_whole(self, loop: cst.For) -> bool:
+        loaders = self.program.dataloaders(loop.iter, self.function)
+        return bool(loaders) and not any(self.flow.script.is_sharded(o.node) for o in loaders)
+
     def batch_target(self, loop: cst.For) -> cst.BaseExpression:
         """`i, (x, y)` in `for i, (x, y) in enumerate(loader)`: the batch part, without the index."""
         iterable = loop.iter
@@ -221,7 +235,7 @@ class Scope:
                 self._assign(t.value, v.value, statement)
             return
         keys = target_keys(target)
-        read = reads(value)
+        read = reads(value) - self._whole_batch_names(statement)
         for key in keys:
             self.deps.setdefault(key, set()).update(read)
         if self._from_sharded_next(value):
