@@ -4150,3 +4150,14 @@ def test_totals_reported_in_a_for_else_are_reduced_in_it() -> None:
     output = convert(standard(loop=loop)).output
     assert "        else:\n            # Each rank trained on its own shard of the data: average the totals over ranks.\n" in output
     assert "                print(running_loss / len(loader))\n" in output
+
+
+def test_a_loss_dict_totalled_with_get_is_reduced_key_by_key() -> None:
+    """`totals[k] = totals.get(k, 0.0) + v.item()` (detection-style loss dicts) is `+=` for a key
+    that may be new: gathered and added up key by key like a defaultdict (rank 0's shard was
+    printed; helper corpus P)."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    totals = {}\n").replace(
+        "        optimizer.step()\n", '        optimizer.step()\n        for k, v in {"mse": loss}.items():\n            totals[k] = totals.get(k, 0.0) + v.item()\n'
+    ) + "    print({k: v / len(loader) for k, v in totals.items()})\n"
+    output = convert(standard(loop=loop)).output
+    assert "        dist.all_gather_object(totals_by_rank, dict(totals))\n" in output

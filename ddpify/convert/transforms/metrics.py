@@ -163,6 +163,8 @@ class ReduceMetrics(Transform):
                 and isinstance(node.target.value, cst.Name)
             ):
                 keyed.setdefault(node.target.value.value, []).append(node.value)  # `losscnt[bin] += 1` counts this rank's samples too
+            if type(node) is cst.Assign and len(node.targets) == 1 and (increment := _got_and_added(node)) is not None:
+                keyed.setdefault(node.targets[0].target.value.value, []).append(increment)  # type: ignore[attr-defined]
             if (
                 isinstance(node, cst.AugAssign)
                 and isinstance(node.operator, cst.AddAssign)
@@ -708,3 +710,17 @@ def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[st
 def _steps(loop: TrainLoop) -> cst.CSTNode:
     """What runs at each step: the loop's body (a `for ... else:` runs its `else` after them)."""
     return loop.loop.body if isinstance(loop.loop.orelse, cst.Else) else loop.loop
+
+
+def _got_and_added(node: cst.Assign) -> cst.BaseExpression | None:
+    """`totals[k] = totals.get(k, 0.0) + v.item()` (detection-style loss dicts): `totals[k] +=`
+    spelled for a key that may be new; the value added."""
+    target = node.targets[0].target
+    value = node.value
+    if type(target) is not cst.Subscript or type(target.value) is not cst.Name or type(value) is not cst.BinaryOperation or type(value.operator) is not cst.Add:
+        return None
+    for got, added in ((value.left, value.right), (value.right, value.left)):
+        found = method_call(got)
+        if found is not None and found[1] == "get" and type(found[0]) is cst.Name and found[0].value == target.value.value:
+            return added
+    return None
