@@ -4161,3 +4161,12 @@ def test_a_loss_dict_totalled_with_get_is_reduced_key_by_key() -> None:
     ) + "    print({k: v / len(loader) for k, v in totals.items()})\n"
     output = convert(standard(loop=loop)).output
     assert "        dist.all_gather_object(totals_by_rank, dict(totals))\n" in output
+
+
+def test_a_model_returned_by_the_function_that_trains_it_is_the_plain_model() -> None:
+    """`def train(): ...; return model`, then `torch.save(train().state_dict(), path)` in the
+    caller: the function returns `model.module` (the wrapper's `module.` keys did not load into
+    the plain model; helper corpus P)."""
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}return model, 1\n"
+    output = convert(script(body)).output
+    assert "    return model.module, 1\n" in output

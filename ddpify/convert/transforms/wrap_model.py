@@ -99,6 +99,7 @@ class WrapModel(Transform):
         self._bare_parameters()
         self._averaged_copies()
         self._uses_after_wrap()
+        self._returned_plain()
         self._handed_to_other_modules()
         self._batchnorm_refresh_on_a_shard()
 
@@ -190,6 +191,23 @@ class WrapModel(Transform):
             return None, None
         model = next((m for m in self.facts.models if m.ref == dotted(root) and m.function is function and m.element is None), None)
         return root, model
+
+    def _returned_plain(self) -> None:
+        """`return model` from the function that wraps and trains it (`model = train()`, then
+        `torch.save(model.state_dict(), path)` in the caller): the caller gets the plain model,
+        whose state dict has the plain keys and whose attributes are its own. The wrapper's
+        saved `module.` keys that the plain model refused to load."""
+        for model in self.facts.models:
+            if model.function is None or model.element is not None:
+                continue
+            for node in self.program.scope_nodes(model.function):
+                if type(node) is not cst.Return or node.value is None or self.tree.loops(node):
+                    continue
+                values = [e.value for e in node.value.elements] if type(node.value) is cst.Tuple else [node.value]
+                for value in values:
+                    if dotted(value) == model.ref and self.facts.is_model(value, model.function):
+                        self.plan.replace(value, cst.parse_expression(self.plain(model.ref, node)))
+                        self.change(node, f"`{model.ref}` returned as the plain model (`.module`): the caller saves and uses the model, not its DDP wrapper")
 
     def _bare_parameters(self) -> None:
         """`log_vars = nn.Parameter(torch.zeros(2))` stepped by the optimizer beside the model's
