@@ -653,10 +653,11 @@ dist.destroy_process_group()
     assert row.status == verify_api.OK and "no 'module.' prefix" in row.detail, verify_api.format_table(result)
 
 
-def test_module_keys_the_plain_run_saves_too_are_the_scripts_own(tmp_path: Path) -> None:
+def test_module_keys_of_a_models_own_attribute_are_not_the_wrappers(tmp_path: Path) -> None:
     """An AveragedModel (or a timm ModelEmaV2) keeps its copy in `self.module`: its state dict has
-    `module.` keys in the one-process run too. With --single that run shows it, and the row
-    passes; a wrapper saved by mistake still fails (helper corpora N and O)."""
+    `module.` keys that no DDP wrapper made. The shim marks what DistributedDataParallel's
+    state_dict() returns, so that row passes, and a wrapper's state dict still fails, even in the
+    one-process run of a converted script (helper corpora N, O and P)."""
     script = tmp_path / "swa.py"
     body = """
 import os
@@ -677,8 +678,8 @@ if dist.get_rank() == 0:
     torch.save(SAVED.state_dict(), "wrapper.pt")
 dist.destroy_process_group()
 """
-    script.write_text(body.replace("SAVED", "model if dist.get_world_size() > 1 else model.module"))
+    script.write_text(body.replace("SAVED", "model"))
     result = verify_api.verify_script(script, verify_api.VerifyOptions(timeout=float(TIMEOUT), launcher="direct", single=True))
     assert result.check("checkpoint swa.pt").status == verify_api.OK, verify_api.format_table(result)
-    assert "the plain one-process run saves the same keys" in result.check("checkpoint swa.pt").detail
+    assert "the model's own (an attribute named module" in result.check("checkpoint swa.pt").detail
     assert result.check("checkpoint wrapper.pt").status == verify_api.FAIL, verify_api.format_table(result)

@@ -126,6 +126,12 @@ class StateDictReport:
     key: str  # "" when the checkpoint is the state dict itself
     num_keys: int
     prefixed: tuple[str, ...]
+    wrapper: bool | None = None  # came from a DistributedDataParallel's state_dict (None: read from the file, unknown)
+
+    @property
+    def wrapped_keys(self) -> bool:
+        """`module.` keys of a DDP wrapper: not an AveragedModel's or a ModelEma's own `module`."""
+        return bool(self.prefixed) and self.wrapper is not False
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ class CheckpointReport:
 
     @property
     def prefixed_keys(self) -> int:
-        return sum(len(sd.prefixed) for sd in self.state_dicts)
+        return sum(len(sd.prefixed) for sd in self.state_dicts if sd.wrapped_keys)
 
     @property
     def ok(self) -> bool:
@@ -217,31 +223,11 @@ class VerifyResult:
         if not self.checkpoints:
             result.append(Check("checkpoints", INFO, "none written"))
         for ckpt in self.checkpoints:
-            if not ckpt.ok and ckpt.loaded and self._prefixed_in_single_run(ckpt):
-                detail = f"{describe_checkpoint(ckpt)}; the plain one-process run saves the same keys: they are the script's own, not the DDP wrapper's"
-                result.append(Check(f"checkpoint {ckpt.path}", OK, detail))
-                continue
             result.append(Check(f"checkpoint {ckpt.path}", OK if ckpt.ok else FAIL, describe_checkpoint(ckpt)))
         if self.single_run is not None:
             result.append(_single_check(self.single_run))
         result.append(Check("wall time", INFO, f"{run.wall_time:.1f} s"))
         return tuple(result)
-
-
-    def _prefixed_in_single_run(self, ckpt: CheckpointReport) -> bool:
-        """The one-process run saved this file with the same `module.` keys in each state dict (an
-        AveragedModel's or a ModelEmaV2's copy lives in `self.module`): not the wrapper's doing."""
-        if self.single_run is None:
-            return False
-        recorded = {}
-        for rank in self.single_run.ranks:
-            for path, saved in (rank.facts or {}).get("checkpoints", {}).items():
-                recorded[_relative(Path(path), self.single_run.workdir)] = saved
-        saved = recorded.get(ckpt.path)
-        if saved is None:
-            return False
-        single = {sd["key"]: (sd["num_keys"], tuple(sd["prefixed"])) for sd in saved["state_dicts"]}
-        return all(single.get(sd.key) == (sd.num_keys, sd.prefixed) for sd in ckpt.state_dicts if sd.prefixed)
 
 
 def verify_script(
@@ -331,7 +317,7 @@ def checkpoint_reports(paths: Sequence[Path], run: RunResult, options: VerifyOpt
         saved = recorded.get(str(path))
         if saved is not None:
             state_dicts = tuple(
-                StateDictReport(sd["key"], sd["num_keys"], tuple(sd["prefixed"])) for sd in saved["state_dicts"]
+                StateDictReport(sd["key"], sd["num_keys"], tuple(sd["prefixed"]), sd.get("wrapper")) for sd in saved["state_dicts"]
             )
             reports[path] = CheckpointReport(_relative(path, run.workdir), True, None, state_dicts)
     unrecorded = [p for p in paths if p not in reports]
@@ -433,7 +419,12 @@ def describe_checkpoint(ckpt: CheckpointReport) -> str:
     parts = []
     for sd in ckpt.state_dicts:
         where = f"[{sd.key!r}]" if sd.key else "state dict"
-        if sd.prefixed:
+        if sd.prefixed and not sd.wrapped_keys:
+            parts.append(
+                f"{where}: {len(sd.prefixed)}/{sd.num_keys} keys start with {STATE_DICT_PREFIX!r}, the model's own"
+                f" (an attribute named module: an AveragedModel's or a ModelEma's copy), not a DDP wrapper's"
+            )
+        elif sd.prefixed:
             parts.append(
                 f"{where}: {len(sd.prefixed)}/{sd.num_keys} keys start with {STATE_DICT_PREFIX!r}"
                 f" (e.g. {sd.prefixed[0]!r})"

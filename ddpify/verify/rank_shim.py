@@ -208,9 +208,12 @@ def checkpoint_report(obj):
     """The state dicts in a saved object (itself, a module's, or a dict's values) and their keys."""
     import torch
 
+    from torch.nn.parallel import DistributedDataParallel
+
     def report(key, mapping):
         keys = [str(k) for k in mapping.keys()]
-        return {"key": key, "num_keys": len(keys), "prefixed": [k for k in keys if k.startswith("module.")][:20]}
+        wrapper = bool(getattr(mapping, "_ddpify_wrapper", False))  # from DistributedDataParallel.state_dict()
+        return {"key": key, "num_keys": len(keys), "prefixed": [k for k in keys if k.startswith("module.")][:20], "wrapper": wrapper}
 
     def is_state_dict(value):
         return (
@@ -223,14 +226,17 @@ def checkpoint_report(obj):
     found = []
     if isinstance(obj, torch.nn.Module):
         found.append(report("<%s>" % type(obj).__name__, obj.state_dict()))
+        found[-1]["wrapper"] = isinstance(obj, DistributedDataParallel)
     elif is_state_dict(obj):
         found.append(report("", obj))
     elif isinstance(obj, dict):
         for key, value in obj.items():
+            wrapped = isinstance(value, DistributedDataParallel)
             if isinstance(value, torch.nn.Module):
                 value = value.state_dict()
             if is_state_dict(value):
                 found.append(report(str(key), value))
+                found[-1]["wrapper"] = found[-1]["wrapper"] or wrapped
     return {"state_dicts": found}
 
 
@@ -361,8 +367,20 @@ def patch_ddp(facts):
         finally:
             facts.ddp_depth -= 1
 
+    original_state_dict = DistributedDataParallel.state_dict
+
+    @functools.wraps(original_state_dict)
+    def state_dict(self, *args, **kwargs):
+        result = original_state_dict(self, *args, **kwargs)
+        try:
+            result._ddpify_wrapper = True  # checkpoint_report: these `module.` keys are the wrapper's
+        except Exception:
+            pass
+        return result
+
     DistributedDataParallel.__init__ = __init__
     DistributedDataParallel.forward = forward
+    DistributedDataParallel.state_dict = state_dict
 
 
 def patch_autograd(facts):
