@@ -4170,3 +4170,15 @@ def test_a_model_returned_by_the_function_that_trains_it_is_the_plain_model() ->
     body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}return model, 1\n"
     output = convert(script(body)).output
     assert "    return model.module, 1\n" in output
+
+
+def test_a_pass_loop_without_an_epoch_counter_moves_the_sampler_on_itself() -> None:
+    """`while not done:` with only a step counter: `set_epoch(loader.sampler.epoch + 1)` at the top
+    of each pass (there was only a warning, and every pass repeated epoch 0's order; helper
+    corpus Q)."""
+    loop = (
+        "step, done = 0, False\nwhile not done:\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n        step += 1\n        if step >= 20:\n            done = True\n            break\n"
+    )
+    output = convert(standard(loop=loop)).output
+    assert "    while not done:\n        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order for each pass (no epoch counter here)\n" in output

@@ -25,14 +25,16 @@ class SetEpoch(Transform):
         if not self.facts.loader_plans:
             return
         for start in self.facts.epoch_starts:
-            if start.epoch is None:
+            if start.epoch is None and not isinstance(start.loop.body, cst.IndentedBlock):
                 self.warn(start.loop, f"no epoch counter found for this loop: call `{start.loader}.sampler.set_epoch(epoch)` at the start of each epoch")
                 continue
             if not isinstance(start.loop.body, cst.IndentedBlock):
                 self.warn(start.loop, f"one-line loop: call `{start.loader}.sampler.set_epoch({start.epoch})` at the start of each epoch")
                 continue
             set_epoch = f"{start.loader}.sampler.set_epoch({start.epoch})"
-            if start.epoch == PASSES:  # `for lr in [1e-3, 1e-2]`: no epoch number to give
+            if start.epoch is None:  # `while not done:` with a step counter only: the sampler counts its own passes
+                set_epoch = f"{start.loader}.sampler.set_epoch({start.loader}.sampler.epoch + 1)  # a new order for each pass (no epoch counter here)"
+            elif start.epoch == PASSES:  # `for lr in [1e-3, 1e-2]`: no epoch number to give
                 set_epoch = f"{start.loader}.sampler.set_epoch({start.loader}.sampler.epoch + 1)  # a new order for each pass of this loop"
             elif self._runs_again(start.loop, start.loader):  # `train(...)` called for two stages: its epochs start at 0 again
                 set_epoch = f"{start.loader}.sampler.set_epoch({start.loader}.sampler.epoch + 1)  # a new order also when this function runs again"
@@ -45,7 +47,7 @@ class SetEpoch(Transform):
                 self.plan.insert_before(rebuilt, line)
             else:
                 self.plan.prepend(start.loop.body, line)
-            shown = f"{start.loader}.sampler.epoch + 1" if start.epoch == PASSES else start.epoch
+            shown = f"{start.loader}.sampler.epoch + 1" if start.epoch in (PASSES, None) else start.epoch
             self.change(start.loop, f"`{start.loader}.sampler.set_epoch({shown})` each epoch, so every epoch shuffles differently")
         for call, loader in self.facts.refills():
             statement = self.tree.statement(call)
