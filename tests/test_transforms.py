@@ -4182,3 +4182,14 @@ def test_a_pass_loop_without_an_epoch_counter_moves_the_sampler_on_itself() -> N
     )
     output = convert(standard(loop=loop)).output
     assert "    while not done:\n        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order for each pass (no epoch counter here)\n" in output
+
+
+def test_steps_from_the_datasets_length_are_warned_about() -> None:
+    """`total_steps = int(len(train_set) / 8 * epochs)` for a linear decay: the whole dataset's
+    batches, world_size times the steps a rank takes (the decay stopped halfway on 2 ranks;
+    helper corpus P). Not with --keep-global-batch, where the counts agree."""
+    loader = "train_set = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(train_set, batch_size=8, shuffle=True)"
+    after_model = "total_steps = int(len(train_set) / 8 * 2)\nscheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1 - s / total_steps)"
+    source = script(f"{DEVICE}\n{loader}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{after_model}\n{LOOP}")
+    assert any(w.startswith("`len(train_set) / 8` counts the whole dataset's batches") for w in warnings(convert(source)))
+    assert not any("counts the whole dataset's batches" in w for w in warnings(convert(source, keep_global_batch=True)))

@@ -39,7 +39,30 @@ class LoaderLength(Transform):
                 subject = self._derives_steps(call, function)
                 if subject is not None:
                     self.change(call, self._message(code(call), subject))
+        self._dataset_steps()
         self._dataset_paced()
+
+    def _dataset_steps(self) -> None:
+        """`num_train_steps = int(len(train_ds) / batch_size * epochs)` for a schedule: the whole
+        dataset's batches, of which a rank steps through 1/world_size; a linear decay to it
+        stops halfway on 2 ranks. With --keep-global-batch a rank's batches are as many as the
+        whole dataset's in one process: nothing to say."""
+        if self.options.keep_global_batch:
+            return
+        for function in [None, *self.program.all_functions]:
+            for call in self.program.calls_in(function):
+                if not (self.tree.is_builtin_call(call, "len") and len(call.args) == 1) or not self.facts.counts_whole_dataset(call, function):
+                    continue
+                parent = self.tree.parent(call)
+                if not (isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, (cst.Divide, cst.FloorDivide)) and parent.left is call):
+                    continue  # `len(ds) // batch_size`: batches of the whole dataset
+                subject = self._derives_steps(call, function)
+                if subject is not None:
+                    self.warn(call, (
+                        f"`{code(parent)}` counts the whole dataset's batches, and {subject} is derived from it; each rank steps through "
+                        f"1/world_size of them, so it counts world_size times the steps a rank takes: derive it from `len(loader)` "
+                        "(a rank's batches), or divide by the world size"
+                    ))
 
     def _dataset_paced(self) -> None:
         """`alpha += batch_size / len(dataset)` in the training step: a quantity paced by the
