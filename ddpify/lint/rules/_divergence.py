@@ -56,22 +56,23 @@ def reads(node: cst.CSTNode) -> set[str]:
 
 def _reads(node: cst.CSTNode, out: set[str], skip=None) -> None:
     """`skip(call)`: calls whose arguments and receiver are not read (reducing calls)."""
-    if isinstance(node, cst.Name):
-        out.add(node.value)
+    kind = type(node)  # exact types: the node classes tested here have no subclasses, and isinstance on an ABC is slow
+    if kind is cst.Name:
+        out.add(node.value)  # type: ignore[attr-defined]
         return
-    if isinstance(node, cst.Attribute):
+    if kind is cst.Attribute:
         if node.attr.value in SHAPE_ATTRIBUTES:
             return
-        if isinstance(node.value, cst.Name) and node.value.value == "self":
+        if type(node.value) is cst.Name and node.value.value == "self":  # type: ignore[attr-defined]
             out.add(f"self.{node.attr.value}")
             return
         _reads(node.value, out, skip)
         return
-    if isinstance(node, cst.Call):
+    if kind is cst.Call:
         found = method_call(node)
         if found and found[1] in SHAPE_METHODS:
             return
-        if isinstance(node.func, cst.Name) and node.func.value == "len":
+        if type(node.func) is cst.Name and node.func.value == "len":  # type: ignore[attr-defined]
             return
         if skip is not None and skip(node):
             return
@@ -79,7 +80,7 @@ def _reads(node: cst.CSTNode, out: set[str], skip=None) -> None:
         for a in node.args:
             _reads(a.value, out, skip)
         return
-    if isinstance(node, cst.Lambda):
+    if kind is cst.Lambda:
         return
     for child in nodes.children(node):
         _reads(child, out, skip)
@@ -293,11 +294,12 @@ class Scope:
         found: list[cst.Call] = []
 
         def visit(n: cst.CSTNode) -> None:
-            if isinstance(n, cst.Lambda):
+            kind = type(n)
+            if kind is cst.Lambda:
                 return
-            if isinstance(n, cst.Call):
+            if kind is cst.Call:
                 m = method_call(n)
-                if (m and m[1] in SHAPE_METHODS) or (isinstance(n.func, cst.Name) and n.func.value == "len"):
+                if (m and m[1] in SHAPE_METHODS) or (type(n.func) is cst.Name and n.func.value == "len"):  # type: ignore[attr-defined]
                     return
                 found.append(n)
                 if skip is not None and skip(n):

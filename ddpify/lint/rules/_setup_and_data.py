@@ -346,7 +346,7 @@ class Facts:
             if parent is function:
                 break
         # `if not dist.is_initialized(): return 0` earlier in the function
-        return function is not None and any(self._asks_initialized(c) for c in self.program.calls_in(function))
+        return function is not None and any(self.tree.is_call_to(c, IS_INITIALIZED) for c in self.program.calls_in(function))  # every call, nested ones too
 
     def _asks_initialized(self, node: cst.CSTNode) -> bool:
         return any(self.tree.is_call_to(c, IS_INITIALIZED) for c in self.tree.calls(node))
