@@ -436,16 +436,17 @@ class Scope:
             return []
         found: list[Report] = []
         for node in self.nodes:
-            if isinstance(node, cst.Call):
+            kind = type(node)  # exact types: isinstance on LibCST's ABCs is slow, and this visits every node
+            if kind is cst.Call:
                 verb = self.flow.report_verb(node, self.function)
                 if verb is None:
                     continue
                 hit = self.unreduced_metric([a.value for a in node.args], self.pos(node))
-            elif isinstance(node, cst.Comparison):
+            elif kind is cst.Comparison:
                 if self._in_report_or_assert(node) or any(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in node.comparisons):
                     continue
                 verb, hit = "compares", self.unreduced_metric([node], self.pos(node))
-            elif isinstance(node, cst.Return) and node.value is not None:
+            elif kind is cst.Return and node.value is not None:
                 verb, hit = "returns", self.unreduced_metric([node.value], self.pos(node))
             else:
                 continue
