@@ -4193,3 +4193,15 @@ def test_steps_from_the_datasets_length_are_warned_about() -> None:
     source = script(f"{DEVICE}\n{loader}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{after_model}\n{LOOP}")
     assert any(w.startswith("`len(train_set) / 8` counts the whole dataset's batches") for w in warnings(convert(source)))
     assert not any("counts the whole dataset's batches" in w for w in warnings(convert(source, keep_global_batch=True)))
+
+
+def test_a_stop_on_a_total_reduced_after_the_loop_is_left_as_it_is() -> None:
+    """`if total / len(loader) < t: break` after the loop that sums `total`, which ddpify reduces
+    right after that loop: every rank holds the same value there, so no any_rank (it was added,
+    and the report called the reduced total this rank's own; helper corpus N). The last batch's
+    `loss.item()` still gets it."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    total = 0.0\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        total += loss.item()\n"
+    )
+    assert "any_rank(" not in convert(standard(loop=loop + "    if total / len(loader) < 0.01:\n        break\n")).output
+    assert "if any_rank(loss.item() < 0.01):" in convert(standard(loop=loop + "    if loss.item() < 0.01:\n        break\n")).output

@@ -68,6 +68,8 @@ class Plan:
     notes: list[Note] = field(default_factory=list)
     separated: set[cst.CSTNode] = field(default_factory=set)
     uses: set[str] = field(default_factory=set)  # setup names (rank, world_size) the edits refer to
+    # the totals reduced over ranks right after a training loop, by id of the loop: the same on every rank from there
+    reduced: dict[int, set[str]] = field(default_factory=dict)
 
     # --- report ----------------------------------------------------------------------
 

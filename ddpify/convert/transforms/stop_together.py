@@ -57,9 +57,11 @@ class StopTogether(Transform):
                 continue
             local = self._local_names(loop)  # counters are the same on every rank
             clocks = clock_names(self.tree, self.program, loop.function)
+            reduced = self.plan.reduced.get(id(loop.loop), set())  # ReduceMetrics ran: these are shared after the loop
             for node in exits:
                 test = node.test
-                if id(node) in rewritten or not self._per_rank(test, local, clocks):
+                own = local if self.tree.inside(node, loop.loop) else local - reduced
+                if id(node) in rewritten or not self._per_rank(test, own, clocks):
                     continue
                 rewritten.add(id(node))
                 outer = self._decided_above(node, loop, local, clocks, rewritten)
