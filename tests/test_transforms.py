@@ -4205,3 +4205,17 @@ def test_a_stop_on_a_total_reduced_after_the_loop_is_left_as_it_is() -> None:
     )
     assert "any_rank(" not in convert(standard(loop=loop + "    if total / len(loader) < 0.01:\n        break\n")).output
     assert "if any_rank(loss.item() < 0.01):" in convert(standard(loop=loop + "    if loss.item() < 0.01:\n        break\n")).output
+
+
+def test_a_global_total_of_the_shard_is_warned_about() -> None:
+    """`global samples_seen; samples_seen += x.size(0)` in the training function: a total of one
+    rank's shard, reported as the whole (helper corpus Q). A `global_step += 1` counter is the
+    same on every rank and is not warned about."""
+    helpers = (
+        "samples_seen = 0\nglobal_step = 0\n\n\ndef train(model, loader, optimizer):\n    global samples_seen, global_step\n"
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n"
+        "        optimizer.step()\n        samples_seen += x.size(0)\n        global_step += 1\n    print(samples_seen, global_step)\n"
+    )
+    body = f"{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(2):\n    train(model, loader, optimizer)\n"
+    found = [w for w in warnings(convert(script(body, helpers))) if "is a global that keeps adding up" in w]
+    assert len(found) == 1 and found[0].startswith("`samples_seen` is a global")

@@ -197,6 +197,11 @@ class ReduceMetrics(Transform):
                 self.warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
         for name in [n for n, values in added.items() if any(self._clock(v) for v in values)]:
             del added[name]  # `total_time += time.time() - start`: this rank's own wall time, no metric
+        for name in [n for n in added if n not in windows and self._declared_global(loop, n) and not self._initial_values(loop, n)]:
+            self.warn(loop.loop, (
+                f"`{name}` is a global that keeps adding up this rank's shard (`global {name}`): what it reports covers one rank's "
+                "part of the data; reduce it over ranks (dist.all_reduce) before reporting it"
+            ))
         for found in (added, appended):
             for name in [n for n in found if n in windows]:
                 del found[name]  # a window over the last few batches (or a deque that forgets), reported as it goes: no total
@@ -455,6 +460,12 @@ class ReduceMetrics(Transform):
         start = self.tree.positions[loop.loop].start.line
         values = [v for v, _ in self.program.assignments(loop.function, name) if self.tree.line(v) < start]
         return bool(values) and not any(self.tree.inside(v, outer[0]) for v in values)
+
+    def _declared_global(self, loop: TrainLoop, name: str) -> bool:
+        """`global samples_seen` in the function of the loop."""
+        return loop.function is not None and any(
+            type(node) is cst.Global and any(n.name.value == name for n in node.names) for node in self.program.scope_nodes(loop.function)
+        )
 
     def _read_after(self, loop: TrainLoop, name: str) -> bool:
         end = self.tree.last_line(_steps(loop))
