@@ -10,11 +10,11 @@ that names it.
 from __future__ import annotations
 
 import builtins
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 from functools import cached_property
+from pathlib import Path
+from typing import TypeVar
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -22,8 +22,8 @@ from libcst.helpers import get_full_name_for_node
 from ddpify import syntax as s
 from ddpify.syntax import Tree, code, dotted, string_value
 
-# Calls that wrap an iterable without changing what it yields batch by batch.
 COMPANION_LIMIT = 500_000  # bytes: a module of the script's own larger than this is not read
+# Calls that wrap an iterable without changing what it yields batch by batch.
 ITERABLE_WRAPPERS = {"builtins.enumerate", "builtins.iter", "builtins.zip", "itertools.islice", *s.TQDM}
 
 
@@ -141,13 +141,11 @@ class Program:
             self._facts[factory] = factory(self)
         return self._facts[factory]  # type: ignore[return-value]
 
-    def companion_class(self, qualified: str | None) -> tuple[Program, cst.ClassDef] | None:
-        """A class of one of the script's own modules, read (never rewritten) from the script's
-        directory: `r10_meters.AverageMeter` from `r10_meters.py` (or `r10_meters/__init__.py`).
-        None when there is no such file or it does not define the class at its top level."""
-        if self.directory is None or not qualified or "." not in qualified:
+    def companion(self, module: str) -> Program | None:
+        """One of the script's own modules, read (never rewritten) from the script's directory:
+        `utils` from `utils.py` (or `utils/__init__.py`), once. None when there is no such file."""
+        if self.directory is None:
             return None
-        module, name = qualified.rsplit(".", 1)
         if module not in self._companions:
             self._companions[module] = None
             parts = module.split(".")
@@ -158,19 +156,25 @@ class Program:
                         break
                 except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
                     break
-        companion = self._companions[module]
+        return self._companions[module]
+
+    def companion_class(self, qualified: str | None) -> tuple[Program, cst.ClassDef] | None:
+        """A top-level class of one of the script's own modules (`r10_meters.AverageMeter`), with
+        the program of that module."""
+        if not qualified or "." not in qualified:
+            return None
+        module, name = qualified.rsplit(".", 1)
+        companion = self.companion(module)
         if companion is None or name not in companion.classes or companion.tree.function(companion.classes[name]) is not None:
             return None
         return companion, companion.classes[name]
 
     def companion_function(self, qualified: str | None) -> tuple[Program, cst.FunctionDef] | None:
-        """A top-level function of one of the script's own modules (`utils.save_history`), as
-        companion_class finds classes."""
+        """A top-level function of one of the script's own modules (`utils.save_history`)."""
         if not qualified or "." not in qualified:
             return None
         module, name = qualified.rsplit(".", 1)
-        self.companion_class(f"{module}.{name}")  # reads the module once
-        companion = self._companions.get(module)
+        companion = self.companion(module)
         if companion is None or name not in companion.functions:
             return None
         return companion, companion.functions[name]

@@ -25,6 +25,7 @@ SEQUENTIAL_SAMPLER = {"torch.utils.data.SequentialSampler", "torch.utils.data.sa
 WEIGHTED_SAMPLER = {"torch.utils.data.WeightedRandomSampler", "torch.utils.data.sampler.WeightedRandomSampler"}
 SUBSET_SAMPLER = {"torch.utils.data.SubsetRandomSampler", "torch.utils.data.sampler.SubsetRandomSampler"}
 BATCH_SAMPLER = {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"}
+PARAMETER = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 ITERABLE_DATASET = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 DATASET = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset", *ITERABLE_DATASET}
 
@@ -295,6 +296,19 @@ def is_preamble(statement: cst.BaseStatement) -> bool:
     return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and (dotted(small.value.func) or "").startswith(
         ("sys.path.", "warnings.", "matplotlib.use")  # `matplotlib.use("Agg")` before `import matplotlib.pyplot`
     )
+
+
+def only_prints(statement: cst.CSTNode) -> bool:
+    """`print(...)`, `logger.info(...)`, `print_network(net)`: a line that only reports."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+            return False
+        name = (dotted(small.value.func) or "").rsplit(".", 1)[-1].lower()
+        if not (name == "print" or "print" in name or name in {"info", "debug", "log", "summary"}):
+            return False
+    return True
 
 
 def method_call(node: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:

@@ -109,6 +109,7 @@ class Outputs:
     def __init__(self, tree: Tree, program: Program) -> None:
         self.tree = tree
         self.program = program
+        self._writers: dict[str, bool] = {}  # `_companion_writes`, by qualified name
 
     def of(self, call: cst.BaseExpression, function: cst.FunctionDef | None) -> Output | None:
         if not isinstance(call, cst.Call):
@@ -136,23 +137,10 @@ class Outputs:
         and does nothing else the ranks must do together: no collective, no backward or step, no
         call of its module's other functions, and nothing returned (`utils.finalize(dir, history)`
         dumping a JSON file)."""
-        found = self.program.companion_function(name)
-        if found is None:
-            return False
-        program, function = found
-        outputs, writes = Outputs(program.tree, program), False
-        for node in program.scope_nodes(function):
-            if type(node) is cst.Return and node.value is not None:
-                return False
-            if type(node) is not cst.Call:
-                continue
-            called = program.tree.qname(node.func) or ""
-            method = s.method_call(node)
-            if called.startswith("torch.distributed") or program.callee(node, function) is not None or (method is not None and method[1] in ("backward", "step")):
-                return False
-            out = outputs.of(node, function)
-            writes = writes or (out is not None and out.kind in WRITES)
-        return writes
+        if name not in self._writers:
+            found = self.program.companion_function(name)
+            self._writers[name] = found is not None and _only_writes(*found)
+        return self._writers[name]
 
     def _star_imported_module(self, func: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
         """`sys.stdout.write(...)` where only `from utils import *` binds `sys`: the module it
@@ -251,3 +239,21 @@ class Outputs:
             and not (self.tree.qname(o.node.func) or "").startswith(("logging.", "torch."))
             for o in origins
         )
+
+
+def _only_writes(program: Program, function: cst.FunctionDef) -> bool:
+    """Whether a function of the module `program` reads writes files and does nothing else the
+    ranks must do together (see Outputs._companion_writes)."""
+    outputs, writes = Outputs(program.tree, program), False
+    for node in program.scope_nodes(function):
+        if type(node) is cst.Return and node.value is not None:
+            return False
+        if type(node) is not cst.Call:
+            continue
+        called = program.tree.qname(node.func) or ""
+        method = s.method_call(node)
+        if called.startswith("torch.distributed") or program.callee(node, function) is not None or (method is not None and method[1] in ("backward", "step")):
+            return False
+        out = outputs.of(node, function)
+        writes = writes or (out is not None and out.kind in WRITES)
+    return writes

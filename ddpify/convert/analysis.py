@@ -1260,7 +1260,7 @@ class Analyzer:
                 assigned = assigned or assigns
                 moved = moved or moves
                 printing = True
-            elif printing and anchor is not None and _only_prints(statement):
+            elif printing and anchor is not None and s.only_prints(statement):
                 anchor = statement  # after a block of prints, not inside it (one rank-0 guard, not two)
             else:
                 printing = False
@@ -2186,19 +2186,6 @@ def _phase_loop(loop: cst.For | cst.While) -> bool:
         and bool(loop.iter.elements)
         and all(isinstance(e.value, cst.SimpleString) for e in loop.iter.elements)
     )
-
-
-def _only_prints(statement: cst.CSTNode) -> bool:
-    """`print(...)`, `logger.info(...)`, `print_network(net)`: a line that only reports."""
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return False
-    for small in statement.body:
-        if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
-            return False
-        name = (dotted(small.value.func) or "").rsplit(".", 1)[-1].lower()
-        if not (name == "print" or "print" in name or name in {"info", "debug", "log", "summary"}):
-            return False
-    return True
 
 
 def _whole_slice(item: cst.Subscript) -> bool:

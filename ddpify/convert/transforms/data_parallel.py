@@ -102,14 +102,6 @@ class RemoveDataParallel(Transform):
         if isinstance(statement, cst.If):  # one-line `if ...: model = nn.DataParallel(model)`
             return statement
         owner = self.tree.parent(self.tree.block(statement))
-        if isinstance(owner, cst.If) and owner.orelse is None and all(s is statement or _only_prints(s) for s in owner.body.body):
+        if isinstance(owner, cst.If) and owner.orelse is None and all(st is statement or s.only_prints(st) for st in owner.body.body):
             return owner  # `print(f"Using {n} GPUs with DataParallel")` beside it: it would describe what is gone
         return statement
-
-
-def _only_prints(statement: cst.CSTNode) -> bool:
-    """`print(...)` or `logging.info(...)` on a line of its own."""
-    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr)):
-        return False
-    call = statement.body[0].value
-    return isinstance(call, cst.Call) and (dotted(call.func) or "").split(".")[-1] in ("print", "info", "warning", "debug")

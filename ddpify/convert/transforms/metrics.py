@@ -38,8 +38,9 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # `running[name] += value.item()`): gathered, and added up key by key.
 # array: a numpy array of counts or sums (`confusion[t, p] += 1`), reduced in place through a
 # tensor that shares its memory.
-# Metric objects that reduce over ranks themselves (torchmetrics' compute() syncs), or are no meters.
-SYNCED_METERS = ("torch", "builtins.", "torchmetrics.", "ignite.", "tqdm", "collections.", "dict")
+# Metric objects that reduce over ranks themselves ("torch" covers torchmetrics, whose compute()
+# syncs), or are no meters (a progress bar, a dict).
+SYNCED_METERS = ("torch", "builtins.", "ignite.", "tqdm", "collections.")
 Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "meter", "meter dict", "array"]
 NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
 ZEROS = NUMPY_ZEROS | {"torch.zeros", "torch.zeros_like"}
@@ -271,23 +272,26 @@ class ReduceMetrics(Transform):
         return totals
 
     def _meter_class(self, loop: TrainLoop, name: str) -> tuple[Program, cst.ClassDef] | None:
-        """The class `name` is made from before the loop (each pass of the loop around it starts
-        a new one), when its update() adds to totals of its own: a class of this file, or of one
-        of the script's own modules beside it (`from utils import AverageMeter`), with the
-        program that defines it."""
+        """The meter class `name` is made from before the loop (each pass of the loop around it
+        starts a new one)."""
         initial = self._initial_values(loop, name)
-        if len(initial) != 1 or type(initial[0]) is not cst.Call:
+        return self._meter_of(initial[0]) if len(initial) == 1 else None
+
+    def _meter_of(self, made: cst.CSTNode) -> tuple[Program, cst.ClassDef] | None:
+        """The class a call makes, when its update() adds to totals of its own: a class of this
+        file, or of one of the script's own modules beside it (`from utils import AverageMeter`),
+        with the program that defines it."""
+        if type(made) is not cst.Call:
             return None
-        func = initial[0].func
+        func = made.func
         if type(func) is cst.Name and func.value in self.program.classes:
             found: tuple[Program, cst.ClassDef] | None = (self.program, self.program.classes[func.value])
         else:
             found = self.program.companion_class(self.tree.qname(func))
         if found is None:
             return None
-        program, cls = found
-        update = program.class_methods(cls).get("update")
-        return found if update is not None and _meter_totals(program, update) else None
+        update = found[0].class_methods(found[1]).get("update")
+        return found if update is not None and _meter_totals(found[0], update) else None
 
     def _meter_lines(self, loop: TrainLoop, name: str) -> list[str]:
         """The meter's totals summed over ranks (counts as ints again), then what update() derives
@@ -300,19 +304,12 @@ class ReduceMetrics(Transform):
         """`meters = {k: AverageMeter() for k in ["cls", "reg"]}` before the loop: a meter per
         fixed key (the same keys, in the same order, on every rank)."""
         initial = self._initial_values(loop, name)
-        if len(initial) != 1 or type(initial[0]) is not cst.DictComp or type(initial[0].value) is not cst.Call:
+        if len(initial) != 1 or type(initial[0]) is not cst.DictComp:
             return None
         keys = initial[0].for_in.iter
         if not (type(keys) in (cst.List, cst.Tuple) and all(type(e.value) is cst.SimpleString for e in keys.elements)):
             return None
-        func = initial[0].value.func
-        if type(func) is cst.Name and func.value in self.program.classes:
-            found: tuple[Program, cst.ClassDef] | None = (self.program, self.program.classes[func.value])
-        else:
-            found = self.program.companion_class(self.tree.qname(func))
-        if found is None or (update := found[0].class_methods(found[1]).get("update")) is None or not _meter_totals(found[0], update):
-            return None
-        return found
+        return self._meter_of(initial[0].value)
 
     def _meter_reduction(self, program: Program, cls: cst.ClassDef, name: str, function: cst.FunctionDef | None) -> list[str]:
         methods = program.class_methods(cls)
@@ -656,7 +653,7 @@ class ReduceMetrics(Transform):
         found: set[str] = set()
         end = self.tree.order(loop.loop)
         for node in self.program.scope_nodes(loop.function):
-            if type(node) not in (cst.For, cst.CompFor) or self.tree.order(node) <= end or self.tree.inside(node, loop.loop):
+            if type(node) not in (cst.For, cst.CompFor) or self.tree.order(node) <= end or self.tree.inside(node, _steps(loop)):
                 continue
             method = method_call(node.iter)  # type: ignore[attr-defined]
             if method is None or type(method[0]) is not cst.Name or method[0].value != name or method[1] not in ("items", "values"):

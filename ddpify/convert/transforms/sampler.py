@@ -246,7 +246,7 @@ class Sampler(Transform):
         last = size.rsplit(".", 1)[-1]
         for node in self.tree.calls():
             found = s.method_call(node)
-            if self.tree.qname(node.func) not in PARAMETERS and not (found is not None and found[1] == "register_buffer"):
+            if self.tree.qname(node.func) not in s.PARAMETER and not (found is not None and found[1] == "register_buffer"):
                 continue
             for inner in self.tree.calls(node):
                 first = s.arg(inner, 0, None) if inner is not node else None
@@ -379,7 +379,6 @@ class Sampler(Transform):
         return name
 
 
-PARAMETERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 
 
 def _pure(expr: cst.BaseExpression) -> bool:

@@ -32,12 +32,13 @@ class SetEpoch(Transform):
                 self.warn(start.loop, f"one-line loop: call `{start.loader}.sampler.set_epoch({start.epoch})` at the start of each epoch")
                 continue
             set_epoch = f"{start.loader}.sampler.set_epoch({start.epoch})"
-            if start.epoch is None:  # `while not done:` with a step counter only: the sampler counts its own passes
-                set_epoch = f"{start.loader}.sampler.set_epoch({start.loader}.sampler.epoch + 1)  # a new order for each pass (no epoch counter here)"
+            onward = f"{start.loader}.sampler.set_epoch({start.loader}.sampler.epoch + 1)"  # the sampler counts its own passes
+            if start.epoch is None:  # `while not done:` with a step counter only
+                set_epoch = f"{onward}  # a new order for each pass (no epoch counter here)"
             elif start.epoch == PASSES:  # `for lr in [1e-3, 1e-2]`: no epoch number to give
-                set_epoch = f"{start.loader}.sampler.set_epoch({start.loader}.sampler.epoch + 1)  # a new order for each pass of this loop"
+                set_epoch = f"{onward}  # a new order for each pass of this loop"
             elif self._runs_again(start.loop, start.loader):  # `train(...)` called for two stages: its epochs start at 0 again
-                set_epoch = f"{start.loader}.sampler.set_epoch({start.loader}.sampler.epoch + 1)  # a new order also when this function runs again"
+                set_epoch = f"{onward}  # a new order also when this function runs again"
             if start.optional:  # a flag may choose a sampler of the script's own, which has no set_epoch
                 self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
                 set_epoch = f"if isinstance({start.loader}.sampler, DistributedSampler):\n    {set_epoch}"

@@ -60,7 +60,7 @@ class StopTogether(Transform):
             reduced = self.plan.reduced.get(id(loop.loop), set())  # ReduceMetrics ran: these are shared after the loop
             for node in exits:
                 test = node.test
-                own = local if self.tree.inside(node, loop.loop) else local - reduced
+                own = local if self.tree.inside(node, loop.loop.body) else local - reduced  # a `for`'s `else` runs after the reduction
                 if id(node) in rewritten or not self._per_rank(test, own, clocks):
                     continue
                 rewritten.add(id(node))

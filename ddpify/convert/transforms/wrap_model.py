@@ -16,8 +16,6 @@ from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code, dotted, string_value, unchained
 
-PARAMETERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
-
 # Names of functions from other modules that use a model without training it: they get `model.module`.
 PLAIN_MODEL_USES = ("eval", "valid", "test", "predict", "infer", "score", "metric", "sample", "generate", "visual", "plot", "show", "save", "checkpoint", "export", "log", "print", "summary", "copy", "count", "flops", "ema", "swa", "average", "submi", "animation")  # EMA/SWA helpers read the weights
 
@@ -222,7 +220,7 @@ class WrapModel(Transform):
             function = self.tree.function(call)
             bare = []
             for node in self.tree.walk(call.args[0].value):
-                if type(node) is cst.Name and node.value not in bare and any(self.tree.is_call_to(o.node, PARAMETERS) for o in self.program.origins(node, function)):
+                if type(node) is cst.Name and node.value not in bare and any(self.tree.is_call_to(o.node, s.PARAMETER) for o in self.program.origins(node, function)):
                     bare.append(node.value)
             parent = self.tree.parent(call)
             optimizer = dotted(parent.targets[0].target) if type(parent) is cst.Assign and len(parent.targets) == 1 else None
@@ -291,14 +289,12 @@ class WrapModel(Transform):
         return None
 
     def _was_data_parallel(self, model) -> bool:
-        """`model = nn.DataParallel(model)` where the model is trained: the script may hand it
-        batches on the CPU (pytorch/examples' ImageNet moves them only under --gpu)."""
-        for value, _ in self.program.assignments(model.function, model.ref):
-            if any(self.tree.is_call_to(c, s.DATA_PARALLEL) for c in self.tree.calls(value)):
-                return True  # `model = nn.DataParallel(Net()).cuda()`
+        """`model = nn.DataParallel(model)` (or `nn.DataParallel(Net()).cuda()`) where the model is
+        trained: the script may hand it batches on the CPU (pytorch/examples' ImageNet moves them
+        only under --gpu)."""
         return any(
-            self.tree.is_call_to(call, s.DATA_PARALLEL) and call.args and dotted(call.args[0].value) == model.ref
-            for call in self.program.calls_in(model.function)
+            any(self.tree.is_call_to(c, s.DATA_PARALLEL) for c in self.tree.calls(value))
+            for value, _ in self.program.assignments(model.function, model.ref)
         )
 
     def _attribute_by_name(self, call: cst.Call, function: cst.FunctionDef | None) -> None:

@@ -12,7 +12,6 @@ from ddpify.lint.rules._divergence import flow, reads
 from ddpify.syntax import code, dotted, method_call
 
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
-PARAMETER = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 # Calls that return the module they are given (or a copy of it).
 PASS_THROUGH_METHODS = {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "to_empty"}
 PASS_THROUGH_CALLS = {
@@ -203,7 +202,7 @@ class FindUnusedParameters(Rule):
         if not isinstance(value, cst.Call):
             return None
         name = self.tree.qname(value.func) or ""
-        if name in PARAMETER:
+        if name in s.PARAMETER:
             return "parameter"
         if self._class_called(value) is not None:
             return "local"
