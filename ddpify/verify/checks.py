@@ -172,6 +172,8 @@ def data_sharding(facts: Facts, finished: bool) -> Check:
         evidence.append({"loader": label, "verdict": verdict, **facts_of_loader})
         (problems if verdict == FAIL else passed).append(f"{label}: {detail}")
 
+    problems.extend(_rebuilt_in_one_order(training))
+
     without = first.get("backward_without_loader", 0)
     unchecked = ""
     if without:
@@ -231,6 +233,27 @@ def _judge_loader(per_rank: Sequence[Mapping], world: int) -> tuple[str, str, di
             f"{sampler} is not distributed: every rank's epoch covers all {n} samples"
         ), evidence
     return OK, f"{sampler}: disjoint sample indices on {world} ranks", evidence
+
+
+def _rebuilt_in_one_order(training: Sequence[Mapping]) -> list[str]:
+    """Loaders built anew for each pass at one site (a curriculum's rebuilt loader) whose shuffling
+    DistributedSamplers never had set_epoch() called: each starts at epoch 0, so each pass repeats
+    the first one's order, which no single loader's facts show."""
+    by_site: dict[str, list[Mapping]] = {}
+    for loader in training:
+        if loader["distributed"] and loader["shuffle"] and loader["pass_heads"] and loader["site"]:
+            by_site.setdefault(loader["site"], []).append(loader)
+    problems = []
+    for loaders in by_site.values():
+        if len(loaders) < 2 or any(loader.get("set_epoch", False) for loader in loaders):
+            continue
+        heads = [loader["pass_heads"][0] for loader in loaders]
+        if all(head == heads[0] for head in heads[1:]):
+            problems.append(
+                f"{_loader_label(loaders[0])}: a shuffling DistributedSampler built anew for each of {len(loaders)} passes "
+                "visits the samples in the same order every epoch: set_epoch(epoch) is not called on the new sampler"
+            )
+    return problems
 
 
 def side_effects(facts: Facts, roots: Sequence[Path], workdir: Path, written: Sequence[Path]) -> Check:
