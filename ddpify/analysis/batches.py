@@ -5,6 +5,7 @@ replicated weights and fixed inputs (`netG(fixed_noise)`) are the same on every 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import libcst as cst
@@ -83,10 +84,25 @@ def _from_batch(tree, program, loop, function, value, drawn, depth, also=None) -
         earlier = [v for v, _ in program.assignments(function, node.value) if tree.inside(v, loop.body) and tree.order(v) < at]
         if earlier and (depth == 0 or _from_batch(tree, program, loop, function, max(earlier, key=tree.order), drawn, depth - 1, also)):
             return True
-        grown = [n.value for n in tree.walk(loop.body) if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value == node.value]
+        grown = _grown(tree, loop).get(node.value, [])
         if grown and (depth == 0 or any(_from_batch(tree, program, loop, function, g, drawn, depth - 1, also) for g in grown)):
             return True
     return False
+
+
+_GROWN: weakref.WeakKeyDictionary[Tree, dict[int, dict[str, list[cst.BaseExpression]]]] = weakref.WeakKeyDictionary()
+
+
+def _grown(tree: Tree, loop: cst.For | cst.While) -> dict[str, list[cst.BaseExpression]]:
+    """What the loop adds to each name (`tokens_seen += x.numel()`), by name; once per loop."""
+    per_loop = _GROWN.setdefault(tree, {})
+    found = per_loop.get(id(loop))
+    if found is None:
+        found = per_loop[id(loop)] = {}
+        for n in tree.walk(loop.body):
+            if type(n) is cst.AugAssign and type(n.target) is cst.Name:
+                found.setdefault(n.target.value, []).append(n.value)
+    return found
 
 
 def reads(tree: Tree, node: cst.CSTNode, names: set[str]) -> bool:

@@ -41,7 +41,7 @@ class BatchSize(Transform):
         CLIP, triplet mining: `sim = z @ z.t()` with `torch.arange` targets) now sees only this
         rank's batch: world_size times fewer negatives, another objective. Warned about once."""
         for function in [None, *self.program.all_functions]:
-            nodes = self.program.scope_nodes(function)
+            nodes = [n for n in self.program.scope_nodes(function) if type(n) in (cst.Call, cst.BinaryOperation)]
             products = [n for n in nodes if self._compares_rows(n)]
             distances = [n for n in nodes if self._distances_within(n)]  # batch-hard triplet mining
             products = products if any(self.tree.is_call_to(n, BATCH_INDEX) for n in nodes) else []

@@ -379,10 +379,12 @@ class ReduceMetrics(Transform):
             if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Subscript:
                 continue
             held = node.targets[0].target.value
-            if type(held) is not cst.Name or not self._from_batch(loop, node.value):
+            if type(held) is not cst.Name:
                 continue
             made = [v for v, _ in self.program.assignments(loop.function, held.value) if self.tree.order(v) < start]
             if not made or not any(type(c) is cst.Call and self.tree.qname(c.func) in s.TENSOR_FACTORIES for v in made for c in self.tree.walk(v)):
+                continue
+            if not self._from_batch(loop, node.value):
                 continue
             self.warn(node, (
                 f"`{held.value}` keeps values of this rank's batches from step to step (a queue of keys): each rank stores only its "
