@@ -3743,6 +3743,33 @@ def save_model(net, path):
     assert "dist.barrier()  # rank 0 prepared the data files: wait for them\n    dist.destroy" not in output
 
 
+@pytest.mark.parametrize(
+    "root",
+    ['os.path.join(tempfile.gettempdir(), "toy_data")', '"/tmp/toy_data"', 'os.environ.get("TMPDIR", "/tmp") + "/toy"'],
+)
+def test_data_files_in_the_machines_temp_folder_are_prepared_once_per_node(root: str) -> None:
+    """Files prepared into the machine's own temp folder exist on rank 0's node only: on a second
+    node every rank died after the barrier with FileNotFoundError (helper corpus L, repro 04, run
+    as two nodes). Each node's first rank prepares them; a dataset downloaded there likewise."""
+    helpers = """\
+def generate_dataset(root):
+    os.makedirs(root, exist_ok=True)
+    for i in range(16):
+        torch.save(torch.randn(4), os.path.join(root, f"{i}.pt"))
+"""
+    body = (
+        f"root = {root}\nif not os.path.isdir(root):\n    generate_dataset(root)\n"
+        "data = TensorDataset(torch.stack([torch.load(os.path.join(root, f)) for f in sorted(os.listdir(root))]), torch.randn(16, 1))\n"
+        "loader = DataLoader(data, batch_size=4, shuffle=True)\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    output = convert(script(body, helpers=helpers, imports="import os\nimport tempfile\n")).output
+    assert "    if local_rank == 0 and not os.path.isdir(root):\n        generate_dataset(root)\n    dist.barrier()  # each node's first rank prepared its data files" in output
+    download = 'data = datasets.MNIST(root, download=True, transform=transforms.ToTensor())'
+    output = convert(script(body.replace("if not os.path.isdir(root):\n    generate_dataset(root)\n", "").replace("data = TensorDataset(", f"{download}\nignored = (") , imports="import os\nimport tempfile\nfrom torchvision import datasets, transforms\n")).output
+    assert "    if local_rank == 0:  # download once per node (its own temp folder), before the other ranks read the files\n        datasets.MNIST(root, download=True)\n    dist.barrier()\n" in output
+
+
 def test_a_smoothed_loss_per_step_of_an_lr_finder_is_averaged_step_by_step() -> None:
     """fastai-style range test: `avg = beta * avg + (1 - beta) * loss.item()`, `smoothed = avg /
     (1 - beta ** i)`, `losses.append(smoothed)`, then the learning rate picked from `losses`. The

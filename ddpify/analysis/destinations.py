@@ -2,23 +2,55 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from ddpify.program import Program
-from ddpify.syntax import Tree
+from ddpify.syntax import Tree, string_value
 
 IN_MEMORY = {"io.BytesIO", "io.StringIO"}
+# A machine's own temporary folder: the ranks of one node share it, other nodes have theirs.
+NODE_TEMP = {"tempfile.gettempdir", "tempfile.gettempdirb", "tempfile.tempdir"}
+NODE_LOCAL_FOLDERS = ("/tmp/", "/dev/shm/", "/var/tmp/", "/scratch/local/")
 
 
-def private_to_process(tree: Tree, program: Program, expr: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 3) -> bool:
+def private_to_process(tree: Tree, program: Program, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
     """A buffer in memory, a temporary file or directory (`tempfile.*`, also through a path
     joined onto one), or os.devnull: each process has its own, so a write there by every rank
     is no duplicate, and a rank reads back only what it wrote itself."""
-    for node in tree.walk(expr):
+
+    def private(node: cst.CSTNode) -> bool:
+        if type(node) is not cst.Name and type(node) is not cst.Attribute:
+            return False
+        name = tree.qname(node)
+        return name is not None and (name in IN_MEMORY or name.startswith("tempfile.") or name == "os.devnull")
+
+    return _derives(tree, program, expr, function, private)
+
+
+def node_local(tree: Tree, program: Program, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+    """A path in the machine's own temporary folder (`tempfile.gettempdir()`, `"/tmp/data"`,
+    `$TMPDIR`), also through a path joined onto one: each node has its own, which the ranks on
+    that node share. Files prepared there once are prepared once per node."""
+
+    def local(node: cst.CSTNode) -> bool:
         if type(node) is cst.Name or type(node) is cst.Attribute:
-            name = tree.qname(node)
-            if name is not None and (name in IN_MEMORY or name.startswith("tempfile.") or name == "os.devnull"):
-                return True
+            return tree.qname(node) in NODE_TEMP
+        if type(node) is cst.SimpleString:
+            text = string_value(node)
+            return text is not None and (text == "TMPDIR" or (text.rstrip("/") + "/").startswith(NODE_LOCAL_FOLDERS))
+        if type(node) is cst.FormattedString and node.parts and type(node.parts[0]) is cst.FormattedStringText:
+            return node.parts[0].value.startswith(NODE_LOCAL_FOLDERS)
+        return False
+
+    return _derives(tree, program, expr, function, local)
+
+
+def _derives(tree: Tree, program: Program, expr: cst.BaseExpression, function: cst.FunctionDef | None, test: Callable[[cst.CSTNode], bool], depth: int = 3) -> bool:
+    """Whether `expr` holds a node `test` accepts, or reads a name whose value does (`depth` assignments back)."""
+    if any(test(node) for node in tree.walk(expr)):
+        return True
     if depth == 0:
         return False
     for node in tree.walk(expr):
@@ -27,6 +59,6 @@ def private_to_process(tree: Tree, program: Program, expr: cst.BaseExpression, f
             if isinstance(parent, cst.Attribute) and parent.attr is node:
                 continue
             for origin in program.origins(node, function):
-                if origin.node is not node and private_to_process(tree, program, origin.node, origin.function, depth - 1):
+                if origin.node is not node and _derives(tree, program, origin.node, origin.function, test, depth - 1):
                     return True
     return False

@@ -214,6 +214,13 @@ class Facts:
             return 'int(os.environ.get("RANK", 0))'
         return "dist.get_rank()"
 
+    def local_rank_expr(self, function: cst.FunctionDef | None, at: cst.CSTNode | None = None) -> str:
+        """How code in `function` asks for this process's rank on its node: the setup's
+        `local_rank` in the entry scope once it is bound, else the environment's."""
+        if self._in_entry_scope(function) and not self.before_setup(function, at):
+            return "local_rank"
+        return 'int(os.environ.get("LOCAL_RANK", 0))'
+
     def world_size_expr(self, function: cst.FunctionDef | None) -> str:
         if self.sees_entry_names(function) and "world_size" not in self.taken:
             return "world_size"

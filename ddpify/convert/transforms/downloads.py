@@ -11,6 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.destinations import node_local
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code
@@ -44,28 +45,45 @@ class Downloads(Transform):
             done.add(statement)
             args = [_plain_arg(a) for a in call.args if a.keyword is None or a.keyword.value not in SAMPLE_ARGUMENTS]
             download_call = code(cst.Call(func=call.func, args=args))
+            if self._node_local(statement, function):
+                condition = f"{self.facts.local_rank_expr(function, statement)} == 0"
+                once, who = "once per node (its own temp folder)", "each node's first rank downloads the data to its temp folder"
+            else:
+                condition, once, who = self.is_main_process(function), "once", "rank 0 downloads the data"
             self.plan.insert_before(
                 statement,
                 statements(
-                    f"if {self.is_main_process(function)}:  # download once, before the other ranks read the files\n"
+                    f"if {condition}:  # download {once}, before the other ranks read the files\n"
                     f"    {download_call}\n"
                     "dist.barrier()\n"
                 ),
             )
-            self.change(call, "rank 0 downloads the data first; the other ranks wait at a barrier, then read it")
+            self.change(call, f"{who} first; the other ranks wait at a barrier, then read it")
 
     def _prepare_once(self, statement: cst.BaseStatement) -> None:
         """`download_and_unzip(...)`, `create_csvs(...)`: rank 0 prepares the files, the others wait."""
         function = self.facts.entry.function
         condition = self.is_main_process(function)
+        once = "rank 0 prepared the data files"
+        if self._node_local(statement, function):
+            # the machine's own temp folder: every node needs the files, its first rank makes them
+            condition, once = f"{self.facts.local_rank_expr(function, statement)} == 0", "each node's first rank prepared its data files"
         if isinstance(statement, cst.If) and statement.orelse is None:
             self.plan.replace(statement, lambda updated: updated.with_changes(
                 test=cst.BooleanOperation(left=cst.parse_expression(condition), operator=cst.And(), right=_parenthesized(updated.test))
             ))
         else:
             self.plan.guard(statement, condition)
-        self.plan.insert_after(statement, statements("dist.barrier()  # rank 0 prepared the data files: wait for them\n"))
-        self.change(statement, "data files are prepared once, on rank 0; the other ranks wait at a barrier, then read them")
+        self.plan.insert_after(statement, statements(f"dist.barrier()  # {once}: wait for them\n"))
+        if once.startswith("each node"):
+            self.change(statement, "data files in the machine's temp folder are prepared once per node, by its first rank (LOCAL_RANK 0); the other ranks wait at a barrier, then read them")
+        else:
+            self.change(statement, "data files are prepared once, on rank 0; the other ranks wait at a barrier, then read them")
+
+    def _node_local(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
+        """The files go to the machine's own temp folder (`tempfile.gettempdir()`, `/tmp/...`):
+        rank 0's files would exist on its node only."""
+        return any(node_local(self.tree, self.program, arg.value, function) for call in self.tree.calls(statement) for arg in call.args)
 
     def _inside_loop(self, statement: cst.CSTNode) -> bool:
         return bool(self.tree.loops(statement))
