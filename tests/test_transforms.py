@@ -367,6 +367,16 @@ def test_existing_samplers_are_split_by_rank(loader: str, expected: str, set_epo
             "takes a batch_sampler, which ddpify does not split by rank: give each rank its own batches in it", id="custom-batch-sampler",
         ),
         pytest.param(DATA + "loader = DataLoader(data, batch_size=8, sampler=MySampler(data))", "draws with `MySampler(data)`", id="custom-sampler"),
+        # helper corpus U, repro 04: each rank's own weighted permutation overlapped the other's
+        pytest.param(
+            DATA + "weights = torch.rand(len(data))\nloader = DataLoader(data, batch_size=8, sampler=torch.utils.data.WeightedRandomSampler(weights, len(weights), replacement=False))",
+            "`WeightedRandomSampler(..., replacement=False)`: without replacement it visits each sample once an epoch", id="weighted-without-replacement",
+        ),
+        pytest.param(
+            DATA + "weights = torch.rand(len(data))\nsampler = torch.utils.data.WeightedRandomSampler(weights, len(weights), False) if balance else None\n"
+            "loader = DataLoader(data, batch_size=8, sampler=sampler, shuffle=sampler is None)",
+            "`WeightedRandomSampler(..., replacement=False)`", id="optional-weighted-without-replacement",
+        ),
     ],
 )  # fmt: skip
 def test_samplers_that_cannot_be_split_are_refused(loader: str, reason: str) -> None:

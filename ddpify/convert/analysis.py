@@ -1602,12 +1602,27 @@ class Analyzer:
         if name in s.SEQUENTIAL_SAMPLER:
             return LoaderPlan(call, origin.function, "shard", made)
         if name in s.WEIGHTED_SAMPLER:
+            self._weighted_draws_with_replacement(made, line)
             return LoaderPlan(call, origin.function, "generator", made)
         if name in s.SUBSET_SAMPLER:
             return LoaderPlan(call, origin.function, "subset", made)
         raise NotConvertible(
             f"the training DataLoader (line {line}) draws with `{code(sampler.value)}`, a sampler ddpify cannot split by "
             "rank: make it give each rank its own samples (or use a DistributedSampler), then convert"
+        )
+
+    def _weighted_draws_with_replacement(self, sampler: cst.Call, line: int) -> None:
+        """A WeightedRandomSampler keeps its weighting with a draw of its own on each rank only
+        when it draws with replacement (its default). `replacement=False` draws every sample once
+        an epoch, a weighted permutation: the ranks' own draws would overlap and miss samples."""
+        replacement = s.arg(sampler, 2, "replacement")
+        if replacement is None or (type(replacement.value) is cst.Name and replacement.value.value == "True"):
+            return
+        raise NotConvertible(
+            f"the training DataLoader (line {line}) draws with `WeightedRandomSampler(..., replacement={code(replacement.value)})`: "
+            "without replacement it visits each sample once an epoch (a weighted permutation), and draws of each rank's own "
+            "would overlap; draw one permutation alike on every rank (seeded by the epoch) and give each rank its slice "
+            "(indices[rank::world_size]), then convert"
         )
 
     def _shardable_inner(self, sampler: cst.BaseExpression) -> bool:
@@ -1631,6 +1646,8 @@ class Analyzer:
         sampler = made[0]
         name = self.tree.qname(sampler.func)
         replacement = s.arg(sampler, 1, "replacement")
+        if name in s.WEIGHTED_SAMPLER:
+            self._weighted_draws_with_replacement(sampler, self.tree.line(call))
         draws = name in s.WEIGHTED_SAMPLER or (
             name in s.RANDOM_SAMPLER and replacement is not None and not (type(replacement.value) is cst.Name and replacement.value.value == "False")
         )
