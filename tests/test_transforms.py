@@ -2693,7 +2693,7 @@ def test_a_file_rank_0_writes_and_every_rank_reads_back_gets_a_barrier() -> None
     )
     source = standard(loader=body + LOADER).replace("import torch\n", "import json\nimport os\nimport torch\n", 1)
     output = convert(source).output
-    assert '    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    with open("config.json") as f:\n' in output
+    assert '    dist.barrier()  # rank 0 made the files that were missing: wait for them\n    with open("config.json") as f:\n' in output
     assert output.count("dist.barrier()") == 1
 
 
@@ -3778,6 +3778,52 @@ def generate_dataset(root):
     download = 'data = datasets.MNIST(root, download=True, transform=transforms.ToTensor())'
     output = convert(script(body.replace("if not os.path.isdir(root):\n    generate_dataset(root)\n", "").replace("data = TensorDataset(", f"{download}\nignored = (") , imports="import os\nimport tempfile\nfrom torchvision import datasets, transforms\n")).output
     assert "    if local_rank == 0:  # download once per node (its own temp folder), before the other ranks read the files\n        datasets.MNIST(root, download=True)\n    dist.barrier()\n" in output
+
+
+TRAIN_ON_CACHE = (
+    'data = np.load(CACHE)\nloader = DataLoader(TensorDataset(torch.from_numpy(data["x"]), torch.from_numpy(data["y"])), batch_size=4, shuffle=True)\n'
+    "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+)
+
+
+def test_data_cached_to_a_file_when_missing_is_made_on_rank_0_before_every_rank_reads_it() -> None:
+    """`if not os.path.exists(CACHE): ...; np.savez(CACHE, ...)`, then `np.load(CACHE)`: only the
+    savez was guarded, with no wait, so the other ranks read a missing or half-written file
+    (helper corpus U, repro 01). The whole block runs on rank 0, then a barrier."""
+    body = (
+        'if not os.path.exists(CACHE):\n    x = np.random.rand(16, 4).astype(np.float32)\n    np.savez(CACHE, x=x, y=x.sum(1, keepdims=True))\n'
+        + TRAIN_ON_CACHE
+    )
+    output = convert(script(body, imports='import os\nimport numpy as np\n\nCACHE = "cache.npz"\n')).output
+    assert (
+        "    if rank == 0 and not os.path.exists(CACHE):\n        x = np.random.rand(16, 4).astype(np.float32)\n"
+        "        np.savez(CACHE, x=x, y=x.sum(1, keepdims=True))\n    dist.barrier()  # rank 0 made the files that were missing: wait for them\n"
+    ) in output
+
+
+@pytest.mark.parametrize(("check", "first"), [("if os.path.exists(path):\n        return path", True), ("", False)])
+def test_a_helper_that_makes_missing_data_files_runs_first_on_rank_0(check: str, first: bool) -> None:
+    """`data = np.load(download_or_prepare(root))`: the helper returns the path every rank reads,
+    and makes the file only when it is missing. Only its savez was guarded, so the other ranks
+    loaded a file not written yet (helper corpus U, repro 03). Rank 0 calls it first, a barrier,
+    then every rank calls it and finds the file. A helper that does not look first would write
+    again: not called twice."""
+    helpers = f"""\
+def download_or_prepare(root):
+    path = os.path.join(root, "raw.npz")
+    {check}
+    x = np.random.rand(16, 4).astype(np.float32)
+    np.savez(path, x=x, y=x.sum(1, keepdims=True))
+    return path
+"""
+    body = TRAIN_ON_CACHE.replace("np.load(CACHE)", 'np.load(download_or_prepare("data"))')
+    output = convert(script(body, helpers=helpers, imports="import os\nimport numpy as np\n")).output
+    called_first = (
+        '    if rank == 0:  # makes the data files when they are missing: once, before the other ranks look\n'
+        '        download_or_prepare("data")\n    dist.barrier()\n    data = np.load(download_or_prepare("data"))\n'
+    )
+    assert (called_first in output) is first
 
 
 def test_a_smoothed_loss_per_step_of_an_lr_finder_is_averaged_step_by_step() -> None:

@@ -160,6 +160,9 @@ class Facts:
     # write csv): they run on rank 0, then a barrier; the helpers they alone call are left as is.
     preparation: list[cst.BaseStatement] = field(default_factory=list)
     prepared_functions: set[cst.FunctionDef] = field(default_factory=set)
+    # `data = np.load(download_or_prepare(root))`: a helper that makes data files when they are
+    # missing, whose value every rank keeps: rank 0 calls it first, then the others find them
+    prepared_calls: list[cst.Call] = field(default_factory=list)
 
     # --- scopes ------------------------------------------------------------------------
 
@@ -505,7 +508,7 @@ class Analyzer:
             warnings=self.warnings,
         )
         facts.syncing = self._syncing(facts)
-        facts.preparation, facts.prepared_functions = self._data_preparation(facts)
+        facts.preparation, facts.prepared_functions, facts.prepared_calls = self._data_preparation(facts)
         facts.taken = self._check_names(entry)
         self._check_custom_methods(facts)
         self._check_aliases(facts)
@@ -1907,9 +1910,10 @@ class Analyzer:
 
     # --- data preparation ---------------------------------------------------------------
 
-    def _data_preparation(self, facts: Facts) -> tuple[list[cst.BaseStatement], set[cst.FunctionDef]]:
+    def _data_preparation(self, facts: Facts) -> tuple[list[cst.BaseStatement], set[cst.FunctionDef], list[cst.Call]]:
         """Entry statements that call same-file helpers writing data files (and nothing that syncs):
-        `if not exists: download_and_unzip(...); create_csvs(...)`."""
+        `if not exists: download_and_unzip(...); create_csvs(...)`; and calls of helpers that make
+        their files only when missing, whose value every rank keeps (`np.load(prepare(root))`)."""
         writers = self.program.reaching(self._writes_file)
         # `torch.save(tensor, f"{root}/cls0/{i}.pt")` in a helper: data files, when they are made
         # before any training (a checkpoint saves the model, and after training starts)
@@ -1919,11 +1923,9 @@ class Analyzer:
         writers |= tensor_writers
         writers -= facts.syncing
         writers = {f for f in writers if not facts.in_dataset(f)}
-        if not writers:
-            return [], set()
         entry = facts.entry
         body = entry.block.body if entry.kind != "library" else []
-        statements = []
+        statements, calls = [], []
         for statement in _flatten_main_block(self.tree, entry.block) if entry.kind == "module" else body:
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or facts.syncs(statement, entry.function):
                 continue
@@ -1932,15 +1934,57 @@ class Analyzer:
                 continue  # `sys.stdout = Logger("log.txt")`: a log, not data (guarded as output)
             if called & tensor_writers and not called & (writers - tensor_writers) and (first is None or self.tree.order(statement) > first):
                 continue  # a save after training started: a checkpoint, not data
-            if called & writers and not any(isinstance(n, (cst.For, cst.While)) for n in self.tree.walk(statement)) and not self._keeps_a_value(statement, entry.function):
+            loops = any(isinstance(n, (cst.For, cst.While)) for n in self.tree.walk(statement))
+            if called & writers and not loops and not self._keeps_a_value(statement, entry.function):
                 statements.append(statement)  # `opt = parse_option()` is kept by every rank: not one of them
+            elif called & writers and not loops and (first is None or self.tree.order(statement) < first):
+                calls += self._made_when_missing(statement, entry.function, writers)
+            elif self._made_if_missing(statement, entry.function, first, models) and not self._keeps_a_value(statement, entry.function):
+                statements.append(statement)
         inside = [c for st in statements for c in self.tree.calls(st)]
         only_there = set()
         for function in writers:
             sites = [call for call, _ in self.program.call_sites(function)]
             if sites and all(any(site is c for c in inside) or self._called_only_from(function, writers) for site in sites):
                 only_there.add(function)
-        return statements, only_there
+        return statements, only_there, calls
+
+    def _made_when_missing(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, writers: set[cst.FunctionDef]) -> list[cst.Call]:
+        """Calls in `statement` of a same-file helper that writes data files after asking whether
+        its path exists (`if os.path.exists(path): return path`), with arguments that are only
+        names, constants and paths: called again, once the files are there, it writes nothing."""
+        found = []
+        for call in self.tree.calls(statement):
+            callee = self.program.callee(call, function)
+            if callee is None or callee[0] not in writers:
+                continue
+            helper = callee[0]
+            if not any(self._asks_for_a_path(c) for n in self.program.scope_nodes(helper) if type(n) is cst.If for c in self.tree.calls(n.test)):
+                continue
+            if all(self.tree.qname(c.func) in PATH_BUILDERS for a in call.args for c in self.tree.calls(a.value)):
+                found.append(call)
+        return found
+
+    def _made_if_missing(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, first: int | None, models: set[str]) -> bool:
+        """`if not os.path.exists(CACHE): ...; np.savez(CACHE, ...)` before training: data made
+        once and cached to a file, which every rank reads back after it. Written by every rank
+        at once, or by rank 0 alone with no wait, the others read a missing or half-written file."""
+        if type(statement) is not cst.If or statement.orelse is not None or first is None or self.tree.order(statement) > first:
+            return False
+        test = statement.test
+        if type(test) is not cst.UnaryOperation or type(test.operator) is not cst.Not or not any(self._asks_for_a_path(c) for c in self.tree.calls(test)):
+            return False  # `if not os.path.exists(p):`
+        return any(
+            self._writes_file(c, function) or (self.tree.is_call_to(c, s.TORCH_SAVE) and self._saves_data(c, function, models))
+            for c in self.tree.calls(statement.body)
+        )
+
+    def _asks_for_a_path(self, call: cst.Call) -> bool:
+        """`os.path.exists(p)`, `os.path.isfile(p)`, `Path(p).exists()`, `p.is_dir()`."""
+        if self.tree.qname(call.func) in PATH_TESTS:
+            return True
+        found = s.method_call(call)
+        return found is not None and found[1] in ("exists", "is_file", "is_dir") and not call.args
 
     def _saves_data(self, call: cst.Call, function: cst.FunctionDef | None, models: set[str]) -> bool:
         """`torch.save(x, path)` in a same-file function that trains nothing, of a value that is no
@@ -1967,10 +2011,21 @@ class Analyzer:
         if not bound:
             return False
         end = self.tree.order(statement) + sum(1 for _ in self.tree.walk(statement))
-        return any(
-            isinstance(n, cst.Name) and n.value in bound and self.tree.order(n) >= end
-            for n in self.program.scope_nodes(function)
-        )
+        later: dict[str, cst.Name] = {}  # each bound name's first mention after the statement
+        for n in self.program.scope_nodes(function):
+            if type(n) is cst.Name and n.value in bound and n.value not in later and self.tree.order(n) >= end:
+                later[n.value] = n
+        # `for x, y in loader:` after `x = ...` in the statement: bound again before any read
+        return any(not self._loop_target(n) for n in later.values())
+
+    def _loop_target(self, name: cst.Name) -> bool:
+        """`x` in `for x, y in loader:`: what the loop binds."""
+        for parent in self.tree.ancestors(name):
+            if type(parent) is cst.For:
+                return self.tree.inside(name, parent.target)
+            if not isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+                return False
+        return False
 
     def _called_only_from(self, function: cst.FunctionDef, writers: set[cst.FunctionDef]) -> bool:
         return all(caller in writers for _, caller in self.program.call_sites(function))
@@ -2186,6 +2241,10 @@ def _shuffles(loader: cst.CSTNode) -> bool:
         return True
     shuffle, sampler = s.arg(loader, 2, "shuffle"), s.arg(loader, 3, "sampler") or s.arg(loader, 4, "batch_sampler")
     return sampler is not None or (shuffle is not None and not (type(shuffle.value) is cst.Name and shuffle.value.value == "False"))
+
+
+PATH_TESTS = {"os.path.exists", "os.path.isfile", "os.path.isdir"}
+PATH_BUILDERS = {"os.path.join", "pathlib.Path", "builtins.str", "os.path.expanduser"}
 
 
 def _flatten_main_block(tree: Tree, body: cst.IndentedBlock | cst.Module) -> list[cst.BaseStatement]:

@@ -60,12 +60,18 @@ class Checkpoints(Transform):
             return
         if spelled not in written or spelled in waited or self.tree.loops(call) != self.tree.loops(written[spelled]):
             return
+        if self._prepared(written[spelled]):
+            return  # data made when missing: its barrier follows the preparation
         statement = self.tree.statement(call)
         if not self._after_in_its_block(written[spelled], call):
             return  # `if not exists: write ... else: read`: a barrier in one branch would hang the ranks in the other
         waited.add(spelled)
         self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
         self.change(call, f"barrier before reading {spelled} back: rank 0 writes it, every rank reads it")
+
+    def _prepared(self, write: cst.CSTNode) -> bool:
+        """A write in a statement that prepares data files (on rank 0, a barrier after it)."""
+        return any(self.tree.inside(write, statement) for statement in self.facts.preparation)
 
     def _after_in_its_block(self, write: cst.CSTNode, read: cst.Call) -> bool:
         """The write lies inside the block that holds the read: every rank that gets past the
@@ -132,6 +138,7 @@ class Checkpoints(Transform):
         ]  # fmt: skip
         if written and path is not None and private_to_process(self.tree, self.program, path.value, function):
             written = []  # a temporary file of this process: each rank saved its own copy
+        written = [save for save in written if not self._prepared(save)]
         if written and not any(self._after_in_its_block(save, opened or call) for save in written):
             # `if os.path.exists(best): load` apart from the save: a barrier only some ranks reach hangs
             self.warn(call, f"{code(path.value)} is read back where not every rank may get (a branch apart from its save): wait for rank 0's save (dist.barrier()) where every rank passes")  # type: ignore[union-attr]

@@ -27,6 +27,8 @@ class Downloads(Transform):
     def run(self) -> None:
         for statement in self.facts.preparation:
             self._prepare_once(statement)
+        for call in self.facts.prepared_calls:
+            self._call_first_on_one_rank(call)
         done: set[cst.CSTNode] = set(self.facts.preparation)
         for call in self.tree.calls():
             download = s.arg(call, None, "download")
@@ -64,7 +66,8 @@ class Downloads(Transform):
         """`download_and_unzip(...)`, `create_csvs(...)`: rank 0 prepares the files, the others wait."""
         function = self.facts.entry.function
         condition = self.is_main_process(function)
-        once = "rank 0 prepared the data files"
+        helper = any(self.program.callee(c, function) is not None for c in self.tree.calls(statement))
+        once, what = ("rank 0 prepared the data files", "data files are") if helper else ("rank 0 made the files that were missing", "files made when missing are")
         if self._node_local(statement, function):
             # the machine's own temp folder: every node needs the files, its first rank makes them
             condition, once = f"{self.facts.local_rank_expr(function, statement)} == 0", "each node's first rank prepared its data files"
@@ -78,7 +81,22 @@ class Downloads(Transform):
         if once.startswith("each node"):
             self.change(statement, "data files in the machine's temp folder are prepared once per node, by its first rank (LOCAL_RANK 0); the other ranks wait at a barrier, then read them")
         else:
-            self.change(statement, "data files are prepared once, on rank 0; the other ranks wait at a barrier, then read them")
+            self.change(statement, f"{what} prepared once, on rank 0; the other ranks wait at a barrier, then read them")
+
+    def _call_first_on_one_rank(self, call: cst.Call) -> None:
+        """`data = np.load(download_or_prepare(root))`: every rank needs the value, so every rank
+        still calls the helper, after rank 0 called it first and made the files it finds there."""
+        function = self.facts.entry.function
+        statement = self.tree.statement(call)
+        who, condition = "rank 0", self.is_main_process(function, statement)
+        if self._node_local(statement, function):
+            who, condition = "each node's first rank", f"{self.facts.local_rank_expr(function, statement)} == 0"
+        self.plan.insert_before(statement, statements(
+            f"if {condition}:  # makes the data files when they are missing: once, before the other ranks look\n"
+            f"    {code(call)}\n"
+            "dist.barrier()\n"
+        ))
+        self.change(call, f"`{code(call.func)}(...)` makes the data files it finds missing: {who} calls it first, the other ranks wait at a barrier, then call it to find them there")
 
     def _node_local(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
         """The files go to the machine's own temp folder (`tempfile.gettempdir()`, `/tmp/...`):
