@@ -2195,6 +2195,30 @@ def test_a_helper_given_the_sharded_loader_reduces_its_totals() -> None:
     assert "            dist.all_reduce(totals)\n" in output
 
 
+FEATURE_STATS = """\
+def feature_stats(loader):
+    s = torch.zeros(4)
+    n = 0
+    for xb, _ in loader:
+        s += xb.sum(0)
+        n += xb.size(0)
+    return s / n
+"""
+
+
+@pytest.mark.parametrize(("call", "reduced"), [("mean = feature_stats(loader)", True), ('print("mean", feature_stats(loader))', False)])
+def test_a_statistics_pass_over_the_sharded_loader_in_a_helper_reduces_its_totals(call: str, reduced: bool) -> None:
+    """`mean = feature_stats(train_loader)` before training (a StandardScaler's fit by hand): the
+    helper runs no DDP forward, so its totals stayed per rank, and each rank normalized its inputs
+    by its own shard's mean (helper corpus U, repro 02). Bound straight in the entry point, the
+    call runs on every rank: the totals are summed. Inside an output statement, which runs on
+    rank 0 only, a collective would hang: left as it is."""
+    source = standard(loader=LOADER + f"\n{call}").replace("def main():", FEATURE_STATS + "\n\ndef main():")
+    output = convert(source).output
+    assert ("        n += xb.size(0)\n    # Each rank went over its own shard of the data: sum the totals over ranks.\n" in output) is reduced
+    assert ("    dist.all_reduce(s)\n    return s / n\n" in output) is reduced
+
+
 def test_a_helper_whose_sum_would_grow_on_a_whole_loader_reduces_only_a_sharded_one() -> None:
     """`return correct` (a count): summing it is right for the training loader's shards and N
     times too much for the whole test loader; which one the helper is given is known at run

@@ -104,7 +104,7 @@ class ReduceMetrics(Transform):
         training = {id(loop.loop) for loop in self.facts.train_loops}
         found = []
         for function in self.program.all_functions:
-            if function not in self.facts.syncing or self.facts.in_dataset(function):
+            if (function not in self.facts.syncing and not self._bound_on_every_rank(function)) or self.facts.in_dataset(function):
                 continue
             params = set(self.program.param_names(function))
             for node in self._passes_without_backward(function, training):
@@ -119,6 +119,23 @@ class ReduceMetrics(Transform):
                 if any(kinds):
                     found.append((TrainLoop(node, iterable, function), all(kinds)))
         return found
+
+    def _bound_on_every_rank(self, function: cst.FunctionDef) -> bool:
+        """Every call of `function` is the value of an assignment straight in the entry point's
+        body (`mean, std = feature_stats(train_loader)`, a statistics pass before training): it
+        runs on every rank, never under a rank guard, so a reduction in it meets every rank."""
+        sites = self.program.call_sites(function)
+        entry = self.facts.entry
+        if not sites or entry.kind == "library":
+            return False
+        for call, caller in sites:
+            statement = self.tree.statement(call)
+            if caller is not entry.function or self.tree.block(statement) is not entry.block:
+                return False
+            line = statement if isinstance(statement, cst.SimpleStatementLine) else None
+            if line is None or len(line.body) != 1 or type(line.body[0]) is not cst.Assign or line.body[0].value is not call:
+                return False
+        return True
 
     def _also_whole(self, loop: TrainLoop) -> bool:
         """A training loop over a loader parameter that some call hands a loader it does not
