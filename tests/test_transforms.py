@@ -605,6 +605,26 @@ def test_tensor_totals_are_reduced_in_place() -> None:
     assert "        dist.all_reduce(total)\n        total = total / world_size\n" in output
 
 
+@pytest.mark.parametrize(
+    ("start", "add"),
+    [
+        ("torch.zeros(3, dtype=torch.long)", "per_class += torch.bincount(y.long().flatten(), minlength=3)"),
+        ("torch.zeros(3)", "per_class += torch.bincount(y.long().flatten(), minlength=3)"),
+        ("torch.zeros(3)", "per_class[0] += 1"),
+        ("torch.zeros(3, dtype=torch.int64)", "per_class += histogram(y)"),
+        ("torch.zeros(3)", "per_class += histogram(y)"),
+    ],
+)
+def test_a_tensor_of_counts_is_summed_not_averaged(start: str, add: str) -> None:
+    """`per_class += torch.bincount(y)` (or a confusion matrix from a helper returning a bincount),
+    printed as it is: averaged over ranks, the counts came out halved, as floats (33.5; helper
+    corpora T, repro 02, and U, repro 05). Counts are summed."""
+    helpers = "def histogram(y):\n    return torch.bincount(y.long().flatten(), minlength=3)\n"
+    loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    per_class = {start}\n") + f"        {add}\n    print(per_class.tolist())\n"
+    output = convert(standard(loop=loop).replace("def main():", helpers + "\n\ndef main():")).output
+    assert "        dist.all_reduce(per_class)\n        if rank == 0:\n            print(per_class.tolist())\n" in output
+
+
 def test_a_count_of_hits_read_as_a_tensor_stays_a_tensor() -> None:
     """`correct += (pred == y).sum()` from a Python 0, read as `correct.double()` afterwards: a
     float would break that line, so it is reduced as the tensor it is, and summed (it is divided

@@ -21,7 +21,7 @@ from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.program import Program
-from ddpify.syntax import code, dotted, is_backward, method_call
+from ddpify.syntax import code, dotted, is_backward, method_call, string_value
 
 # An increment built from these is a Python number (`loss.item()`, `y.size(0)`, `len(y)`).
 NUMBER_METHODS = {"item", "size", "numel", "tolist"}
@@ -43,6 +43,9 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 SYNCED_METERS = ("torch", "builtins.", "ignite.", "tqdm", "collections.")
 Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "meter", "meter dict", "array"]
 NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
+# a tensor made with one of these holds counts: summed over ranks
+INTEGER_DTYPES = {"long", "int", "int64", "int32", "int16", "int8", "uint8"}
+BINCOUNT = {"torch.bincount", "numpy.bincount"}
 ZEROS = NUMPY_ZEROS | {"torch.zeros", "torch.zeros_like"}
 
 
@@ -53,6 +56,7 @@ class ReduceMetrics(Transform):
     def run(self) -> None:
         if not self.facts.loader_plans:
             return
+        self._count_tensors: set[str] = set()
         for loop in self.facts.train_loops:
             self._warn_batch_queues(loop)
             totals = self._accumulators(loop)
@@ -240,6 +244,8 @@ class ReduceMetrics(Transform):
                     totals[name] = "array"  # `seen = np.zeros(k)`, `seen += np.bincount(y)`: reduced in place
                 else:
                     totals[name] = "tensor"
+                    if self._counts(initial, values):
+                        self._count_tensors.add(name)  # `per_class += torch.bincount(y)`: summed
         for name, values in keyed.items():
             initial = self._initial_values(loop, name)
             starts = [self._fixed_key_values(v) for v in initial]
@@ -253,6 +259,8 @@ class ReduceMetrics(Transform):
             elif initial and all(self.tree.is_call_to(v, ZEROS) for v in initial) and name not in windows and self._read_after(loop, name):
                 # `confusion = np.zeros((k, k))`, `confusion[t, p] += 1`: reduced in place
                 totals[name] = "array" if all(self.tree.is_call_to(v, NUMPY_ZEROS) for v in initial) else "tensor"
+                if totals[name] == "tensor" and self._counts(initial, values):
+                    self._count_tensors.add(name)
         for name in sorted(updated, key=lambda n: n):
             if not self._read_after(loop, name):
                 continue
@@ -498,6 +506,29 @@ class ReduceMetrics(Transform):
             for n in self.program.scope_nodes(loop.function)
         )
 
+    def _counts(self, initial: list[cst.BaseExpression], values: list[cst.BaseExpression]) -> bool:
+        """A tensor of counts: made with an integer dtype (`torch.zeros(k, dtype=torch.long)`),
+        or added to only by counts (`torch.bincount(y)`, `+= 1`, `(pred == y).sum()`, a same-file
+        helper returning a bincount). Counts are summed over ranks, never averaged."""
+        dtypes = [s.arg(v, None, "dtype") for v in initial if type(v) is cst.Call]
+        if dtypes and all(d is not None and (dotted(d.value) or string_value(d.value) or "").rsplit(".", 1)[-1] in INTEGER_DTYPES for d in dtypes):
+            return True
+        return bool(values) and all(self._a_count(v) for v in values)
+
+    def _a_count(self, node: cst.BaseExpression, depth: int = 1) -> bool:
+        if type(node) is cst.Integer or self._is_count(node):
+            return True
+        if any(type(n) is cst.Call and (self.tree.qname(n.func) in BINCOUNT or (method_call(n) or (None, ""))[1] == "bincount") for n in self.tree.walk(node)):
+            return True
+        found = method_call(node)
+        if found is not None and found[1] == "sum" and type(found[0]) is cst.Comparison:
+            return True  # `(pred == y).sum()`
+        if depth > 0 and type(node) is cst.Call:
+            target = self.program.callee(node, self.tree.function(node))
+            returned = self.program.returns(target[0]) if target is not None else []
+            return bool(returned) and all(self._a_count(value, depth - 1) for value in returned)
+        return False
+
     def _is_count(self, node: cst.BaseExpression) -> bool:
         """`x.size(0)`, `x.shape[0]`, `len(x)`, `x.numel()`: how many samples."""
         if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
@@ -662,8 +693,8 @@ class ReduceMetrics(Transform):
                 by_total = any(isinstance(n, cst.Name) and n.value in totals for n in self.tree.walk(denominator))
                 by_dataset = self.facts.counts_whole_dataset(denominator, loop.function)
                 modes.add("sum" if by_dataset or by_total else "average")
-        if not modes:
-            return totals[name] in ("count", "dict count", "array")  # an array of counts (a confusion matrix) is summed
+        if not modes:  # an array or tensor of counts (a confusion matrix) is summed
+            return totals[name] in ("count", "dict count", "array") or name in self._count_tensors
         return modes == {"sum"}
 
     def _values_of(self, loop: TrainLoop, name: str) -> set[str]:
