@@ -3329,6 +3329,8 @@ def test_a_generator_cycling_over_a_loader_read_in_order_gets_no_set_epoch() -> 
         pytest.param("optimizer, train=True", "train", "run_epoch(model, train_loader, optimizer)", "run_epoch(model, val_loader, optimizer, train=False)", id="flag"),
         pytest.param("optimizer, phase", 'phase == "train"', 'run_epoch(model, train_loader, optimizer, "train")', 'run_epoch(model, val_loader, optimizer, "val")', id="phase"),
         pytest.param("optimizer", "model.training", "run_epoch(model, train_loader, optimizer)", "with torch.no_grad():\n        run_epoch(model, val_loader, optimizer)", id="no-grad-call"),
+        # helper corpora T (repro 03) and U (repro 06): a flag bound from the parameter
+        pytest.param("optimizer=None", "training", "run_epoch(model, train_loader, optimizer)", "run_epoch(model, val_loader)", id="flag-bound-from-the-optimizer"),
     ],
 )
 def test_one_loop_for_training_and_validation_shards_only_the_training_loader(signature, guard, train_call, val_call) -> None:
@@ -3340,6 +3342,7 @@ def test_one_loop_for_training_and_validation_shards_only_the_training_loader(si
     runs when the loader it is given is sharded."""
     helpers = f"""\
 def run_epoch(model, loader, {signature}):
+    training = optimizer is not None
     preds = []
     for x, y in loader:
         out = model(x)

@@ -116,11 +116,17 @@ class TrainLoops:
                     return True
         return False
 
-    def _test_value(self, test: cst.BaseExpression, call: cst.Call, function: cst.FunctionDef) -> bool | None:
-        """The value of a test of one parameter at `call` (None: unknown)."""
+    def _test_value(self, test: cst.BaseExpression, call: cst.Call, function: cst.FunctionDef, depth: int = 2) -> bool | None:
+        """The value of a test of one parameter at `call` (None: unknown), also through a flag the
+        function binds once from it (`training = optimizer is not None`, then `if training:`)."""
         if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
-            inner = self._test_value(test.expression, call, function)
+            inner = self._test_value(test.expression, call, function, depth)
             return None if inner is None else not inner
+        if type(test) is cst.Name and depth > 0 and test.value not in self.program.all_param_names(function):
+            bound = self.program.assignments(function, test.value)
+            if len(bound) == 1 and bound[0][1] is None and type(bound[0][0]) in (cst.Comparison, cst.UnaryOperation, cst.Name):
+                return self._test_value(bound[0][0], call, function, depth - 1)
+            return None
         if type(test) is cst.Comparison and len(test.comparisons) == 1:
             operator, right = type(test.comparisons[0].operator), test.comparisons[0].comparator
             left, other = self._argument_value(test.left, call, function), _literal(right)
