@@ -4302,6 +4302,49 @@ def test_a_model_returned_by_the_function_that_trains_it_is_the_plain_model() ->
     assert "    return model.module, 1\n" in output
 
 
+TRAINER_RETURNS = """\
+class Trainer:
+    def __init__(self, model, loader):
+        self.model = model
+        self.loader = loader
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def fit(self):
+        for x, y in self.loader:
+            loss = nn.functional.mse_loss(self.model(x), y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+        return self.model
+"""
+
+
+@pytest.mark.parametrize(
+    ("train", "saved"),
+    [
+        ("best = Trainer(model, loader).fit()", "best.module.state_dict()"),
+        ("trainer = Trainer(model, loader)\ntrainer.fit()\nbest = model", "best.module.state_dict()"),
+        ("best = Trainer(model, loader).fit()\nfinal = best", "final.module.state_dict()"),
+    ],
+)
+def test_another_name_for_the_wrapped_model_saves_the_plain_one(train: str, saved: str) -> None:
+    """`best = Trainer(model, loader).fit()` with `return self.model`, or `best = model` after the
+    wrap: `torch.save(best.state_dict(), path)` saved the wrapper's `module.` keys, which the plain
+    model refused, in the DDP run and in the plain one (helper corpus T, repro 05)."""
+    name = saved.split(".")[0]
+    body = f"{LOADER}\nmodel = nn.Linear(4, 1)\n{train}\ntorch.save({name}.state_dict(), 'final.pt')\n"
+    output = convert(script(body, helpers=TRAINER_RETURNS)).output
+    assert f"torch.save({saved}, 'final.pt')" in output
+    assert "        return self.model\n" in output  # the method keeps returning what the Trainer trains
+
+
+def test_a_name_bound_to_the_model_before_its_wrap_stays_the_plain_model() -> None:
+    """`plain = model` before the wrap holds the module itself: no `.module` there."""
+    body = f"{LOADER}\nmodel = nn.Linear(4, 1)\nplain = model\nTrainer(model, loader).fit()\ntorch.save(plain.state_dict(), 'final.pt')\n"
+    output = convert(script(body, helpers=TRAINER_RETURNS)).output
+    assert "torch.save(plain.state_dict(), 'final.pt')" in output
+
+
 def test_a_pass_loop_without_an_epoch_counter_moves_the_sampler_on_itself() -> None:
     """`while not done:` with only a step counter: `set_epoch(loader.sampler.epoch + 1)` at the top
     of each pass (there was only a warning, and every pass repeated epoch 0's order; helper
