@@ -801,6 +801,25 @@ def test_names_the_setup_needs_are_not_taken_over() -> None:
     assert result.status == "unchanged" and "`local_rank`" in result.reason
 
 
+@pytest.mark.parametrize("build", ["MODELS[name]().to(device)", 'MODELS.get(name, Plain)(4)', "MODELS[name](4)"])
+def test_a_model_chosen_from_a_dict_of_same_file_classes_is_judged_by_each(build: str) -> None:
+    """`model = MODELS[args.arch]()` over `MODELS = {"plain": Plain, "heads": Heads}`: the class was
+    called not in this file, and a plain `DDP(model)` crashed at the second step where `Heads`
+    leaves a layer unused (helper corpus T, repro 04). Each class the dict holds is read."""
+    classes = (
+        "class Plain(nn.Module):\n    def __init__(self, n=4):\n        super().__init__()\n        self.fc = nn.Linear(n, 1)\n\n"
+        "    def forward(self, x):\n        return self.fc(x)\n\n\n"
+        "class Heads(Plain):\n    def __init__(self, n=4):\n        super().__init__(n)\n        self.aux = nn.Linear(n, 1)\n\n"
+        "    def forward(self, x):\n        return self.fc(x)\n\n\n"
+        'MODELS = {"plain": Plain, "heads": Heads}\n'
+    )
+    source = standard(model=f"name = 'heads'\nmodel = {build}").replace("\n\ndef main", "\n" + classes + "\n\ndef main")
+    result = convert(source)
+    assert "model = DDP(model, find_unused_parameters=True)\n" in result.output
+    assert any("`Heads.forward` does not use `aux`" in n.message for n in result.notes)
+    assert not any("not in this file" in w for w in warnings(result))
+
+
 def test_comments_and_formatting_survive() -> None:
     source = standard().replace("    for epoch in range(2):", "    # train (two epochs)\n    for epoch in range(2):  # noqa: E501\n")
     output = convert(source).output

@@ -858,7 +858,10 @@ class Analyzer:
         if model.element is not None:  # a list of models: its elements
             values = [el.value for v in values if isinstance(v, (cst.List, cst.Tuple)) for el in v.elements]
         self._judge_batch_norm(model, values)
-        classes = {self._model_class_of_value(v, model.function) for v in values}
+        classes = set()
+        for v in values:
+            chosen = self._registry_classes(unchained(v), model.function)
+            classes |= set(chosen) if chosen else {self._model_class_of_value(v, model.function)}
         if not classes or None in classes:
             model.class_name = next((name for v in values if (name := self._constructor_name(v, model.function))), None)
             model.unused_parameters = None
@@ -2243,6 +2246,30 @@ class Analyzer:
         if isinstance(node, cst.Call) and (through := self._class_through_helper(node, function)) is not None:
             return through
         return self._model_class(node, function)  # a name, or a same-file factory
+
+    def _registry_classes(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> list[cst.ClassDef]:
+        """`MODELS[args.arch]()` or `MODELS.get(name)(...)` over a dict literal of same-file
+        classes (`MODELS = {"plain": Plain, "heads": Heads}`): every class it may build."""
+        if type(node) is not cst.Call:
+            return []
+        chooser = node.func
+        if type(chooser) is cst.Subscript:
+            table = chooser.value
+        elif type(chooser) is cst.Call and (found := s.method_call(chooser)) is not None and found[1] == "get":
+            table = found[0]
+        else:
+            return []
+        dicts = [o.node for o in self.program.origins(table, function)]
+        if not dicts or any(type(d) is not cst.Dict for d in dicts):
+            return []
+        classes = []
+        for d in dicts:
+            for element in d.elements:
+                value = getattr(element, "value", None)
+                if type(value) is not cst.Name or value.value not in self.program.classes:
+                    return []
+                classes.append(self.program.classes[value.value])
+        return classes
 
     def _class_through_helper(self, call: cst.Call, function: cst.FunctionDef | None, depth: int = 2) -> cst.ClassDef | None:
         """`model = to_device(Net(), device)`: the same-file class of what a same-file helper
