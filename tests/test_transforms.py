@@ -703,6 +703,27 @@ for epoch in range(2):
     assert "import contextlib" in output
 
 
+def test_gradient_accumulation_stepping_before_the_backward_syncs_every_backward() -> None:
+    """`if i > 0 and i % 4 == 0: optimizer.step()` at the top of the iteration, for the batches
+    before it: the step's test names the micro-step after the one whose backward must sync.
+    Copied onto the backward, it synced the wrong micro-step and the replicas drifted apart
+    (helper corpus S, repro 02). No no_sync there: every backward syncs, which is right."""
+    loop = """\
+for epoch in range(2):
+    for i, (x, y) in enumerate(loader):
+        if i > 0 and i % 4 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x.to(device)), y.to(device)) / 4
+        loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+    output = convert(standard(loop=loop)).output
+    assert "no_sync" not in output and "model = DDP(model)" in output
+    assert [f.code for f in lint_source(output, "converted.py")] == []
+
+
 @pytest.mark.parametrize(
     ("loop_head", "synced"),
     [

@@ -173,7 +173,7 @@ class Accumulations:
     # --- detection -----------------------------------------------------------------------
 
     def _modulo_step(self, loop: cst.CSTNode, backward: cst.Call, function) -> cst.If | None:
-        """`if (i + 1) % k == 0: optimizer.step()` in the loop, with backward outside its stepping branch."""
+        """`if (i + 1) % k == 0: optimizer.step()` in the loop after the backward, which is outside its stepping branch."""
         steps = [c for c in self.tree.calls(loop.body) if self._is_optimizer_step(c, function)]  # type: ignore[attr-defined]
         if not steps:
             return None
@@ -183,6 +183,10 @@ class Accumulations:
             branches = [node.body] + ([node.orelse] if node.orelse is not None else [])
             stepping = [b for b in branches if any(self.tree.inside(c, b) for c in steps)]
             if not stepping or any(self.tree.inside(backward, b) for b in stepping):
+                continue
+            if self.tree.order(node) < self.tree.order(backward):
+                # `if i > 0 and i % k == 0: step()` before this batch's backward: the step's test names
+                # the micro-step after the one that must sync, so no no_sync (every backward syncs)
                 continue
             if len(stepping) == 2:
                 continue  # `if i % 2: opt_g.step() else: opt_d.step()`: some optimizer steps every time
