@@ -3883,8 +3883,10 @@ def test_data_cached_to_a_file_when_missing_is_made_on_rank_0_before_every_rank_
         + TRAIN_ON_CACHE
     )
     output = convert(script(body, imports='import os\nimport numpy as np\n\nCACHE = "cache.npz"\n')).output
+    # `data`, bound in the block, is bound again after it (`data = np.load(CACHE)`): no value kept
+    output = convert(script(body.replace("    x = np.random", "    data = None\n    x = np.random"), imports='import os\nimport numpy as np\n\nCACHE = "cache.npz"\n')).output
     assert (
-        "    if rank == 0 and not os.path.exists(CACHE):\n        x = np.random.rand(16, 4).astype(np.float32)\n"
+        "    if rank == 0 and not os.path.exists(CACHE):\n        data = None\n        x = np.random.rand(16, 4).astype(np.float32)\n"
         "        np.savez(CACHE, x=x, y=x.sum(1, keepdims=True))\n    dist.barrier()  # rank 0 made the files that were missing: wait for them\n"
     ) in output
 
@@ -3911,6 +3913,11 @@ def download_or_prepare(root):
         '        download_or_prepare("data")\n    dist.barrier()\n    data = np.load(download_or_prepare("data"))\n'
     )
     assert (called_first in output) is first
+    # through a second helper that caches what it made (`load_data(root)` calling the first): called first too
+    loader_helper = "\n\ndef load_data(root):\n    cache = root + '.npz'\n    if not os.path.exists(cache):\n        np.savez(cache, **np.load(download_or_prepare(root)))\n    return np.load(cache)\n"
+    body = TRAIN_ON_CACHE.replace("np.load(CACHE)", 'load_data("data")')
+    output = convert(script(body, helpers=helpers + loader_helper, imports="import os\nimport numpy as np\n")).output
+    assert '    if rank == 0:  # makes the data files when they are missing: once, before the other ranks look\n        load_data("data")\n    dist.barrier()\n' in output
 
 
 def test_a_smoothed_loss_per_step_of_an_lr_finder_is_averaged_step_by_step() -> None:

@@ -2061,16 +2061,22 @@ class Analyzer:
         for n in self.program.scope_nodes(function):
             if type(n) is cst.Name and n.value in bound and n.value not in later and self.tree.order(n) >= end:
                 later[n.value] = n
-        # `for x, y in loader:` after `x = ...` in the statement: bound again before any read
-        return any(not self._loop_target(n) for n in later.values())
+        # `for x, y in loader:` or `data = np.load(p)` after `x = ...` in the statement: bound again before any read
+        return any(not self._bound_here(n) for n in later.values())
 
-    def _loop_target(self, name: cst.Name) -> bool:
-        """`x` in `for x, y in loader:`: what the loop binds."""
+    def _bound_here(self, name: cst.Name) -> bool:
+        """`x` in `for x, y in loader:`, `x = ...`, `with open(p) as x:`: a name bound, not read."""
+        child: cst.CSTNode = name
         for parent in self.tree.ancestors(name):
-            if type(parent) is cst.For:
-                return self.tree.inside(name, parent.target)
+            if type(parent) in (cst.For, cst.CompFor):
+                return child is parent.target
+            if type(parent) is cst.AssignTarget or (type(parent) is cst.AnnAssign and child is parent.target):
+                return True
+            if type(parent) is cst.AsName:
+                return True
             if not isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
                 return False
+            child = parent
         return False
 
     def _called_only_from(self, function: cst.FunctionDef, writers: set[cst.FunctionDef]) -> bool:
