@@ -4032,6 +4032,13 @@ def test_a_second_stage_model_is_wrapped_too() -> None:
     body = f"{DEVICE}\n{LOADER}\n" + stage.format(m="m1", o="o1") + stage.format(m="m2", o="o2")
     output = convert(script(body)).output
     assert "    m1 = DDP(m1)\n" in output and "    m2 = DDP(m2)\n" in output
+    # the first loop calls a same-file loss helper handed `m1(x)`: it cannot reach `m2` (it was
+    # taken as one that may, and `m2` was refused with no place for its wrap; helper corpus T, repro 01)
+    helpers = "def recon_loss(out, target):\n    return (out - target).pow(2).mean()\n"
+    body = body.replace("loss = nn.functional.mse_loss(m1(x), y)", "loss = recon_loss(m1(x), y)", 1)
+    assert "recon_loss(m1(" in body
+    output = convert(script(body, helpers=helpers)).output
+    assert "    m1 = DDP(m1)\n" in output and "    m2 = DDP(m2)\n" in output
 
 
 

@@ -1346,9 +1346,20 @@ class Analyzer:
         for node in self.tree.walk(loop):
             if (type(node) is cst.Name or type(node) is cst.Attribute) and dotted(node) in names:
                 return True
-            if type(node) is cst.Call and self.program.callee(node, function) is not None:
+            if type(node) is cst.Call and (target := self.program.callee(node, function)) is not None and self._may_reach(node, target[0], names, function):
                 return True
         return False
+
+    def _may_reach(self, call: cst.Call, callee: cst.FunctionDef, names: set[str], function: cst.FunctionDef | None) -> bool:
+        """Whether a same-file function called with `call` can reach a model named `names` in
+        `function`: handed it (or something bound from it), or reading it as a global, as
+        `self.<attr>`, or from the function around it. `recon_loss(model(x), x)` cannot train
+        a model that the function builds later."""
+        if any(dotted(n) in names for a in call.args for n in self.tree.walk(a.value) if type(n) in (cst.Name, cst.Attribute)):
+            return True
+        if function is None or any(name.startswith("self.") for name in names):
+            return True
+        return callee in self.program.nested_functions(function)
 
     def _hands_to_trainer(self, call: cst.Call, ref: str) -> bool:
         """`TrainEval(args, model, loader, optimizer).train()`: the model goes into a same-file
