@@ -2266,6 +2266,17 @@ def feature_stats(loader):
 """
 
 
+@pytest.mark.parametrize(("seed", "options", "shuffled_alike"), [("", {}, True), ("torch.manual_seed(0)\n", {}, False), ("torch.manual_seed(0)\n", {"seed_per_rank": True}, True)])
+def test_a_whole_validation_loader_that_shuffles_shuffles_alike_on_every_rank(seed: str, options: dict, shuffled_alike: bool) -> None:
+    """`valid_loader = DataLoader(valid_set, batch_size=32, shuffle=True)` in a script that seeds
+    nothing: each rank batched the validation set its own way, the mean of batch means differed,
+    and an early stop on it left one rank waiting (helper corpus R, repro 02). It gets a
+    generator of its own, seeded alike; with a seed alike on every rank it needs none."""
+    loader = LOADER + "\nvalid_loader = DataLoader(TensorDataset(torch.randn(66, 4), torch.randn(66, 1)), batch_size=32, shuffle=True)"
+    output = convert(standard(device=seed + DEVICE, loader=loader), **options).output
+    assert ("batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0))" in output) is shuffled_alike
+
+
 @pytest.mark.parametrize(("call", "reduced"), [("mean = feature_stats(loader)", True), ('print("mean", feature_stats(loader))', False)])
 def test_a_statistics_pass_over_the_sharded_loader_in_a_helper_reduces_its_totals(call: str, reduced: bool) -> None:
     """`mean = feature_stats(train_loader)` before training (a StandardScaler's fit by hand): the

@@ -69,6 +69,27 @@ def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
     return found
 
 
+def shuffled_from_the_global_generator(tree: Tree, program: Program, skip: set[int], seeded_alike: bool = True) -> list[cst.Call]:
+    """`DataLoader(valid_set, batch_size=32, shuffle=True)` (ids in `skip` aside: the loaders
+    that get a DistributedSampler): it shuffles with torch's global generator, which starts from
+    a random seed in each process unless a seed runs before (`seeded_alike`: seeds are alike on
+    every rank). Each rank would read the same samples in its own order, batched differently."""
+    found = []
+    for call in tree.calls():
+        if id(call) in skip or not tree.is_call_to(call, s.DATALOADER):
+            continue
+        shuffle = s.arg(call, 2, "shuffle")
+        if shuffle is None or type(shuffle.value) is not cst.Name or shuffle.value.value != "True":
+            continue
+        if any(s.arg(call, i, k) is not None for i, k in ((3, "sampler"), (4, "batch_sampler"))) or s.arg(call, None, "generator") is not None:
+            continue
+        function = tree.function(call)
+        if program.in_dataset(function) or (seeded_alike and _seeded_before(tree, program, call, function, depth=2, library="torch")):
+            continue
+        found.append(call)
+    return found
+
+
 # Draws of random data from a global generator (synthetic data sets built in the script).
 DATA_DRAWS = {
     "torch.randn", "torch.rand", "torch.randint", "torch.normal", "torch.bernoulli", "torch.multinomial",

@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.loops import TrainLoops
-from ddpify.analysis.splits import training_split_test, unseeded_data, unseeded_draws
+from ddpify.analysis.splits import shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
@@ -72,11 +72,27 @@ class Sampler(Transform):
                 self._shard(plan)
         for draw in unseeded_draws(self.tree, self.program):
             self._same_draw_on_every_rank(draw)
+        self._whole_loaders_shuffled_alike()
         self._data_drawn_per_rank()
         if any(plan.how == "recreate" for plan in self.facts.loader_plans):
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(RECREATE_HELPER))
             self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
+
+    def _whole_loaders_shuffled_alike(self) -> None:
+        """A loader every rank reads whole (validation) that shuffles from the global generator,
+        unseeded (or seeded per rank): each rank batched it its own way, so a mean of batch means
+        differed per rank, and an early stop on it left one rank waiting (helper corpus R). A
+        generator of its own, seeded alike, shuffles alike on every rank, a new order each pass."""
+        planned = {id(plan.call) for plan in self.facts.loader_plans if plan.call is not None}
+        for call in shuffled_from_the_global_generator(self.tree, self.program, planned, seeded_alike=not self.options.seed_per_rank):
+            self.plan.replace(call, add_keyword("generator", "torch.Generator().manual_seed(0)"))
+            self.plan.add_import("torch")
+            self.change(call, (
+                "this loader is read whole on every rank and shuffled from torch's global generator, which starts from its own "
+                "seed in each process: a generator of its own, seeded alike, gives every rank the same batches (a decision on "
+                "their results agrees)"
+            ))
 
     def _data_drawn_per_rank(self) -> None:
         """`X = torch.randn(512, 10)` with no seed before it, for the training data set: each
