@@ -2353,6 +2353,64 @@ def test_a_loop_left_on_this_ranks_numbers_is_left_by_every_rank() -> None:
 
 
 @pytest.mark.parametrize(
+    ("loop", "decided"),
+    [
+        pytest.param(  # helper corpus R, repro 01b: a step skipped on an outlier batch
+            "for x, y in loader:\n    optimizer.zero_grad()\n    loss = nn.functional.mse_loss(model(x), y)\n    loss.backward()\n"
+            "    if loss.item() < 3.0:  # skip outliers\n        optimizer.step()\n",
+            "    if any_rank(loss.item() < 3.0):  # skip outliers\n", id="step-under-a-loss-test",
+        ),
+        pytest.param(  # helper corpus R, repro 01: a token budget per update
+            "seen = 0\nfor x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    seen += x.size(0)\n"
+            "    if seen >= 24:\n        optimizer.step()\n        optimizer.zero_grad()\n        seen = 0\n",
+            "    if any_rank(seen >= 24):\n", id="step-on-a-budget",
+        ),
+        pytest.param(  # helper corpus S: bold driver
+            "prev = float('inf')\nfor x, y in loader:\n    optimizer.zero_grad()\n    loss = nn.functional.mse_loss(model(x), y)\n    loss.backward()\n"
+            "    optimizer.step()\n    if loss.item() > prev:\n        for g in optimizer.param_groups:\n            g['lr'] *= 0.5\n    prev = loss.item()\n",
+            "    if any_rank(loss.item() > prev):\n", id="learning-rate-halved-on-a-loss",
+        ),
+        pytest.param(  # helper corpus S, repro 01: a range test picking the rate
+            "lr, best_lr, best = 1e-4, 1e-4, float('inf')\nfor x, y in loader:\n    for g in optimizer.param_groups:\n        g['lr'] = lr\n"
+            "    optimizer.zero_grad()\n    loss = nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    optimizer.step()\n"
+            "    if loss.item() < best:\n        best, best_lr = loss.item(), lr\n    lr *= 2\nfor g in optimizer.param_groups:\n    g['lr'] = best_lr / 4\n",
+            "    if any_rank(loss.item() < best):\n", id="learning-rate-picked-on-a-loss",
+        ),
+        pytest.param(
+            "for i, (x, y) in enumerate(loader):\n    loss = nn.functional.mse_loss(model(x), y)\n    loss.backward()\n"
+            "    if (i + 1) % 2 == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
+            None, id="a-step-on-the-counter-stays",
+        ),
+        pytest.param(  # helper corpus R, repro 04: the range's counter drew no batch (a collective every step)
+            "it = iter(loader)\nfor step in range(1, 21):\n    try:\n        x, y = next(it)\n    except StopIteration:\n        it = iter(loader)\n        x, y = next(it)\n"
+            "    loss = nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    if step % 2 == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
+            None, id="a-step-on-a-range-counter-with-next-stays",
+        ),
+    ],
+)  # fmt: skip
+def test_an_optimizer_step_or_learning_rate_decided_on_this_ranks_numbers_is_decided_together(loop: str, decided: str | None) -> None:
+    """An optimizer step, or a learning rate, under a test of this rank's own numbers: one rank
+    stepping (or halving its rate) where another does not left the replicas apart, silently.
+    The ranks decide together (any_rank); a test on a counter stays as it is."""
+    output = convert(standard(loop=loop)).output
+    if decided is None:
+        assert "any_rank" not in output
+    else:
+        assert decided in output
+
+
+def test_gradients_scaled_by_this_ranks_count_are_warned_about() -> None:
+    """`p.grad /= seen` with `seen` this rank's token count: each rank scales the averaged
+    gradients its own way (helper corpus R, repro 01). Said: the scale is the script's choice."""
+    loop = (
+        "seen = 0\nfor x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y, reduction='sum')\n    loss.backward()\n    seen += x.size(0)\n"
+        "    for p in model.parameters():\n        p.grad /= seen\n    optimizer.step()\n    optimizer.zero_grad()\n    seen = 0\n"
+    )
+    result = convert(standard(loop=loop))
+    assert any(w.startswith("`seen` scales the gradients DDP averaged by a number of this rank's own batches") for w in warnings(result))
+
+
+@pytest.mark.parametrize(
     ("setup", "test", "leave"),
     [
         pytest.param("done = False", "loss.item() < 0.01", "done = True", id="a-flag-the-while-test-reads"),

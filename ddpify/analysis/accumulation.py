@@ -208,14 +208,7 @@ class Accumulations:
         return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo) for n in self.tree.walk(test))
 
     def _is_optimizer_step(self, call: cst.Call, function) -> bool:
-        """`optimizer.step()` or `scaler.step(optimizer)`; not a learning-rate scheduler's step."""
-        found = method_call(call)
-        if found is None or found[1] != "step":
-            return False
-        receiver = found[0]
-        if "sched" in code(receiver).lower():
-            return False
-        return not any((self.tree.call_name(o.node) or "").startswith(SCHEDULER_PREFIX) for o in self.program.origins(receiver, function))
+        return is_optimizer_step(self.tree, self.program, call, function)
 
     def _forwards(self, loop: cst.CSTNode, function) -> bool:
         for call in self.tree.calls(loop):
@@ -266,3 +259,14 @@ def _range_count(iterable: cst.BaseExpression) -> cst.BaseExpression | None:
     if len(args) == 2 and isinstance(args[0].value, cst.Integer) and args[0].value.value == "0":
         return args[1].value
     return None
+
+
+def is_optimizer_step(tree: Tree, program: Program, call: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
+    """`optimizer.step()` or `scaler.step(optimizer)`; not a learning-rate scheduler's step."""
+    found = method_call(call)
+    if found is None or found[1] != "step":
+        return False
+    receiver = found[0]
+    if "sched" in code(receiver).lower():
+        return False
+    return not any((tree.call_name(o.node) or "").startswith(SCHEDULER_PREFIX) for o in program.origins(receiver, function))

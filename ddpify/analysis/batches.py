@@ -18,7 +18,7 @@ def drawn_names(tree: Tree, program: Program, loop: cst.For | cst.While) -> set[
     """The names a loop's batch is drawn into: its target (without `enumerate`'s index), and
     `x, y = next(batches)` in its body."""
     names: set[str] = set()
-    if isinstance(loop, cst.For):
+    if isinstance(loop, cst.For) and not _counts_steps(tree, loop.iter):
         target = loop.target
         if tree.is_builtin_call(loop.iter, "enumerate") and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
             target = target.elements[1].value  # `i, (x, y)`: the index is no batch
@@ -30,6 +30,17 @@ def drawn_names(tree: Tree, program: Program, loop: cst.For | cst.While) -> set[
                 for t in parent.targets:
                     names |= program.names_in(t.target)
     return names
+
+
+COUNTERS = {"builtins.range", "itertools.count", "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange"}
+
+
+def _counts_steps(tree: Tree, iterable: cst.BaseExpression) -> bool:
+    """`for i in range(start, n):` (also under tqdm): the target counts steps, the same on every
+    rank; the batch comes from `next(...)` in the body."""
+    while type(iterable) is cst.Call and iterable.args and (tree.qname(iterable.func) or "").split(".")[0] == "tqdm" and tree.qname(iterable.func) not in COUNTERS:
+        iterable = iterable.args[0].value  # `tqdm(range(n))`
+    return type(iterable) is cst.Call and tree.qname(iterable.func) in COUNTERS
 
 
 def batch_names(tree: Tree, program: Program, loop: cst.For | cst.While) -> set[str]:

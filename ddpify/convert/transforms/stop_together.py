@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpify.analysis.accumulation import is_optimizer_step
 from ddpify.analysis.batches import batch_names, reads
 from ddpify.analysis.exits import clock_names, continues, leaves, reads_clock, skips
 from ddpify.analysis.totals import COLLECTS
 from ddpify.analysis.loops import TrainLoop
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, method_call
+from ddpify.syntax import code, method_call, string_value
 
 HELPER = '''
 
@@ -41,6 +42,27 @@ def rank_mean(value):
     dist.all_reduce(value)
     return value.item() / dist.get_world_size()
 '''
+# In-place scaling of a gradient (`p.grad.div_(n)`).
+GRAD_SCALING = {"div_", "mul_", "mul", "div"}
+
+
+def _is_grad(node: cst.CSTNode) -> bool:
+    """`p.grad` (also `p.grad.data`)."""
+    while type(node) is cst.Attribute and node.attr.value == "data":
+        node = node.value
+    return type(node) is cst.Attribute and node.attr.value == "grad"
+
+
+def _stores_lr(node: cst.Assign | cst.AugAssign) -> bool:
+    """`group["lr"] = value` or `group["lr"] *= 0.5`: a learning rate set by hand."""
+    targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
+    return any(
+        type(t) is cst.Subscript and len(t.slice) == 1 and type(t.slice[0].slice) is cst.Index
+        and string_value(t.slice[0].slice.value) == "lr"
+        for t in targets
+    )  # fmt: skip
+
+
 # Schedulers whose step decides on a value it is given.
 PLATEAU = {"torch.optim.lr_scheduler.ReduceLROnPlateau"}
 
@@ -52,6 +74,7 @@ class StopTogether(Transform):
     def run(self) -> None:
         rewritten: set[int] = set()
         for loop in self.facts.train_loops:
+            self._gradients_scaled_per_rank(loop)
             exits = self._exits(loop)
             if not exits:
                 continue
@@ -72,7 +95,7 @@ class StopTogether(Transform):
                     ))
                     continue
                 self.plan.replace(test, cst.parse_expression(f"any_rank({code(test)})"))
-                effect = "skips the step" if self._skips_step(node, loop) else "leaves the loop"
+                effect = "skips the step" if self._skips_step(node, loop) else "leaves the loop" if not self._steps_under(node, loop) else "steps the optimizer"
                 self.change(node, f"`{code(test)}` is this rank's own: every rank {effect} when any rank would (any_rank)")
         if rewritten:
             assert self.facts.imports_end is not None
@@ -158,5 +181,44 @@ class StopTogether(Transform):
             and (
                 leaves(self.tree, self.program, node, loops)
                 or (continues(self.tree, node, loop.loop) and skips(self.tree, node, loop.loop, syncs))
+                or self._steps_under(node, loop)
+                or self._sets_learning_rate(node, loop)
             )
         ]
+
+    def _gradients_scaled_per_rank(self, loop: TrainLoop) -> None:
+        """`p.grad /= seen` (or `p.grad.div_(seen)`) after backward(), with `seen` this rank's own
+        count: DDP has averaged the gradients, and each rank scales them by its own number, so
+        the replicas step apart. Said, not changed: what to scale by is the script's choice."""
+        local = self._local_names(loop)
+        for node in self.tree.walk(loop.loop.body):
+            if type(node) is cst.AugAssign and _is_grad(node.target) and reads(self.tree, node.value, local):
+                by = node.value
+            elif (found := method_call(node)) is not None and found[1] in GRAD_SCALING and _is_grad(found[0]) and reads(self.tree, node, local):
+                by = node
+            else:
+                continue
+            self.warn(node, (
+                f"`{code(by)}` scales the gradients DDP averaged by a number of this rank's own batches: each rank scales them its own "
+                "way and the replicas step apart; scale by a value every rank shares (dist.all_reduce it first)"
+            ))
+            return
+
+    def _sets_learning_rate(self, node: cst.If, loop: TrainLoop) -> bool:
+        """`if loss.item() > prev: g["lr"] *= 0.5` (bold driver), or `if loss.item() < best:
+        best_lr = lr` with `g["lr"] = best_lr / 4` after it (a range test or sweep picking a
+        rate): the learning rate follows this rank's own numbers, and the ranks train apart."""
+        stores = [n for n in self.program.scope_nodes(loop.function) if type(n) in (cst.Assign, cst.AugAssign) and _stores_lr(n)]
+        if any(self.tree.inside(n, node.body) for n in stores):
+            return True
+        bound = {name for n in self.tree.walk(node.body) if type(n) is cst.Assign for t in n.targets for name in self.program.names_in(t.target)}
+        later = [n for n in stores if self.tree.order(n) > self.tree.order(node) and not self.tree.inside(n, node)]
+        return bool(bound) and any(reads(self.tree, n.value, bound) for n in later)
+
+    def _steps_under(self, node: cst.If, loop: TrainLoop) -> bool:
+        """`if seen >= tokens_per_update: optimizer.step()` in the batch loop: an optimizer step
+        under a test (a token budget, skipping a batch whose loss is off): one rank stepping
+        where another does not leaves the replicas apart."""
+        return self.tree.inside(node, loop.loop.body) and any(
+            is_optimizer_step(self.tree, self.program, c, loop.function) for c in self.tree.calls(node.body)
+        )
