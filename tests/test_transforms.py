@@ -2290,6 +2290,19 @@ def test_a_statistics_pass_over_the_sharded_loader_in_a_helper_reduces_its_total
     assert ("    dist.all_reduce(s)\n    return s / n\n" in output) is reduced
 
 
+@pytest.mark.parametrize("where", ["helper", "inline"])
+def test_a_comprehension_over_the_sharded_loader_is_warned_about(where: str) -> None:
+    """`feats = torch.cat([xb for xb, _ in loader])` to fit a normalizer: the loader is this
+    rank's shard now, and each rank normalized its own way, silently (helper corpus U, repro 09)."""
+    if where == "helper":
+        helpers = "def fit(loader):\n    feats = torch.cat([xb for xb, _ in loader])\n    return feats.mean(0)\n"
+        source = standard(loader=LOADER + "\nmean = fit(loader)").replace("def main():", helpers + "\n\ndef main():")
+    else:
+        source = standard(loader=LOADER + "\nmean = torch.cat([xb for xb, _ in loader]).mean(0)")
+    result = convert(source)
+    assert any(w.startswith("this comprehension goes over `loader`, which is this rank's shard of the data now") for w in warnings(result))
+
+
 def test_a_helper_whose_sum_would_grow_on_a_whole_loader_reduces_only_a_sharded_one() -> None:
     """`return correct` (a count): summing it is right for the training loader's shards and N
     times too much for the whole test loader; which one the helper is given is known at run

@@ -68,6 +68,7 @@ class ReduceMetrics(Transform):
             totals = self._accumulators(loop)
             if totals:
                 self._reduce(loop, totals, helper=True)
+        self._comprehensions_over_a_shard()
         for loop, every_caller_sharded in self._helper_loops():
             totals = self._accumulators(loop)
             if not totals:
@@ -75,6 +76,28 @@ class ReduceMetrics(Transform):
             # a helper some callers hand a whole loader (`check_accuracy(test_loader)`): reduced when the loader it is given is sharded
             sharded = None if every_caller_sharded else f"isinstance({self.program.sampler_owner(loop.loader, loop.function)}.sampler, DistributedSampler)"
             self._reduce(loop, totals, helper=True, sharded=sharded)
+
+    def _comprehensions_over_a_shard(self) -> None:
+        """`feats = torch.cat([xb for xb, _ in train_loader])` (a normalizer fit by hand, here or in
+        a helper handed the loader): the loader is this rank's shard now, so what it collects covers
+        1/world_size of the data, and each rank's differs. Said, not changed: the fix (a loader
+        without the sampler, or a gather) is the script's."""
+        sharded = self.facts.sharded_loaders
+        for node in self.tree.of_type(cst.CompFor):
+            function = self.tree.function(node)
+            iterable = self.program.unwrap_iterable(node.iter)
+            loaders = self.program.dataloaders(iterable, function)
+            if not loaders and type(iterable) is cst.Name and function is not None and iterable.value in self.program.param_names(function):
+                for call, caller in self.program.call_sites(function):
+                    argument = self.program.argument_for(call, function, iterable.value)
+                    loaders += self.program.dataloaders(argument, caller) if argument is not None else []
+            if not loaders or not all(id(o.node) in sharded for o in loaders):
+                continue
+            self.warn(node, (
+                f"this comprehension goes over `{code(iterable)}`, which is this rank's shard of the data now: what it collects "
+                "covers 1/world_size of it and differs per rank (a mean and std fit on it normalize each rank its own way); "
+                "read the dataset itself, or a loader without the DistributedSampler"
+            ))
 
     def _shard_passes(self) -> list[TrainLoop]:
         """Loops without backward() over the sharded training loader in the entry function (or
