@@ -625,6 +625,17 @@ def test_a_tensor_of_counts_is_summed_not_averaged(start: str, add: str) -> None
     assert "        dist.all_reduce(per_class)\n        if rank == 0:\n            print(per_class.tolist())\n" in output
 
 
+@pytest.mark.parametrize("reset", ["total.zero_()", "total.fill_(0)"])
+def test_a_tensor_total_reset_in_place_each_epoch_is_reduced(reset: str) -> None:
+    """`total = torch.zeros(())` before the epochs, `total.zero_()` after each report: an epoch's
+    total, which was left unreduced (rank 0's half printed) with a false warning that it kept
+    adding up across epochs (helper corpus R, repro 05)."""
+    loop = "total = torch.zeros(())\n" + LOOP + f"        total += loss.detach()\n    print(total.item())\n    {reset}\n"
+    result = convert(standard(loop=loop))
+    assert "        dist.all_reduce(total)\n" in result.output
+    assert not any("across epochs" in w for w in warnings(result))
+
+
 def test_a_count_of_hits_read_as_a_tensor_stays_a_tensor() -> None:
     """`correct += (pred == y).sum()` from a Python 0, read as `correct.double()` afterwards: a
     float would break that line, so it is reduced as the tensor it is, and summed (it is divided

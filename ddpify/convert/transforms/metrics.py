@@ -462,13 +462,26 @@ class ReduceMetrics(Transform):
         start = self.tree.positions[loop.loop].start.line
         outer = [lp for lp in self.tree.loops(loop.loop) if lp is not loop.loop and self.tree.function(lp) is loop.function]
         values = []
+        reset = bool(outer) and self._reset_each_pass(loop, outer[0], name)
         for value, index in self.program.assignments(loop.function, name):
             if self.tree.line(value) >= start:
                 continue
-            if outer and not self.tree.inside(value, outer[0]):
+            if outer and not self.tree.inside(value, outer[0]) and not reset:
                 return []  # set once, before the loop around the training loop: a running history
             values.append(self.program.element(value, index))
         return values
+
+    def _reset_each_pass(self, loop: TrainLoop, outer: cst.For | cst.While, name: str) -> bool:
+        """`total.zero_()` (or `fill_(0)`) in the loop around the training loop, after it: made
+        once before, started again for every pass, like a total bound at the top of each pass."""
+        end = self.tree.order(loop.loop) + sum(1 for _ in self.tree.walk(loop.loop))
+        for call in self.tree.calls(outer.body):
+            found = method_call(call)
+            if found is None or type(found[0]) is not cst.Name or found[0].value != name or self.tree.order(call) < end:
+                continue
+            if found[1] == "zero_" or (found[1] == "fill_" and call.args and code(call.args[0].value) in ("0", "0.0")):
+                return True
+        return False
 
     def _empty_mapping(self, value: cst.CSTNode) -> bool:
         """`defaultdict(float)`, `defaultdict(int)`, `{}` or `dict()`: keys come as the loop meets them."""
@@ -506,7 +519,7 @@ class ReduceMetrics(Transform):
             return False
         start = self.tree.positions[loop.loop].start.line
         values = [v for v, _ in self.program.assignments(loop.function, name) if self.tree.line(v) < start]
-        return bool(values) and not any(self.tree.inside(v, outer[0]) for v in values)
+        return bool(values) and not any(self.tree.inside(v, outer[0]) for v in values) and not self._reset_each_pass(loop, outer[0], name)
 
     def _declared_global(self, loop: TrainLoop, name: str) -> bool:
         """`global samples_seen` in the function of the loop."""
