@@ -4013,6 +4013,29 @@ def download_or_prepare(root):
     assert '    if rank == 0:  # makes the data files when they are missing: once, before the other ranks look\n        load_data("data")\n    dist.barrier()\n' in output
 
 
+def test_a_dataset_that_makes_its_files_when_missing_is_built_first_on_rank_0() -> None:
+    """`ds = NpyData(root)` whose `__init__` writes `train.npy` when it is missing: every rank
+    wrote it at once (helper corpus U, repro 07). Rank 0 builds it first, then a barrier."""
+    helpers = """\
+class NpyData(torch.utils.data.Dataset):
+    def __init__(self, root, prepare=True):
+        path = os.path.join(root, "train.npy")
+        if prepare and not os.path.exists(path):
+            np.save(path, np.random.rand(16, 5).astype(np.float32))
+        self.data = np.load(path)
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return torch.from_numpy(self.data[i][:4]), torch.from_numpy(self.data[i][4:])
+"""
+    body = TRAIN_ON_CACHE.replace('data = np.load(CACHE)\nloader = DataLoader(TensorDataset(torch.from_numpy(data["x"]), torch.from_numpy(data["y"])), batch_size=4, shuffle=True)', 'ds = NpyData("data")\nloader = DataLoader(ds, batch_size=4, shuffle=True)')
+    assert "NpyData" in body
+    output = convert(script(body, helpers=helpers, imports="import os\nimport numpy as np\n")).output
+    assert '    if rank == 0:  # makes the data files when they are missing: once, before the other ranks look\n        NpyData("data")\n    dist.barrier()\n    ds = NpyData("data")\n' in output
+
+
 def test_a_smoothed_loss_per_step_of_an_lr_finder_is_averaged_step_by_step() -> None:
     """fastai-style range test: `avg = beta * avg + (1 - beta) * loss.item()`, `smoothed = avg /
     (1 - beta ** i)`, `losses.append(smoothed)`, then the learning rate picked from `losses`. The

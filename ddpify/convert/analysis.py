@@ -1979,6 +1979,8 @@ class Analyzer:
         tensor_writers = self.program.reaching(lambda call, function: self._saves_data(call, function, models)) - writers
         writers |= tensor_writers
         writers -= facts.syncing
+        # `NpyData(root)` whose __init__ writes its files when they are missing: built on rank 0 first
+        built = {f for f in writers if facts.in_dataset(f) and f.name.value == "__init__"}
         writers = {f for f in writers if not facts.in_dataset(f)}
         entry = facts.entry
         body = entry.block.body if entry.kind != "library" else []
@@ -1994,8 +1996,8 @@ class Analyzer:
             loops = any(isinstance(n, (cst.For, cst.While)) for n in self.tree.walk(statement))
             if called & writers and not loops and not self._keeps_a_value(statement, entry.function):
                 statements.append(statement)  # `opt = parse_option()` is kept by every rank: not one of them
-            elif called & writers and not loops and (first is None or self.tree.order(statement) < first):
-                calls += self._made_when_missing(statement, entry.function, writers)
+            elif called & (writers | built) and not loops and (first is None or self.tree.order(statement) < first):
+                calls += self._made_when_missing(statement, entry.function, writers | built)
             elif self._made_if_missing(statement, entry.function, first, models) and not self._keeps_a_value(statement, entry.function):
                 statements.append(statement)
         inside = [c for st in statements for c in self.tree.calls(st)]
@@ -2016,6 +2018,8 @@ class Analyzer:
             if callee is None or callee[0] not in writers:
                 continue
             helper = callee[0]
+            if s.arg(call, None, "download") is not None:
+                continue  # `Clusters(root, download=True)`: rank 0's download comes first already
             if not any(self._asks_for_a_path(c) for n in self.program.scope_nodes(helper) if type(n) is cst.If for c in self.tree.calls(n.test)):
                 continue
             if all(self.tree.qname(c.func) in PATH_BUILDERS for a in call.args for c in self.tree.calls(a.value)):
