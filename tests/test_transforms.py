@@ -4036,6 +4036,22 @@ class NpyData(torch.utils.data.Dataset):
     assert '    if rank == 0:  # makes the data files when they are missing: once, before the other ranks look\n        NpyData("data")\n    dist.barrier()\n    ds = NpyData("data")\n' in output
 
 
+@pytest.mark.parametrize(("loaded", "warned"), [("args.resume", False), ("args.cache", True)])
+def test_a_load_of_another_option_is_no_read_back_of_a_save(loaded: str, warned: bool) -> None:
+    """`torch.save(data, args.cache)`, then `if args.resume: torch.load(args.resume)`: two options,
+    two files. Both paths were read as built from `args`, and the resume got a false warning to
+    wait for rank 0's save (helper corpus U, repro 08); a load of the saved option in a branch
+    is still warned about."""
+    body = (
+        "import argparse\nargs = argparse.Namespace(cache='c.pt', resume='')\n"
+        "torch.save(torch.randn(4), args.cache)\n" + LOADER + "\nmodel = nn.Linear(4, 1)\n"
+        f"if args.resume:\n    model.load_state_dict(torch.load({loaded}))\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + LOOP
+    )
+    result = convert(script(body))
+    assert any("is read back where not every rank may get" in w for w in warnings(result)) is warned
+
+
 def test_a_smoothed_loss_per_step_of_an_lr_finder_is_averaged_step_by_step() -> None:
     """fastai-style range test: `avg = beta * avg + (1 - beta) * loss.item()`, `smoothed = avg /
     (1 - beta ** i)`, `losses.append(smoothed)`, then the learning rate picked from `losses`. The

@@ -95,6 +95,12 @@ class Checkpoints(Transform):
             parent = self.tree.parent(n)
             if isinstance(parent, cst.Attribute) and parent.attr is n:
                 continue
+            top: cst.CSTNode = n
+            while type(parent) is cst.Attribute and parent.value is top:  # `args.cache`, not `args`: another option is another file
+                top, parent = parent, self.tree.parent(parent)
+            if top is not n:
+                names.add(s.dotted(top) or n.value)
+                continue
             names.add(n.value)
             if depth > 0:
                 for value, _ in self.program.assignments(function, n.value):
