@@ -4531,6 +4531,21 @@ def test_a_name_bound_to_the_model_before_its_wrap_stays_the_plain_model() -> No
     assert "torch.save(plain.state_dict(), 'final.pt')" in output
 
 
+@pytest.mark.parametrize(("seed", "warned"), [("", True), ("torch.manual_seed(0)\n", False)])
+def test_initial_weights_copied_before_the_wrap_and_loaded_after_it_are_warned_about(seed: str, warned: bool) -> None:
+    """`init = copy.deepcopy(model.state_dict())` before the wrap, `model.load_state_dict(init)` in a
+    sweep after it: unseeded, the copy is this rank's own initial weights, not the broadcast ones,
+    and the replicas started apart (helper corpus S, probe v4). With a seed they agree."""
+    body = (
+        f"{seed}{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "init = copy.deepcopy(model.state_dict())\nfor lr in [0.1, 0.01]:\n    model.load_state_dict(init)\n"
+        + textwrap.indent(LOOP.replace("for epoch in range(2):\n", "for epoch in range(1):\n"), "    ")
+    )
+    result = convert(script(body, imports="import copy\n"))
+    assert result.status == "converted"
+    assert any(w.startswith("`init` was copied from `model` before the DDP wrap") for w in warnings(result)) is warned
+
+
 def test_a_pass_loop_without_an_epoch_counter_moves_the_sampler_on_itself() -> None:
     """`while not done:` with only a step counter: `set_epoch(loader.sampler.epoch + 1)` at the top
     of each pass (there was only a warning, and every pass repeated epoch 0's order; helper

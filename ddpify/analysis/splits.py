@@ -165,6 +165,12 @@ def _seeds(tree: Tree, call: cst.Call, library: str) -> bool:
     return name.split(".", 1)[0] not in ("torch", "numpy", "random") or name.startswith(library + ".")
 
 
+def seeded_before(tree: Tree, program: Program, point: cst.CSTNode, function: cst.FunctionDef | None, library: str = "torch") -> bool:
+    """Whether a seed of `library`'s global generator runs before `point` (here, at import, or in
+    a caller before the call): what is drawn there is drawn alike on every rank."""
+    return _seeded_before(tree, program, point, function, 2, library)
+
+
 def _seeded_before(tree: Tree, program: Program, point: cst.CSTNode, function: cst.FunctionDef | None, depth: int, library: str) -> bool:
     where = tree.order(point)
     if any(_seeds(tree, c, library) and tree.order(c) < where for c in program.calls_in(function)):

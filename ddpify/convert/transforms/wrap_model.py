@@ -12,6 +12,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.switches import GradSwitches
+from ddpify.analysis.splits import seeded_before
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code, dotted, string_value, unchained
@@ -100,6 +101,38 @@ class WrapModel(Transform):
         self._returned_plain()
         self._handed_to_other_modules()
         self._batchnorm_refresh_on_a_shard()
+        self._own_weights_loaded_after_the_wrap()
+
+    def _own_weights_loaded_after_the_wrap(self) -> None:
+        """`init = copy.deepcopy(model.state_dict())` before the wrap, `model.load_state_dict(init)`
+        after it (a sweep restarting from the same weights), in a script that seeds nothing
+        before the model is built: the copy holds this rank's own initial weights, not the ones
+        the wrap broadcast from rank 0, so the replicas start apart (helper corpus S). Said: the
+        fix (a seed, or the copy taken after the wrap) is the script's."""
+        for model in self.facts.models:
+            if model.anchor is None or model.element is not None:
+                continue
+            start = self.tree.order(model.anchor)
+            built = [v for v, _ in self.program.assignments(model.function, model.ref) if self.tree.order(v) <= start]
+            if not built or seeded_before(self.tree, self.program, built[0], model.function):
+                continue
+            for call in self.program.calls_in(model.function):
+                found = s.method_call(call)
+                if found is None or found[1] != "load_state_dict" or self.tree.order(call) <= start or self.tree.inside(call, model.anchor) or not call.args:
+                    continue
+                if dotted(found[0]) != model.ref or type(call.args[0].value) is not cst.Name:
+                    continue
+                copies = [
+                    v for v, _ in self.program.assignments(model.function, call.args[0].value.value)
+                    if (self.tree.order(v) < start or self.tree.inside(v, model.anchor)) and any((m := s.method_call(c)) is not None and m[1] == "state_dict" and dotted(m[0]) == model.ref for c in self.tree.calls(v))
+                ]
+                if copies:
+                    self.warn(call, (
+                        f"`{call.args[0].value.value}` was copied from `{model.ref}` before the DDP wrap, which broadcast rank 0's weights: "
+                        "it holds this rank's own initial weights (nothing seeds them alike), and loading it leaves the replicas apart; "
+                        f"seed the generator before `{model.ref}` is built, or take the copy after the wrap"
+                    ))
+                    return
 
     def _batchnorm_refresh_on_a_shard(self) -> None:
         """`torch.optim.swa_utils.update_bn(train_loader, swa_model)` over a sharded loader: each
