@@ -2288,6 +2288,18 @@ def test_a_whole_validation_loader_that_shuffles_shuffles_alike_on_every_rank(se
     assert ("batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0))" in output) is shuffled_alike
 
 
+@pytest.mark.parametrize(("seed", "warned"), [("", True), ("torch.manual_seed(0)\n", False)])
+def test_a_validation_subset_drawn_each_pass_from_an_unseeded_generator_is_warned_about(seed: str, warned: bool) -> None:
+    """`Subset(val_ds, torch.randperm(len(val_ds))[:25])` each epoch, nothing seeded: each rank
+    validated on its own subset and its plateau scheduler lowered the rate at its own epoch, so
+    the replicas drifted apart (helper corpus S, repro 03)."""
+    loop = LOOP + "    idx = torch.randperm(len(val_ds))[:8]\n    val_loader = DataLoader(Subset(val_ds, idx), batch_size=8)\n"
+    source = standard(device=seed + DEVICE, loop=loop, loader=LOADER + "\nval_ds = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))")
+    source = source.replace("from torch.utils.data import DataLoader, TensorDataset", "from torch.utils.data import DataLoader, Subset, TensorDataset")
+    result = convert(source)
+    assert any(w.startswith("`torch.randperm(len(val_ds))` draws this pass's subset from the global generator") for w in warnings(result)) is warned
+
+
 @pytest.mark.parametrize(("call", "reduced"), [("mean = feature_stats(loader)", True), ('print("mean", feature_stats(loader))', False)])
 def test_a_statistics_pass_over_the_sharded_loader_in_a_helper_reduces_its_totals(call: str, reduced: bool) -> None:
     """`mean = feature_stats(train_loader)` before training (a StandardScaler's fit by hand): the

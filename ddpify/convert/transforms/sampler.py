@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.loops import TrainLoops
-from ddpify.analysis.splits import shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
+from ddpify.analysis.splits import seeded_before, shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
@@ -49,6 +49,10 @@ def distributed_loader(loader):
 '''
 
 
+SUBSET = {"torch.utils.data.Subset", "torch.utils.data.dataset.Subset"}
+PERMUTATIONS = {"torch.randperm", "numpy.random.permutation", "numpy.random.choice", "random.sample"}
+
+
 class Sampler(Transform):
     name = "sampler"
     DESCRIPTION = "DistributedSampler for the training DataLoader (shuffle moved into it, drop_last kept)"
@@ -73,6 +77,7 @@ class Sampler(Transform):
         for draw in unseeded_draws(self.tree, self.program):
             self._same_draw_on_every_rank(draw)
         self._whole_loaders_shuffled_alike()
+        self._subsets_drawn_per_pass()
         self._data_drawn_per_rank()
         if any(plan.how == "recreate" for plan in self.facts.loader_plans):
             assert self.facts.imports_end is not None
@@ -93,6 +98,29 @@ class Sampler(Transform):
                 "seed in each process: a generator of its own, seeded alike, gives every rank the same batches (a decision on "
                 "their results agrees)"
             ))
+
+    def _subsets_drawn_per_pass(self) -> None:
+        """`idx = torch.randperm(len(val_ds))[:25]` each epoch for `Subset(val_ds, idx)`, from a
+        global generator nothing seeds: each rank validates on its own subset, and a decision on
+        the result (a plateau scheduler, an early stop) differs per rank (helper corpus S). Said:
+        a generator seeded once before the loop, alike on every rank, keeps a new subset per pass."""
+        for call in self.tree.calls():
+            if self.tree.qname(call.func) not in SUBSET or len(call.args) < 2 or not self.tree.loops(call):
+                continue
+            function = self.tree.function(call)
+            indices = call.args[1].value
+            draws = [
+                c for o in [indices, *(o.node for o in self.program.origins(indices, function))] for c in self.tree.calls(o)
+                if self.tree.qname(c.func) in PERMUTATIONS and s.arg(c, None, "generator") is None and self.tree.loops(c)
+            ]
+            if not draws or seeded_before(self.tree, self.program, draws[0], function, (self.tree.qname(draws[0].func) or "").split(".")[0]):
+                continue
+            self.warn(draws[0], (
+                f"`{code(draws[0])}` draws this pass's subset from the global generator, which nothing seeds: each rank picks its own "
+                "samples, and a decision on their result differs per rank; draw it from a generator seeded alike on every rank "
+                "before the loop (generator=...)"
+            ))
+            return
 
     def _data_drawn_per_rank(self) -> None:
         """`X = torch.randn(512, 10)` with no seed before it, for the training data set: each
