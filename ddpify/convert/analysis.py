@@ -20,6 +20,7 @@ from ddpify.analysis import sync
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.analysis.output import FILE_WRITE, Outputs
 from ddpify.analysis.rebinds import rebinds_after
+from ddpify.analysis.wrappers import wrapper_names
 from ddpify.program import Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value, unchained
 
@@ -1398,13 +1399,9 @@ class Analyzer:
     def _model_refs(self, models: list[TrainedModel]) -> dict[cst.FunctionDef | None, set[str]]:
         # A list of models is no model: its elements are reached through the list.
         seeds = [(m.ref, m.function) for m in models if m.element is None]
-        refs = self.program.propagate(seeds)
-        for _ in range(3):  # `best = trainer.fit()`, then `final = best`
-            aliases = self._model_aliases(refs, models)
-            if not aliases:
-                break
-            seeds += aliases
-            refs = self.program.propagate(seeds)
+        wrapped_at = {(m.ref, m.function): m.anchor for m in models if m.element is None and m.anchor is not None}
+        # the function that wraps a model returns the plain one (`return model.module`)
+        refs = wrapper_names(self.tree, self.program, seeds, wrapped_at, plain_returns=set(wrapped_at))
         # A helper the model's function calls only before the wrap (`resume_checkpoint(model)`)
         # gets the plain model: its parameter is no wrapped model.
         for function, names in refs.items():
@@ -1417,42 +1414,6 @@ class Analyzer:
                 if sites and all(self._before_wrap(call, caller, models) for call, caller in sites):
                     names.discard(name)
         return refs
-
-    def _model_aliases(self, refs: dict[cst.FunctionDef | None, set[str]], models: list[TrainedModel]) -> list[tuple[str, cst.FunctionDef | None]]:
-        """Other names bound to the wrapped model after its wrap: `best = model`, or the value of
-        a same-file function or method that returns it (`best = Trainer(model, loader).fit()`
-        with `return self.model`). What they save or read goes through `.module` too. The
-        function that wraps the model returns the plain one (`return model.module`): no alias."""
-        wrapping = {(m.ref, m.function): m for m in models if m.element is None and m.anchor is not None}
-        found = []
-        for function, names in refs.items():
-            for node in self.program.scope_nodes(function):
-                if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
-                    continue
-                alias = node.targets[0].target.value
-                if alias in names or not self._holds_the_wrapper(node.value, function, refs, wrapping):
-                    continue
-                bound = [v for v, _ in self.program.assignments(function, alias)]
-                if all(self._holds_the_wrapper(v, function, refs, wrapping) for v in bound):
-                    found.append((alias, function))
-        return found
-
-    def _holds_the_wrapper(self, value: cst.CSTNode, function: cst.FunctionDef | None, refs, wrapping) -> bool:
-        ref = dotted(value) if isinstance(value, cst.BaseExpression) else None
-        if ref is not None:
-            model = wrapping.get((ref, function))
-            if model is not None and self.tree.order(value) < self.tree.order(model.anchor) + sum(1 for _ in self.tree.walk(model.anchor)):
-                return False  # bound before the wrap: the plain model
-            return ref in refs.get(function, set())
-        if type(value) is not cst.Call:
-            return False
-        target = self.program.callee(value, function)
-        if target is None:
-            return False
-        returned = self.program.returns(target[0])
-        return bool(returned) and all(
-            (r := dotted(v)) is not None and r in refs.get(target[0], set()) and (r, target[0]) not in wrapping for v in returned
-        )
 
     def _before_wrap(self, call: cst.Call, caller: cst.FunctionDef | None, models: list[TrainedModel]) -> bool:
         return any(

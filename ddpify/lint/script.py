@@ -22,6 +22,7 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.analysis import sync
 from ddpify.analysis.ranks import GET_RANK, MAIN_PROCESS_NAMES, RANK_ENV, RANK_NAMES
+from ddpify.analysis.wrappers import wrapper_names
 from ddpify.program import Program
 from ddpify.syntax import Tree, code, dotted, string_value
 
@@ -193,13 +194,16 @@ class Script:
     @cached_property
     def ddp_refs(self) -> dict[cst.FunctionDef | None, set[str]]:
         """Names that denote a DDP-wrapped model, per function (None: module level)."""
-        seeds = []
+        seeds, wrapped_at = [], {}
         for call in self.ddp_wraps:
             parent = self.tree.parent(call)
             if isinstance(parent, cst.Assign):
                 function = self.tree.function(call)
-                seeds += [(name, function) for t in parent.targets if (name := dotted(t.target))]
-        return self.program.propagate(seeds)
+                for t in parent.targets:
+                    if (name := dotted(t.target)) is not None:
+                        seeds.append((name, function))
+                        wrapped_at.setdefault((name, function), self.tree.statement(call))
+        return wrapper_names(self.tree, self.program, seeds, wrapped_at)
 
     def is_ddp_model(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
         name = dotted(node) if isinstance(node, cst.BaseExpression) else None

@@ -1,0 +1,81 @@
+"""The names that hold a DDP-wrapped model, per function: where it is wrapped, the parameters and
+`self.<attr>`s it is handed to (`Program.propagate`), and the other names bound to it after the
+wrap: `best = model`, or the value of a same-file function or method that returns it (`best =
+Trainer(model, loader).fit()` with `return self.model`), and names bound from those in turn.
+
+Convert starts from the models it wraps (their anchors: the wrap goes right after), lint from
+the names bound to `DDP(...)`; a name bound from the model before the wrap holds the plain module.
+A function whose `return model` convert rewrites to the plain model (`return model.module`) is
+named in `plain_returns`: what it returns is no wrapper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+import libcst as cst
+
+from ddpify.program import Program
+from ddpify.syntax import Tree, dotted
+
+Refs = dict[cst.FunctionDef | None, set[str]]
+Seed = tuple[str, cst.FunctionDef | None]
+
+
+def wrapper_names(
+    tree: Tree,
+    program: Program,
+    seeds: list[Seed],
+    wrapped_at: Mapping[Seed, cst.CSTNode],
+    plain_returns: Collection[Seed] = (),
+) -> Refs:
+    """Names denoting the wrapped model, per function. `wrapped_at`: for a seed, the statement
+    after which its name holds the wrapper (before it, the plain module)."""
+    seeds = list(seeds)
+    refs = program.propagate(seeds)
+    for _ in range(3):  # `best = trainer.fit()`, then `final = best`
+        aliases = _aliases(tree, program, refs, wrapped_at, plain_returns)
+        if not aliases:
+            break
+        seeds += aliases
+        refs = program.propagate(seeds)
+    return refs
+
+
+def _aliases(tree: Tree, program: Program, refs: Refs, wrapped_at: Mapping[Seed, cst.CSTNode], plain_returns: Collection[Seed]) -> list[Seed]:
+    found = []
+    for function, names in refs.items():
+        for node in program.scope_nodes(function):
+            if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
+                continue
+            alias = node.targets[0].target.value
+            if alias in names or not _holds_the_wrapper(tree, program, node.value, function, refs, wrapped_at, plain_returns):
+                continue
+            bound = [v for v, _ in program.assignments(function, alias)]
+            if all(_holds_the_wrapper(tree, program, v, function, refs, wrapped_at, plain_returns) for v in bound):
+                found.append((alias, function))
+    return found
+
+
+def _holds_the_wrapper(
+    tree: Tree, program: Program, value: cst.CSTNode, function: cst.FunctionDef | None, refs: Refs,
+    wrapped_at: Mapping[Seed, cst.CSTNode], plain_returns: Collection[Seed],
+) -> bool:  # fmt: skip
+    ref = dotted(value) if isinstance(value, cst.BaseExpression) else None
+    if ref is not None:
+        wrap = wrapped_at.get((ref, function))
+        if wrap is not None and (tree.order(value) < tree.order(wrap) or tree.inside(value, wrap)):
+            return False  # bound before the wrap: the plain module
+        return ref in refs.get(function, set())
+    if type(value) is not cst.Call:
+        return False
+    target = program.callee(value, function)
+    if target is None:
+        return False
+    returned = program.returns(target[0])
+    return bool(returned) and all(
+        (r := dotted(v)) is not None and r in refs.get(target[0], set()) and (r, target[0]) not in plain_returns for v in returned
+    )
+
+
+__all__ = ["wrapper_names"]
