@@ -636,6 +636,21 @@ def test_a_tensor_total_reset_in_place_each_epoch_is_reduced(reset: str) -> None
     assert not any("across epochs" in w for w in warnings(result))
 
 
+@pytest.mark.parametrize(("start", "add", "reduced"), [
+    ("torch.zeros(3, dtype=torch.long)", "seen += torch.bincount(y.long().flatten(), minlength=3)", "    dist.all_reduce(seen)\n"),
+    ("0", "seen += x.size(0)", "    seen = int(totals.item())\n"),
+])  # fmt: skip
+def test_a_total_over_the_whole_run_read_after_it_is_reduced_once_after_it(start: str, add: str, reduced: str) -> None:
+    """`seen = torch.zeros(k)` before the epochs, `seen += torch.bincount(y)` in every step, reported
+    once after the last epoch: it was only warned about, and the JSON held rank 0's counts
+    (helper corpus U, s03). Reduced once, after the epoch loop."""
+    loop = f"seen = {start}\n" + LOOP.replace("        loss.backward()\n", f"        loss.backward()\n        {add}\n") + "print(seen)\n"
+    result = convert(standard(loop=loop))
+    assert f"            optimizer.step()\n    # Each rank trained on its own shard of the data: sum the totals over ranks.\n" in result.output
+    assert reduced in result.output
+    assert not any("across epochs" in w for w in warnings(result))
+
+
 def test_a_count_of_hits_read_as_a_tensor_stays_a_tensor() -> None:
     """`correct += (pred == y).sum()` from a Python 0, read as `correct.double()` afterwards: a
     float would break that line, so it is reduced as the tensor it is, and summed (it is divided

@@ -57,6 +57,7 @@ class ReduceMetrics(Transform):
         if not self.facts.loader_plans:
             return
         self._count_tensors: set[str] = set()
+        self._run_totals: dict[int, tuple[cst.For | cst.While, TrainLoop, list[str]]] = {}
         for loop in self.facts.train_loops:
             self._warn_batch_queues(loop)
             totals = self._accumulators(loop)
@@ -64,6 +65,15 @@ class ReduceMetrics(Transform):
                 # `run_epoch(model, val_loader)` also evaluates a whole loader through the same loop
                 whole = self._also_whole(loop)
                 self._reduce(loop, totals, sharded=f"isinstance({self.program.sampler_owner(loop.loader, loop.function)}.sampler, DistributedSampler)" if whole else None)
+        for outer, loop, names in self._run_totals.values():
+            run = TrainLoop(outer, loop.loader, loop.function)
+            self.warn = lambda node, message: None  # type: ignore[method-assign]  # the steps' findings were said for `loop`
+            try:
+                totals = {name: kind for name, kind in self._accumulators(run).items() if name in names}
+            finally:
+                del self.warn
+            if totals:
+                self._reduce(run, totals)
         for loop in self._shard_passes():
             totals = self._accumulators(loop)
             if totals:
@@ -238,6 +248,10 @@ class ReduceMetrics(Transform):
         for name in [*added, *appended]:
             if name not in windows and self._across_epochs(loop, name) and self._read_after(loop, name):
                 if name in appended and self._step_history(loop, name, appended[name]):
+                    continue
+                outer = self._read_only_after_the_run(loop, name)
+                if outer is not None and name in added:
+                    self._run_totals.setdefault(id(outer), (outer, loop, []))[2].append(name)  # reduced once, after the run
                     continue
                 self.warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
         for name in [n for n, values in added.items() if any(self._clock(v) for v in values)]:
@@ -511,6 +525,19 @@ class ReduceMetrics(Transform):
 
     def _clock(self, value: cst.BaseExpression) -> bool:
         return any(isinstance(n, cst.Call) and (self.tree.qname(n.func) or "").startswith(("time.", "timeit.", "datetime.")) for n in self.tree.walk(value))
+
+    def _read_only_after_the_run(self, loop: TrainLoop, name: str) -> cst.For | cst.While | None:
+        """The outermost loop around the training loop when `name` is read only after it ends
+        (`seen_per_class` summed over every epoch, reported once at the end): a total of the
+        whole run, reduced once after it."""
+        outer = [lp for lp in self.tree.loops(loop.loop) if lp is not loop.loop and self.tree.function(lp) is loop.function]
+        if not outer:
+            return None
+        run = outer[-1]
+        end = self.tree.order(run) + sum(1 for _ in self.tree.walk(run))
+        reads = [n for n in self.program.scope_nodes(loop.function) if type(n) is cst.Name and n.value == name and not self._is_target(n)]
+        later = [n for n in reads if self.tree.order(n) > self.tree.order(loop.loop) and not self.tree.inside(n, loop.loop)]
+        return run if later and all(self.tree.order(n) >= end for n in later) else None
 
     def _across_epochs(self, loop: TrainLoop, name: str) -> bool:
         """Set before the loop around the training loop, and never again in it: a running history."""
