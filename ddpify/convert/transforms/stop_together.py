@@ -95,7 +95,14 @@ class StopTogether(Transform):
                     ))
                     continue
                 self.plan.replace(test, cst.parse_expression(f"any_rank({code(test)})"))
-                effect = "skips the step" if self._skips_step(node, loop) else "leaves the loop" if not self._steps_under(node, loop) else "steps the optimizer"
+                if self._skips_step(node, loop):
+                    effect = "skips the step"
+                elif self._steps_under(node, loop):
+                    effect = "steps the optimizer"
+                elif not leaves(self.tree, self.program, node, [loop.loop, *self.tree.loops(loop.loop)]) and self._sets_learning_rate(node, loop):
+                    effect = "sets the learning rate"
+                else:
+                    effect = "leaves the loop"
                 self.change(node, f"`{code(test)}` is this rank's own: every rank {effect} when any rank would (any_rank)")
         if rewritten:
             assert self.facts.imports_end is not None
