@@ -4033,6 +4033,11 @@ def download_or_prepare(root):
         '        download_or_prepare("data")\n    dist.barrier()\n    data = np.load(download_or_prepare("data"))\n'
     )
     assert (called_first in output) is first
+    # a helper that only hands on what the first makes (`np.load(download_or_prepare(root))`): called first too (repro 03, again)
+    if first:
+        plain = "\n\ndef load_plain(root):\n    return np.load(download_or_prepare(root))\n"
+        output = convert(script(TRAIN_ON_CACHE.replace("np.load(CACHE)", 'load_plain("data")'), helpers=helpers + plain, imports="import os\nimport numpy as np\n")).output
+        assert '    if rank == 0:  # makes the data files when they are missing: once, before the other ranks look\n        load_plain("data")\n    dist.barrier()\n' in output
     # through a second helper that caches what it made (`load_data(root)` calling the first): called first too
     loader_helper = "\n\ndef load_data(root):\n    cache = root + '.npz'\n    if not os.path.exists(cache):\n        np.savez(cache, **np.load(download_or_prepare(root)))\n    return np.load(cache)\n"
     body = TRAIN_ON_CACHE.replace("np.load(CACHE)", 'load_data("data")')

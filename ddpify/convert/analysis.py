@@ -1961,12 +1961,16 @@ class Analyzer:
                 calls += self._made_when_missing(statement, entry.function, writers | built)
             elif self._made_if_missing(statement, entry.function, first, models) and not self._keeps_a_value(statement, entry.function):
                 statements.append(statement)
-        inside = [c for st in statements for c in self.tree.calls(st)]
-        only_there = set()
-        for function in writers:
-            sites = [call for call, _ in self.program.call_sites(function)]
-            if sites and all(any(site is c for c in inside) or self._called_only_from(function, writers) for site in sites):
-                only_there.add(function)
+        inside = {id(c) for st in statements for c in self.tree.calls(st)} | {id(c) for c in calls}
+        only_there: set[cst.FunctionDef] = set()
+        grown = True
+        while grown:  # run only there: called from the prepared statements, or only by functions that are
+            grown = False
+            for function in writers - only_there:
+                sites = self.program.call_sites(function)
+                if sites and all(id(site) in inside or caller in only_there for site, caller in sites):
+                    only_there.add(function)
+                    grown = True
         return statements, only_there, calls
 
     def _made_when_missing(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, writers: set[cst.FunctionDef]) -> list[cst.Call]:
@@ -1981,10 +1985,19 @@ class Analyzer:
             helper = callee[0]
             if s.arg(call, None, "download") is not None:
                 continue  # `Clusters(root, download=True)`: rank 0's download comes first already
-            if not any(self._asks_for_a_path(c) for n in self.program.scope_nodes(helper) if type(n) is cst.If for c in self.tree.calls(n.test)):
+            if not any(self._asks_for_a_path(c) for f in self._reached(helper, writers) for n in self.program.scope_nodes(f) if type(n) is cst.If for c in self.tree.calls(n.test)):
                 continue
             if all(self.tree.qname(c.func) in PATH_BUILDERS for a in call.args for c in self.tree.calls(a.value)):
                 found.append(call)
+        return found
+
+    def _reached(self, function: cst.FunctionDef, among: set[cst.FunctionDef], depth: int = 3) -> list[cst.FunctionDef]:
+        """`function` and the functions of `among` it calls, through `depth` calls (`load_data`
+        calling `download_or_prepare`, which looks for its file first)."""
+        found, work = [function], [function]
+        for _ in range(depth):
+            work = [t[0] for f in work for c in self.program.calls_in(f) if (t := self.program.callee(c, f)) is not None and t[0] in among and t[0] not in found]
+            found += work
         return found
 
     def _made_if_missing(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, first: int | None, models: set[str]) -> bool:
@@ -2054,9 +2067,6 @@ class Analyzer:
                 return False
             child = parent
         return False
-
-    def _called_only_from(self, function: cst.FunctionDef, writers: set[cst.FunctionDef]) -> bool:
-        return all(caller in writers for _, caller in self.program.call_sites(function))
 
     def _writes_file(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """A data file: written (not a checkpoint, log or folder: every rank makes folders), downloaded or extracted."""
