@@ -3031,6 +3031,20 @@ def test_an_unseeded_permutation_that_splits_the_data_is_drawn_alike_on_every_ra
     assert "mix = torch.randperm(x.size(0))\n" in output
 
 
+def test_an_unseeded_permutation_handed_to_a_helper_that_builds_the_loader_is_drawn_alike() -> None:
+    """`idx = np.random.permutation(len(ds))` in main, folds handed to `train_fold(ds, tr_idx)`,
+    which builds `DataLoader(Subset(ds, tr_idx))`: the loader is built in another function, so the
+    draw was left to each process, and the ranks' folds overlapped (helper corpus V, repro 01)."""
+    helpers = (
+        "def train_fold(ds, tr_idx):\n    loader = DataLoader(Subset(ds, tr_idx), batch_size=8, shuffle=True)\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + textwrap.indent(LOOP.replace("x, y = x.to(device), y.to(device)\n", ""), "    ")
+    )
+    body = "ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nidx = np.random.permutation(len(ds))\ntrain_fold(ds, idx[:48])\n"
+    source = script(body, helpers=helpers, imports="import numpy as np\n").replace("import DataLoader, TensorDataset", "import DataLoader, Subset, TensorDataset")
+    assert "    idx = np.random.default_rng(0).permutation(len(ds))\n" in convert(source).output
+
+
 def test_a_checkpoint_dict_built_before_the_save_holds_the_plain_model() -> None:
     after = 'state = {"net": model, "epoch": 2}\ntorch.save(state, "ckpt.pt")\n'
     output = convert(standard(after=after)).output

@@ -61,7 +61,8 @@ def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
         function = tree.function(call)
         if name not in s.RANDOM_SPLIT and name != "sklearn.model_selection.train_test_split":
             if tree.loops(call) or program.in_dataset(function) or not any(
-                tree.is_call_to(c, s.DATALOADER) and tree.order(c) > tree.order(call) for c in program.calls_in(function)
+                (tree.is_call_to(c, s.DATALOADER) or _builds_a_loader(tree, program, c, function)) and tree.order(c) > tree.order(call)
+                for c in program.calls_in(function)
             ):
                 continue  # a batch permutation (mixup), augmentation, or a draw that feeds no loader here
         if not _seeded_before(tree, program, call, function, depth=2, library=_library(name)):
@@ -88,6 +89,17 @@ def shuffled_from_the_global_generator(tree: Tree, program: Program, skip: set[i
             continue
         found.append(call)
     return found
+
+
+def _builds_a_loader(tree: Tree, program: Program, call: cst.Call, function: cst.FunctionDef | None, depth: int = 2) -> bool:
+    """A call of a same-file function that builds a DataLoader (`train_fold(ds, tr_idx, va_idx)`
+    making `DataLoader(Subset(ds, tr_idx))`), through `depth` calls: indices drawn before it
+    split the data it loads."""
+    target = program.callee(call, function)
+    if target is None or not call.args:
+        return False
+    calls = program.calls_in(target[0])
+    return any(tree.is_call_to(c, s.DATALOADER) for c in calls) or (depth > 0 and any(_builds_a_loader(tree, program, c, target[0], depth - 1) for c in calls))
 
 
 # Draws of random data from a global generator (synthetic data sets built in the script).
