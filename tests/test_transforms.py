@@ -3038,7 +3038,8 @@ def test_an_unseeded_permutation_handed_to_a_helper_that_builds_the_loader_is_dr
     helpers = (
         "def train_fold(ds, tr_idx):\n    loader = DataLoader(Subset(ds, tr_idx), batch_size=8, shuffle=True)\n"
         "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        + textwrap.indent(LOOP.replace("x, y = x.to(device), y.to(device)\n", ""), "    ")
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n"
+        "        loss.backward()\n        optimizer.step()\n"
     )
     body = "ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nidx = np.random.permutation(len(ds))\ntrain_fold(ds, idx[:48])\n"
     source = script(body, helpers=helpers, imports="import numpy as np\n").replace("import DataLoader, TensorDataset", "import DataLoader, Subset, TensorDataset")
