@@ -651,6 +651,15 @@ def test_a_total_over_the_whole_run_read_after_it_is_reduced_once_after_it(start
     assert not any("across epochs" in w for w in warnings(result))
 
 
+@pytest.mark.parametrize("add", ["int((model(x) > 0).sum())", "(model(x).argmax(1) == y).sum().item()"])
+def test_a_count_of_hits_printed_as_it_is_is_summed(add: str) -> None:
+    """`n_confident += int(mask.sum())` printed without a division: it was averaged over ranks and
+    printed as 32.0 where one process printed 64 (helper corpus X, repro 03)."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    hits = 0\n") + f"        hits += {add}\n    print(hits)\n"
+    output = convert(standard(loop=loop)).output
+    assert "        hits = int(totals.item())\n" in output
+
+
 def test_a_count_of_hits_read_as_a_tensor_stays_a_tensor() -> None:
     """`correct += (pred == y).sum()` from a Python 0, read as `correct.double()` afterwards: a
     float would break that line, so it is reduced as the tensor it is, and summed (it is divided

@@ -593,12 +593,17 @@ class ReduceMetrics(Transform):
         return False
 
     def _is_count(self, node: cst.BaseExpression) -> bool:
-        """`x.size(0)`, `x.shape[0]`, `len(x)`, `x.numel()`: how many samples."""
+        """`x.size(0)`, `x.shape[0]`, `len(x)`, `x.numel()`: how many samples; and how many hits,
+        `int(mask.sum())` or `(pred == y).sum().item()`."""
         if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
             return True
         found = method_call(node)
         if found and found[1] in {"size", "numel"}:
             return True
+        if found and found[1] == "item" and (inner := method_call(found[0])) is not None and inner[1] == "sum" and type(inner[0]) is cst.Comparison:
+            return True  # `(pred == y).sum().item()`
+        if self.tree.is_builtin_call(node, "int") and node.args and (inner := method_call(node.args[0].value)) is not None and inner[1] == "sum":  # type: ignore[union-attr]
+            return True  # `int(mask.sum())`
         return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "len"
 
     def _is_number(self, node: cst.BaseExpression, depth: int = 2) -> bool:
