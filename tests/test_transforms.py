@@ -3640,6 +3640,27 @@ def test_unfreezing_by_method_or_helper_after_the_wrap_wraps_again(unfreeze: str
     assert "    set_requires_grad(model[0], False)\n" in output
 
 
+def test_a_helper_handed_the_whole_model_before_and_after_the_wrap_reaches_it_both_ways() -> None:
+    """`set_backbone_trainable(model, False)` before the wrap, `(model, True)` in the epoch loop
+    after it: the helper's `model.backbone` became `model.module.backbone`, which the call before
+    the wrap crashed on (AttributeError, under plain python too), and the unfreeze was only warned
+    about (helper corpus X, repros 01, 02). The helper reaches the model both ways, and the model
+    is wrapped again after the unfreeze."""
+    helpers = "def set_backbone_trainable(model, flag):\n    for p in model[0].parameters():\n        p.requires_grad = flag\n"
+    body = (
+        f"{LOADER}\nmodel = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))\nset_backbone_trainable(model, False)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    if epoch == 1:\n        set_backbone_trainable(model, True)\n"
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    result = convert(script(body, helpers=helpers))
+    assert '    for p in getattr(model, "module", model)[0].parameters():\n' in result.output
+    assert "            model = DDP(model.module)  # again:" in result.output
+    assert not any("turns on for parameters" in w for w in warnings(result))
+    assert [f.code for f in lint_source(result.output, "converted.py")] == []
+
+
 def test_a_critic_switched_off_and_on_every_step_is_wrapped_once() -> None:
     """WGAN's `for p in D.parameters(): p.requires_grad = False` for the generator's step and
     `= True` for its own: every parameter required a gradient at the wrap, so nothing is wrapped

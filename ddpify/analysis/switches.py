@@ -61,7 +61,9 @@ class GradSwitches:
             helper = target[0]
             for loop in (n for n in self.program.scope_nodes(helper) if type(n) is cst.For):
                 switch = self._loop(loop, helper, call)
-                handed = self.program.argument_for(call, helper, dotted(switch.module) or "") if switch is not None else None
+                subject = _root_name(switch.module) if switch is not None else None
+                # `set_requires_grad(model.backbone, True)`, or `set_backbone_trainable(model, True)` reaching `model.backbone`
+                handed = self.program.argument_for(call, helper, subject) if subject is not None else None
                 if switch is not None and handed is not None:
                     found.append(GradSwitch(call, call, handed, switch.on))
         found.sort(key=lambda switch: self.tree.order(switch.node))
@@ -106,6 +108,20 @@ class GradSwitches:
             if method and method[1] == "requires_grad_":
                 return GradSwitch(loop, node, found[0], not _passes_false(node.args))  # type: ignore[attr-defined]
         return None
+
+
+def _root_name(module: cst.BaseExpression) -> str | None:
+    """The name a module expression starts from: `model` of `model.backbone`, of
+    `model.module.backbone` and of `getattr(model, "module", model).backbone`."""
+    node = module
+    while True:
+        if type(node) in (cst.Attribute, cst.Subscript):
+            node = node.value  # type: ignore[union-attr]
+        elif type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == "getattr" and node.args:
+            node = node.args[0].value
+        else:
+            break
+    return node.value if type(node) is cst.Name else None
 
 
 def _passes_false(args) -> bool:

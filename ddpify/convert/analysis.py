@@ -153,6 +153,9 @@ class Facts:
     epoch_starts: list[EpochStart]
     model_refs: dict[cst.FunctionDef | None, set[str]]
     syncing: set[cst.FunctionDef]
+    # helper parameters handed the plain model before the wrap and the wrapper after it
+    # (`set_backbone_trainable(model, False)`, then again in the epoch loop): reached both ways
+    handed_both: set[tuple[str, cst.FunctionDef]]
     outputs: Outputs  # what a call outputs: the analyzer's own classification, shared
     warnings: list[tuple[cst.CSTNode | None, str]] = field(default_factory=list)
     # `rank`, `world_size` the script binds itself in its entry (a LoRA rank): asked of dist there.
@@ -280,6 +283,8 @@ class Facts:
         """Whether `ref` may hold the plain model where `at` runs, so that code reaching the plain
         model must work both ways (`getattr(ref, "module", ref)`). In the function that wraps a
         model read back later, code that runs only before the read holds the wrapper."""
+        if at is not None and (ref.split(".")[0], self.tree.function(at)) in self.handed_both:
+            return True
         name = ref.rsplit(".", 1)[-1]
         if name not in self.optional_models:
             return False
@@ -491,7 +496,7 @@ class Analyzer:
         entry = self._entry(loaders, models)
         self._check_spawned_workers(entry)
         device = self._device(entry, models)
-        refs = self._model_refs(models)
+        refs, handed_both = self._model_refs(models)
         facts = Facts(
             tree=self.tree,
             program=self.program,
@@ -505,6 +510,7 @@ class Analyzer:
             epoch_starts=self._epoch_starts([loop for loop in loops if self._sharded(loop, loader_plans)], loader_plans),
             model_refs=refs,
             syncing=set(),
+            handed_both=handed_both,
             outputs=self.outputs,
             warnings=self.warnings,
         )
@@ -1396,24 +1402,28 @@ class Analyzer:
             for function in self.program.called_from({target})
         )
 
-    def _model_refs(self, models: list[TrainedModel]) -> dict[cst.FunctionDef | None, set[str]]:
+    def _model_refs(self, models: list[TrainedModel]) -> tuple[dict[cst.FunctionDef | None, set[str]], set[tuple[str, cst.FunctionDef]]]:
         # A list of models is no model: its elements are reached through the list.
         seeds = [(m.ref, m.function) for m in models if m.element is None]
         wrapped_at = {(m.ref, m.function): m.anchor for m in models if m.element is None and m.anchor is not None}
         # the function that wraps a model returns the plain one (`return model.module`)
         refs = wrapper_names(self.tree, self.program, seeds, wrapped_at, plain_returns=set(wrapped_at))
         # A helper the model's function calls only before the wrap (`resume_checkpoint(model)`)
-        # gets the plain model: its parameter is no wrapped model.
+        # gets the plain model: its parameter is no wrapped model; called before and after, either.
+        handed_both: set[tuple[str, cst.FunctionDef]] = set()
         for function, names in refs.items():
             if function is None:
                 continue
             params = set(self.program.param_names(function))
             for name in list(names & params):
-                sites = [(call, caller) for call, caller in self.program.call_sites(function)
+                sites = [(call, caller, dotted(arg)) for call, caller in self.program.call_sites(function)
                          if (arg := self.program.argument_for(call, function, name)) is not None and dotted(arg) in refs.get(caller, set())]
-                if sites and all(self._before_wrap(call, caller, models) for call, caller in sites):
+                before = [self._before_wrap(call, caller, [m for m in models if m.ref == handed] or models) for call, caller, handed in sites]
+                if sites and all(before):
                     names.discard(name)
-        return refs
+                elif any(before):
+                    handed_both.add((name, function))
+        return refs, handed_both
 
     def _before_wrap(self, call: cst.Call, caller: cst.FunctionDef | None, models: list[TrainedModel]) -> bool:
         return any(

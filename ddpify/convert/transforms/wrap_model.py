@@ -193,8 +193,12 @@ class WrapModel(Transform):
         model is only frozen after its wrap (a GAN turns its critic off and on every step): its
         parameters all required a gradient at the wrap, and DDP averages them."""
         grad = self.program.fact(GradSwitches)
+        # helpers whose switches are read at their calls (`set_backbone_trainable(model, True)`)
+        called = {t[0] for sw in grad.all if type(sw.node) is cst.Call and (t := self.program.callee(sw.node, self.tree.function(sw.node))) is not None}
         for switch in grad.all:
             node = switch.node
+            if self.tree.function(node) in called:
+                continue  # the call's own switch speaks for it
             root, model = self._model_of(node, switch.module)
             if not switch.on or root is None:
                 continue

@@ -87,7 +87,7 @@ class SyncbnAfterWrap(Rule):
                 return  # a teacher frozen once it has trained, run under no_grad from then on: no gradient to sync
             if switch is not None and subject == name and self.program.fact(GradSwitches).toggled_after_wrap(name, wrap, function):
                 return  # a GAN's critic off for the generator's step, on again for its own: DDP was built with all of it
-            if "requires_grad" in what:
+            if "requires_grad" in what or switch is not None:
                 why = "DDP only syncs the parameters that required grad when it was built; freeze before wrapping"
             else:
                 why = "DDP never syncs the new layers; change the model before wrapping it"
@@ -135,7 +135,10 @@ class SyncbnAfterWrap(Rule):
         if switch is not None:
             # `m.requires_grad_(...)` (in a loop over `m.parameters()`, or a helper's), or that loop setting `p.requires_grad`
             setting = type(switch.node) is cst.For and (method_call(node) or ("", ""))[1] in PARAMETER_METHODS
-            return dotted(switch.module), f"`requires_grad` set on `{code(node)}`" if setting else f"`{code(node.func)}(...)`"
+            if setting:
+                return dotted(switch.module), f"`requires_grad` set on `{code(node)}`"
+            helper = (method_call(node) or ("", ""))[1] != "requires_grad_"
+            return dotted(switch.module), f"`{code(node.func)}(...)`" + (" (it sets `requires_grad`)" if helper else "")
         parent = self.tree.parent(node)
         if isinstance(parent, cst.Assign) and parent.value is node and self._builds_module(node):
             for t in parent.targets:
