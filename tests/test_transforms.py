@@ -876,6 +876,62 @@ def test_a_model_chosen_from_a_dict_of_same_file_classes_is_judged_by_each(build
     assert not any("not in this file" in w for w in warnings(result))
 
 
+MOE = """\
+class MoE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = nn.Linear(4, 2)
+        self.experts = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+        self.head = nn.Linear(4, 1)
+
+    def route(self, x, top):
+        out = torch.zeros_like(x)
+        for e in range(len(self.experts)):
+            if (top == e).any():
+                out[top == e] = self.experts[e](x[top == e])
+        return out
+
+    def forward(self, x):
+        top = self.gate(x).argmax(-1)
+        FORWARD
+"""
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        "out = torch.zeros_like(x)\n        for e, expert in enumerate(self.experts):\n            idx = torch.where(top == e)[0]\n"
+        "            if len(idx) > 0:\n                out[idx] = expert(x[idx])\n        return self.head(out + x)",
+        "return self.head(self.route(x, top) + x)",
+    ],
+    ids=["loop-over-experts", "routed-in-a-method"],
+)
+def test_a_mixture_of_experts_that_skips_idle_experts_finds_unused_parameters(forward: str) -> None:
+    """An expert no sample is routed to runs no forward: its parameters get no gradient and DDP's
+    next step failed ("Expected to have finished reduction"), under plain python too (helper
+    corpus X, repro 04): the call was to a loop's `expert`, or in a method the forward calls."""
+    source = standard(model="model = MoE().to(device)").replace("\n\ndef main", "\n" + MOE.replace("FORWARD", forward) + "\n\ndef main")
+    assert "model = DDP(model, find_unused_parameters=True)\n" in convert(source).output
+
+
+def test_a_dict_output_read_into_the_loss_only_in_some_steps_finds_unused_parameters() -> None:
+    """`loss = ce(out["logits"], y)`, plus `out["aux"]` only `if epoch == 0:`: from epoch 1 the aux
+    head gets no gradient (helper corpus X, repro 05). A key read in a branch is not read every step."""
+    net = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n"
+        "        self.aux = nn.Linear(4, 1)\n        self.out = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n        h = self.body(x)\n        return {'logits': self.out(h), 'aux': self.aux(h)}\n"
+    )
+    for branch, unused in (("        if epoch == 0:\n    ", True), ("", False)):
+        loop = LOOP.replace(
+            "loss = nn.functional.mse_loss(model(x), y)",
+            f"out = model(x)\n        loss = nn.functional.mse_loss(out['logits'], y)\n{branch}        loss = loss + nn.functional.mse_loss(out['aux'], y)",
+        )
+        source = standard(model="model = Net().to(device)", loop=loop).replace("\n\ndef main", "\n" + net + "\n\ndef main")
+        wrap = "model = DDP(model, find_unused_parameters=True)\n" if unused else "model = DDP(model)\n"
+        assert wrap in convert(source).output
+
+
 def test_comments_and_formatting_survive() -> None:
     source = standard().replace("    for epoch in range(2):", "    # train (two epochs)\n    for epoch in range(2):  # noqa: E501\n")
     output = convert(source).output

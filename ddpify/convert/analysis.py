@@ -938,11 +938,23 @@ class Analyzer:
                 string_value(node.slice[0].slice.value)  # type: ignore[union-attr]
                 for node in self.program.scope_nodes(function)
                 if type(node) is cst.Subscript and dotted(node.value) == name and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
-                and any(id(n) in sources for n in (node, *self.tree.ancestors(node)))
+                and any(id(n) in sources for n in (node, *self.tree.ancestors(node))) and not self._in_a_branch(node, call)
             }
             if not keys <= read:
                 return False
         return bool(forwards)
+
+    def _in_a_branch(self, node: cst.CSTNode, forward: cst.Call) -> bool:
+        """`if epoch == 0: loss = loss + aux_weight * ce(out["aux"], y)`: read in a step that takes
+        the branch only, inside the loop of the forward: a step without it leaves the head unused."""
+        loops = self.tree.loops(forward)
+        scope = loops[0] if loops else self.tree.function(forward)
+        for parent in self.tree.ancestors(node):
+            if parent is scope:
+                return False
+            if type(parent) in (cst.If, cst.IfExp):
+                return True
+        return False
 
     def _built_from(self, model: TrainedModel) -> list[cst.BaseExpression]:
         """What the wrapped model is built from: the values assigned to it up to the wrap, less
@@ -1097,7 +1109,8 @@ class Analyzer:
         unused = [name for name in layers if name not in used]
         if unused:
             return f"`{cls.name.value}.forward` does not use `{unused[0]}`"
-        for node in self.program.scope_nodes(forward):
+        # the forward and the methods it calls (`self.dispatch(x, top_i)` routing to experts)
+        for node in [n for method in sorted(seen, key=self.tree.order) for n in self.program.scope_nodes(method)]:
             if isinstance(node, (cst.If, cst.While, cst.For, cst.IfExp)):
                 iterated = self.program.unwrap_iterable(node.iter) if isinstance(node, cst.For) else None
                 if isinstance(iterated, cst.Subscript) and (dotted(iterated.value) or "").startswith("self.") and not _whole_slice(iterated):
@@ -1156,8 +1169,16 @@ class Analyzer:
         return name.startswith("torch.nn.") or (isinstance(value.func, cst.Name) and value.func.value in self.program.classes)
 
     def _calls_self(self, node: cst.CSTNode) -> bool:
+        """A call of the model's own layers under `node`: `self.layer(x)`, or a layer a loop over
+        the model's container binds (`for e, expert in enumerate(self.experts): ... expert(x)`)."""
+        bound = set()
+        for loop in self.tree.loops(node):
+            if (dotted(self.program.unwrap_iterable(loop.iter)) or "").startswith("self."):
+                bound |= {n.value for n in self.tree.walk(loop.target) if type(n) is cst.Name}
         return any(
-            isinstance(c.func, cst.Attribute) and isinstance(c.func.value, cst.Name) and c.func.value.value == "self"
+            (isinstance(c.func, cst.Attribute) and isinstance(c.func.value, cst.Name) and c.func.value.value == "self")
+            or (type(c.func) is cst.Name and c.func.value in bound)
+            or (type(c.func) is cst.Subscript and (dotted(c.func.value) or "").startswith("self."))  # `self.experts[e](x)`
             for c in self.tree.calls(node)
         )
 
