@@ -857,7 +857,7 @@ def test_names_the_setup_needs_are_not_taken_over() -> None:
     assert result.status == "unchanged" and "`local_rank`" in result.reason
 
 
-@pytest.mark.parametrize("build", ["MODELS[name]().to(device)", 'MODELS.get(name, Plain)(4)', "MODELS[name](4)"])
+@pytest.mark.parametrize("build", ["MODELS[name]().to(device)", 'MODELS.get(name, Plain)(4)', "MODELS[name](4)", "build(name)", "build_inline(name)"])
 def test_a_model_chosen_from_a_dict_of_same_file_classes_is_judged_by_each(build: str) -> None:
     """`model = MODELS[args.arch]()` over `MODELS = {"plain": Plain, "heads": Heads}`: the class was
     called not in this file, and a plain `DDP(model)` crashed at the second step where `Heads`
@@ -867,7 +867,9 @@ def test_a_model_chosen_from_a_dict_of_same_file_classes_is_judged_by_each(build
         "    def forward(self, x):\n        return self.fc(x)\n\n\n"
         "class Heads(Plain):\n    def __init__(self, n=4):\n        super().__init__(n)\n        self.aux = nn.Linear(n, 1)\n\n"
         "    def forward(self, x):\n        return self.fc(x)\n\n\n"
-        'MODELS = {"plain": Plain, "heads": Heads}\n'
+        'MODELS = {"plain": Plain, "heads": Heads}\n\n\n'
+        "def build(name):  # a factory (helper corpus W, repro 02)\n    return MODELS[name]()\n\n\n"
+        'def build_inline(name):\n    return {"plain": Plain, "heads": Heads}[name]()\n'
     )
     source = standard(model=f"name = 'heads'\nmodel = {build}").replace("\n\ndef main", "\n" + classes + "\n\ndef main")
     result = convert(source)

@@ -2276,6 +2276,10 @@ class Analyzer:
         if type(node) is not cst.Call:
             return []
         chooser = node.func
+        if (target := self.program.callee(node, function)) is not None and self.program.owner_class(target[0]) is None:
+            # `build_model(name)` returning `MODELS[name]()`: what the factory may build
+            found = [c for value in self.program.returns(target[0]) for c in self._registry_classes(unchained(value), target[0])]
+            return found
         if type(chooser) is cst.Subscript:
             table = chooser.value
         elif type(chooser) is cst.Call and (found := s.method_call(chooser)) is not None and found[1] == "get":
