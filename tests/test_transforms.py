@@ -625,12 +625,16 @@ def test_a_tensor_of_counts_is_summed_not_averaged(start: str, add: str) -> None
     assert "        dist.all_reduce(per_class)\n        if rank == 0:\n            print(per_class.tolist())\n" in output
 
 
-@pytest.mark.parametrize("reset", ["total.zero_()", "total.fill_(0)"])
+@pytest.mark.parametrize("reset", ["total.zero_()", "total.fill_(0)", "top: total.fill_(0.0)"])
 def test_a_tensor_total_reset_in_place_each_epoch_is_reduced(reset: str) -> None:
-    """`total = torch.zeros(())` before the epochs, `total.zero_()` after each report: an epoch's
-    total, which was left unreduced (rank 0's half printed) with a false warning that it kept
-    adding up across epochs (helper corpus R, repro 05)."""
-    loop = "total = torch.zeros(())\n" + LOOP + f"        total += loss.detach()\n    print(total.item())\n    {reset}\n"
+    """`total = torch.zeros(())` before the epochs, `total.zero_()` after each report (or
+    `total.fill_(0.0)` at the top of each epoch): an epoch's total, which was left unreduced
+    (rank 0's half printed) with a false warning that it kept adding up across epochs (helper
+    corpora R, repro 05, and W, repro 07)."""
+    if reset.startswith("top: "):
+        loop = "total = torch.zeros(())\n" + LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    {reset[5:]}\n") + "        total += loss.detach()\n    print(total.item())\n"
+    else:
+        loop = "total = torch.zeros(())\n" + LOOP + f"        total += loss.detach()\n    print(total.item())\n    {reset}\n"
     result = convert(standard(loop=loop))
     assert "        dist.all_reduce(total)\n" in result.output
     assert not any("across epochs" in w for w in warnings(result))
@@ -2488,6 +2492,11 @@ def test_a_loop_left_on_this_ranks_numbers_is_left_by_every_rank() -> None:
             "    optimizer.step()\n    if loss.item() > prev:\n        for g in optimizer.param_groups:\n            g['lr'] *= 0.5\n    prev = loss.item()\n",
             "    if any_rank(loss.item() > prev):\n", id="learning-rate-halved-on-a-loss",
         ),
+        pytest.param(  # helper corpus W, repro 05: a one-time bump through a same-file helper
+            "warmed = False\nfor x, y in loader:\n    optimizer.zero_grad()\n    loss = nn.functional.mse_loss(model(x), y)\n    loss.backward()\n"
+            "    optimizer.step()\n    if not warmed and loss.item() < 2.0:\n        bump_lr(optimizer, 5.0)\n        warmed = True\n",
+            "    if any_rank(not warmed and loss.item() < 2.0):\n", id="learning-rate-bumped-by-a-helper",
+        ),
         pytest.param(  # helper corpus S, repro 01: a range test picking the rate
             "lr, best_lr, best = 1e-4, 1e-4, float('inf')\nfor x, y in loader:\n    for g in optimizer.param_groups:\n        g['lr'] = lr\n"
             "    optimizer.zero_grad()\n    loss = nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    optimizer.step()\n"
@@ -2510,7 +2519,8 @@ def test_an_optimizer_step_or_learning_rate_decided_on_this_ranks_numbers_is_dec
     """An optimizer step, or a learning rate, under a test of this rank's own numbers: one rank
     stepping (or halving its rate) where another does not left the replicas apart, silently.
     The ranks decide together (any_rank); a test on a counter stays as it is."""
-    output = convert(standard(loop=loop)).output
+    helpers = "def bump_lr(optimizer, factor):\n    for g in optimizer.param_groups:\n        g['lr'] *= factor\n"
+    output = convert(standard(loop=loop).replace("def main():", helpers + "\n\ndef main():")).output
     if decided is None:
         assert "any_rank" not in output
     else:

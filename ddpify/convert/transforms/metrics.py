@@ -486,13 +486,12 @@ class ReduceMetrics(Transform):
         return values
 
     def _reset_each_pass(self, loop: TrainLoop, outer: cst.For | cst.While, name: str) -> bool:
-        """`total.zero_()` (or `fill_(0)`) in the loop around the training loop, after it: made
+        """`total.zero_()` (or `fill_(0)`) in the loop around the training loop, outside it: made
         once before, started again for every pass, like a total bound at the top of each pass."""
-        end = self.tree.order(loop.loop) + sum(1 for _ in self.tree.walk(loop.loop))
         for call in self.tree.calls(outer.body):
             found = method_call(call)
-            if found is None or type(found[0]) is not cst.Name or found[0].value != name or self.tree.order(call) < end:
-                continue
+            if found is None or type(found[0]) is not cst.Name or found[0].value != name or self.tree.inside(call, loop.loop):
+                continue  # before the training loop (`totals.fill_(0.0)` at the top of the epoch) or after it
             if found[1] == "zero_" or (found[1] == "fill_" and call.args and code(call.args[0].value) in ("0", "0.0")):
                 return True
         return False

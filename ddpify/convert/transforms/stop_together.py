@@ -218,6 +218,10 @@ class StopTogether(Transform):
         stores = [n for n in self.program.scope_nodes(loop.function) if type(n) in (cst.Assign, cst.AugAssign) and _stores_lr(n)]
         if any(self.tree.inside(n, node.body) for n in stores):
             return True
+        for call in self.tree.calls(node.body):  # `bump_lr(optimizer, 5.0)`: a same-file helper setting it
+            target = self.program.callee(call, loop.function)
+            if target is not None and any(type(n) in (cst.Assign, cst.AugAssign) and _stores_lr(n) for n in self.program.scope_nodes(target[0])):
+                return True
         bound = {name for n in self.tree.walk(node.body) if type(n) is cst.Assign for t in n.targets for name in self.program.names_in(t.target)}
         later = [n for n in stores if self.tree.order(n) > self.tree.order(node) and not self.tree.inside(n, node)]
         return bool(bound) and any(reads(self.tree, n.value, bound) for n in later)
