@@ -2363,6 +2363,23 @@ def feature_stats(loader):
 """
 
 
+def test_a_validation_subset_drawn_in_a_helper_called_every_epoch_is_warned_about_not_reseeded() -> None:
+    """`validate(model, ds)` each epoch drawing `np.random.choice(len(ds), 20)` for its Subset: the
+    draw was rewritten to `np.random.default_rng(0).choice(...)`, a generator seeded on every call,
+    so every epoch validated on the same subset (helper corpus W, repro 08). A draw that runs per
+    pass is said, not seeded."""
+    helpers = (
+        "def validate(model, ds):\n    idx = np.random.choice(len(ds), size=8, replace=False)\n"
+        "    dl = DataLoader(Subset(ds, idx.tolist()), batch_size=4)\n    return sum(nn.functional.mse_loss(model(x), y).item() for x, y in dl)\n"
+    )
+    loop = LOOP + "    print(validate(model, val_ds))\n"
+    source = standard(loop=loop, loader=LOADER + "\nval_ds = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))").replace("def main():", helpers + "\n\ndef main():")
+    source = source.replace("from torch.utils.data import DataLoader, TensorDataset", "import numpy as np\nfrom torch.utils.data import DataLoader, Subset, TensorDataset")
+    result = convert(source)
+    assert "    idx = np.random.choice(len(ds), size=8, replace=False)\n" in result.output
+    assert any(w.startswith("`np.random.choice(len(ds), size=8, replace=False)` draws this pass's subset") for w in warnings(result))
+
+
 @pytest.mark.parametrize(("seed", "options", "shuffled_alike"), [("", {}, True), ("torch.manual_seed(0)\n", {}, False), ("torch.manual_seed(0)\n", {"seed_per_rank": True}, True)])
 def test_a_whole_validation_loader_that_shuffles_shuffles_alike_on_every_rank(seed: str, options: dict, shuffled_alike: bool) -> None:
     """`valid_loader = DataLoader(valid_set, batch_size=32, shuffle=True)` in a script that seeds

@@ -60,7 +60,7 @@ def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
             continue
         function = tree.function(call)
         if name not in s.RANDOM_SPLIT and name != "sklearn.model_selection.train_test_split":
-            if tree.loops(call) or program.in_dataset(function) or not any(
+            if runs_per_pass(tree, program, call) or program.in_dataset(function) or not any(
                 (tree.is_call_to(c, s.DATALOADER) or _builds_a_loader(tree, program, c, function)) and tree.order(c) > tree.order(call)
                 for c in program.calls_in(function)
             ):
@@ -89,6 +89,15 @@ def shuffled_from_the_global_generator(tree: Tree, program: Program, skip: set[i
             continue
         found.append(call)
     return found
+
+
+def runs_per_pass(tree: Tree, program: Program, node: cst.CSTNode) -> bool:
+    """`node` runs again and again: inside a loop, or in a function called from inside one
+    (`validate(model, ds)` every epoch drawing its own subset)."""
+    if tree.loops(node):
+        return True
+    function = tree.function(node)
+    return function is not None and any(tree.loops(site) for site, _ in program.call_sites(function))
 
 
 def _builds_a_loader(tree: Tree, program: Program, call: cst.Call, function: cst.FunctionDef | None, depth: int = 2) -> bool:

@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.loops import TrainLoops
-from ddpify.analysis.splits import seeded_before, shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
+from ddpify.analysis.splits import runs_per_pass, seeded_before, shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
@@ -105,20 +105,22 @@ class Sampler(Transform):
         the result (a plateau scheduler, an early stop) differs per rank (helper corpus S). Said:
         a generator seeded once before the loop, alike on every rank, keeps a new subset per pass."""
         for call in self.tree.calls():
-            if self.tree.qname(call.func) not in SUBSET or len(call.args) < 2 or not self.tree.loops(call):
+            if self.tree.qname(call.func) not in SUBSET or len(call.args) < 2 or not runs_per_pass(self.tree, self.program, call):
                 continue
             function = self.tree.function(call)
             indices = call.args[1].value
+            names = [n for n in self.tree.walk(indices) if type(n) is cst.Name]  # `idx.tolist()`: where `idx` comes from
+            values = [indices, *(o.node for n in [indices, *names] for o in self.program.origins(n, function))]
             draws = [
-                c for o in [indices, *(o.node for o in self.program.origins(indices, function))] for c in self.tree.calls(o)
-                if self.tree.qname(c.func) in PERMUTATIONS and s.arg(c, None, "generator") is None and self.tree.loops(c)
+                c for o in values for c in self.tree.calls(o)
+                if self.tree.qname(c.func) in PERMUTATIONS and s.arg(c, None, "generator") is None and runs_per_pass(self.tree, self.program, c)
             ]
             if not draws or seeded_before(self.tree, self.program, draws[0], function, (self.tree.qname(draws[0].func) or "").split(".")[0]):
                 continue
             self.warn(draws[0], (
                 f"`{code(draws[0])}` draws this pass's subset from the global generator, which nothing seeds: each rank picks its own "
                 "samples, and a decision on their result differs per rank; draw it from a generator seeded alike on every rank "
-                "before the loop (generator=...)"
+                "before the loop (torch.Generator().manual_seed(0), np.random.default_rng(0))"
             ))
             return
 
