@@ -4336,6 +4336,21 @@ def test_a_second_stage_model_is_wrapped_too() -> None:
 
 
 
+def test_a_meter_keeping_a_running_mean_is_warned_about_not_summed() -> None:
+    """`self.mean += (value - self.mean) * k / self.n` in update(): every `+=` attribute was summed
+    over ranks, so the mean came out world_size times too large (helper corpus V, repro 02)."""
+    helpers = (
+        "class RunningMean:\n    def __init__(self):\n        self.n = 0\n        self.mean = 0.0\n\n"
+        "    def update(self, value, k=1):\n        self.n += k\n        self.mean += (value - self.mean) * k / self.n\n"
+    )
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    meter = RunningMean()\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        meter.update(loss.item(), x.size(0))\n"
+    ) + "    print(meter.mean)\n"
+    result = convert(standard(loop=loop).replace("def main():", helpers + "\n\ndef main():"))
+    assert "meter_totals" not in result.output and "dist.all_reduce" not in result.output.split("def main")[1].split("print(meter.mean)")[0].replace("any_rank", "")
+    assert any(w.startswith("`meter` keeps a running statistic in update()") for w in warnings(result))
+
+
 def test_a_meter_from_the_scripts_own_module_is_reduced(tmp_path) -> None:
     """`from meters import AverageMeter` beside the script: its update() is read from
     meters.py (not rewritten), so the meter's totals are summed over ranks as for a class of

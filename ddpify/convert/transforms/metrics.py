@@ -304,6 +304,13 @@ class ReduceMetrics(Transform):
             if self._meter_class(loop, name) is not None:
                 totals[name] = "meter"
                 continue
+            running = self._running_meter(loop, name)
+            if running is not None:
+                self.warn(loop.loop, (
+                    f"`{name}` keeps a running statistic in update() (`{code(running)}` reads its own state), not totals: what it "
+                    "reports covers this rank's shard only, and a sum over ranks would be no mean; reduce what it is made from by hand"
+                ))
+                continue
             initial = self._initial_values(loop, name)
             made = initial[0].func if len(initial) == 1 and type(initial[0]) is cst.Call else None
             if made is not None and self.tree.qname(made) is not None and not self.tree.qname(made).startswith(SYNCED_METERS):  # type: ignore[union-attr]
@@ -353,7 +360,19 @@ class ReduceMetrics(Transform):
         if found is None:
             return None
         update = found[0].class_methods(found[1]).get("update")
-        return found if update is not None and _meter_totals(found[0], update) else None
+        if update is None or not _meter_totals(found[0], update) or _running_statistic(found[0], update) is not None:
+            return None  # `self.mean += (v - self.mean) * k / self.n`: no total, a sum over ranks of it is no mean
+        return found
+
+    def _running_meter(self, loop: TrainLoop, name: str) -> cst.AugAssign | None:
+        """The update() line of a same-file meter class that folds each value into a running
+        statistic (`self.mean += (value - self.mean) * k / self.n`, Welford's M2)."""
+        initial = self._initial_values(loop, name)
+        made = initial[0] if len(initial) == 1 else None
+        if type(made) is not cst.Call or type(made.func) is not cst.Name or made.func.value not in self.program.classes:
+            return None
+        update = self.program.class_methods(self.program.classes[made.func.value]).get("update")
+        return _running_statistic(self.program, update) if update is not None else None
 
     def _meter_lines(self, loop: TrainLoop, name: str) -> list[str]:
         """The meter's totals summed over ranks (counts as ints again), then what update() derives
@@ -820,6 +839,16 @@ def _meter_totals(program: Program, update: cst.FunctionDef) -> list[str]:
             if target.startswith("self.") and target.count(".") == 1 and target[5:] not in found:
                 found.append(target[5:])
     return found
+
+
+def _running_statistic(program: Program, update: cst.FunctionDef) -> cst.AugAssign | None:
+    """An increment in update() that reads the object's own state (`self.mean += (v - self.mean)
+    * k / self.n`): a running statistic, which no sum over ranks reproduces."""
+    for node in program.scope_nodes(update):
+        if type(node) is cst.AugAssign and (dotted(node.target) or "").startswith("self."):
+            if any(type(n) is cst.Attribute and type(n.value) is cst.Name and n.value.value == "self" for n in program.tree.walk(node.value)):
+                return node
+    return None
 
 
 def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[str]) -> set[str]:
