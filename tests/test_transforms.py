@@ -1270,6 +1270,11 @@ def test_a_model_forwarded_again_before_backward_keeps_its_buffers(net: str, loo
     result = convert(repeated_forward_script(net, loop))
     assert "    model = DDP(model)\n    model.broadcast_buffers = False  # forwarded again before backward()" in result.output
     assert any("`model` runs forward" in n.message and "buffers are broadcast once, at the wrap" in n.message for n in result.notes)
+    # each rank's statistics are rank 0's again after each pass: an evaluation, and a stop on it, agree (helper corpus X, repro 08)
+    assert (
+        "            optimizer.step()\n        for buffer in model.module.buffers():  # kept per rank since the wrap (broadcast_buffers off): "
+        "rank 0's, on every rank\n            dist.broadcast(buffer, 0)\n"
+    ) in result.output
 
 
 @pytest.mark.parametrize(

@@ -97,6 +97,7 @@ class WrapModel(Transform):
         self._rewrap_after_unfreezing()
         self._bare_parameters()
         self._averaged_copies()
+        self._own_buffers_shared_after_each_pass()
         self._uses_after_wrap()
         self._returned_plain()
         self._handed_to_other_modules()
@@ -304,6 +305,27 @@ class WrapModel(Transform):
                 ))
                 self.change(call, f"`{held}` takes rank 0's buffers after each pass: the running statistics it averages differ per rank")
                 break
+
+    def _own_buffers_shared_after_each_pass(self) -> None:
+        """A model wrapped with `broadcast_buffers = False` (forwarded again before backward) keeps
+        its own BatchNorm statistics on each rank from the wrap on: its evaluation, and what is
+        decided on it (an early stop on the validation loss), differed per rank and left one rank
+        waiting (helper corpus X, repro 08). After each pass of its training loop, every rank
+        takes rank 0's buffers, as timm's distribute_bn does."""
+        for model in self.facts.models:
+            if not model.repeated_forward or model.element is not None or not (model.batch_norms or model.registers_buffers):
+                continue
+            for loop in self.facts.train_loops:
+                if loop.function is not model.function and model.ref not in self.facts.model_refs.get(loop.function, set()):
+                    continue
+                if not any(dotted(c.func) == model.ref for c in self.tree.calls(loop.loop.body)):
+                    continue
+                buffer = next(n for n in ("buffer", "model_buffer", "own_buffer") if not self.program.binds(loop.function, n))
+                self.plan.insert_after(loop.loop, statements(
+                    f"for {buffer} in {self.plain(model.ref, loop.loop)}.buffers():  # kept per rank since the wrap (broadcast_buffers off): rank 0's, on every rank\n"
+                    f"    dist.broadcast({buffer}, 0)\n"
+                ))
+                self.change(loop.loop, f"`{model.ref}` takes rank 0's buffers after each pass: with broadcast_buffers off, each rank's statistics drifted apart")
 
     def _copy_attribute(self, holder: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
         """The attribute an averaging object keeps the model's copy in: `self.ema = copy.deepcopy(model)`
