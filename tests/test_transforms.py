@@ -2549,6 +2549,18 @@ def test_an_optimizer_step_or_learning_rate_decided_on_this_ranks_numbers_is_dec
         assert decided in output
 
 
+@pytest.mark.parametrize(("seed", "together"), [("", True), ("random.seed(0)\n", False)])
+def test_a_forward_and_backward_under_an_unseeded_random_test_run_on_every_rank_together(seed: str, together: bool) -> None:
+    """`if random.random() < 0.5: x = fgsm(model, x, y)` (adversarial examples on half of the
+    batches; fgsm runs a forward and backward through DDP): unseeded, each rank drew its own
+    number, one ran the collective alone and the other waited (gloo: "Connection closed by
+    peer"; helper corpus X, repro 06). Decided together; with a seed the draws agree."""
+    helpers = "def fgsm(model, x, y):\n    x = x.clone().requires_grad_(True)\n    nn.functional.mse_loss(model(x), y).backward()\n    return (x + 0.1 * x.grad.sign()).detach()\n"
+    loop = LOOP.replace("        loss = nn.functional.mse_loss(model(x), y)\n", "        if random.random() < 0.5:\n            x = fgsm(model, x, y)\n        loss = nn.functional.mse_loss(model(x), y)\n")
+    source = standard(device=seed + DEVICE, loop=loop).replace("def main():", helpers + "\n\ndef main():").replace("import torch\n", "import random\nimport torch\n", 1)
+    assert ("        if any_rank(random.random() < 0.5):\n" in convert(source).output) is together
+
+
 def test_gradients_scaled_by_this_ranks_count_are_warned_about() -> None:
     """`p.grad /= seen` with `seen` this rank's token count: each rank scales the averaged
     gradients its own way (helper corpus R, repro 01). Said: the scale is the script's choice."""

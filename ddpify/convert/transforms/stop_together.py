@@ -17,6 +17,7 @@ from ddpify.analysis.batches import batch_names, reads
 from ddpify.analysis.exits import clock_names, continues, leaves, reads_clock, skips
 from ddpify.analysis.totals import COLLECTS
 from ddpify.analysis.loops import TrainLoop
+from ddpify.analysis.splits import seeded_before
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code, method_call, string_value
@@ -42,6 +43,11 @@ def rank_mean(value):
     dist.all_reduce(value)
     return value.item() / dist.get_world_size()
 '''
+# Draws from a global generator (`if random.random() < 0.5:`).
+RANDOM_DRAWS = {
+    "random.random", "random.uniform", "random.randint", "random.choice", "numpy.random.rand", "numpy.random.random",
+    "numpy.random.uniform", "numpy.random.randint", "torch.rand", "torch.randint",
+}  # fmt: skip
 # In-place scaling of a gradient (`p.grad.div_(n)`).
 GRAD_SCALING = {"div_", "mul_", "mul", "div"}
 
@@ -99,10 +105,12 @@ class StopTogether(Transform):
                     effect = "skips the step"
                 elif self._steps_under(node, loop):
                     effect = "steps the optimizer"
-                elif not leaves(self.tree, self.program, node, [loop.loop, *self.tree.loops(loop.loop)]) and self._sets_learning_rate(node, loop):
+                elif leaves(self.tree, self.program, node, [loop.loop, *self.tree.loops(loop.loop)]):
+                    effect = "leaves the loop"
+                elif self._sets_learning_rate(node, loop):
                     effect = "sets the learning rate"
                 else:
-                    effect = "leaves the loop"
+                    effect = "runs what it guards (a forward and backward through DDP)"
                 self.change(node, f"`{code(test)}` is this rank's own: every rank {effect} when any rank would (any_rank)")
         if rewritten:
             assert self.facts.imports_end is not None
@@ -112,8 +120,16 @@ class StopTogether(Transform):
             self.plan.insert_after(self.facts.imports_end, statements(MEAN_HELPER))
 
     def _per_rank(self, test: cst.BaseExpression, local: set[str], clocks: set[str]) -> bool:
-        """A test on this rank's batch, on what it collects from it, or on its clock."""
-        return reads(self.tree, test, local | clocks) or reads_clock(self.tree, test)
+        """A test on this rank's batch, on what it collects from it, on its clock, or on a draw
+        from a global generator nothing seeds (each process starts from its own seed)."""
+        return reads(self.tree, test, local | clocks) or reads_clock(self.tree, test) or self._unseeded_draw(test)
+
+    def _unseeded_draw(self, test: cst.BaseExpression) -> bool:
+        for call in self.tree.calls(test):
+            name = self.tree.qname(call.func) or ""
+            if name in RANDOM_DRAWS and not seeded_before(self.tree, self.program, call, self.tree.function(call), name.split(".")[0]):
+                return True
+        return False
 
     def _decided_above(self, node: cst.If, loop: TrainLoop, local: set[str], clocks: set[str], rewritten: set[int]) -> cst.If | None:
         """An `if` around `node`, inside the loops, whose own test is this rank's and not taken
@@ -190,8 +206,14 @@ class StopTogether(Transform):
                 or (continues(self.tree, node, loop.loop) and skips(self.tree, node, loop.loop, syncs))
                 or self._steps_under(node, loop)
                 or self._sets_learning_rate(node, loop)
+                or self._syncs_under(node, loop, syncs)
             )
         ]
+
+    def _syncs_under(self, node: cst.If, loop: TrainLoop, syncs) -> bool:
+        """`if random.random() < 0.5: x = fgsm(model, x, y)` in the step: a forward and backward
+        through DDP (a collective) that only some ranks run hangs the others."""
+        return self.tree.inside(node, loop.loop.body) and any(syncs(statement) for statement in node.body.body) if isinstance(node.body, cst.IndentedBlock) else False
 
     def _gradients_scaled_per_rank(self, loop: TrainLoop) -> None:
         """`p.grad /= seen` (or `p.grad.div_(seen)`) after backward(), with `seen` this rank's own
