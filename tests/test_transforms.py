@@ -664,6 +664,16 @@ def test_a_count_of_hits_printed_as_it_is_is_summed(add: str) -> None:
     assert "        hits = int(totals.item())\n" in output
 
 
+def test_hits_divided_by_the_length_of_the_tensor_the_dataset_is_made_of_are_summed() -> None:
+    """`correct / len(X)` with the training loader over `TensorDataset(X, y)`: len(X) counts every
+    sample, so `correct` is summed; it was averaged and the accuracy printed halved (helper corpus
+    W, repro 06)."""
+    loader = "X, Y = torch.randn(64, 4), torch.randn(64, 1)\nloader = DataLoader(TensorDataset(X, Y), batch_size=8, shuffle=True)"
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    correct = 0\n") + "        correct += (model(x) > 0).sum().item()\n    print(correct / len(X))\n"
+    output = convert(standard(loop=loop, loader=loader)).output
+    assert "        correct = int(totals.item())\n" in output and "correct = (totals" not in output
+
+
 def test_a_count_of_hits_read_as_a_tensor_stays_a_tensor() -> None:
     """`correct += (pred == y).sum()` from a Python 0, read as `correct.double()` afterwards: a
     float would break that line, so it is reduced as the tensor it is, and summed (it is divided

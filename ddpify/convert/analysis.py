@@ -413,6 +413,12 @@ class Facts:
             dataset = s.arg(origin.node, 0, "dataset") if isinstance(origin.node, cst.Call) else None
             if dataset is not None and isinstance(dataset.value, (cst.Name, cst.Attribute)):
                 found.add(code(dataset.value))
+            # `TensorDataset(X, y)`: `len(X)` counts its samples too
+            made = [dataset.value] if dataset is not None else []
+            made += [o.node for o in self.program.origins(dataset.value, origin.function)] if dataset is not None else []
+            for value in made:
+                if self.tree.is_call_to(value, TENSOR_DATASET):
+                    found |= {code(a.value) for a in value.args if type(a.value) is cst.Name}  # type: ignore[union-attr]
         return found
 
     def counts_whole_dataset(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
@@ -2341,6 +2347,7 @@ def _shuffles(loader: cst.CSTNode) -> bool:
 
 
 PATH_TESTS = {"os.path.exists", "os.path.isfile", "os.path.isdir"}
+TENSOR_DATASET = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
 PATH_BUILDERS = {"os.path.join", "pathlib.Path", "builtins.str", "os.path.expanduser"}
 
 
