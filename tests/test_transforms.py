@@ -650,7 +650,7 @@ def test_a_total_over_the_whole_run_read_after_it_is_reduced_once_after_it(start
     (helper corpus U, s03). Reduced once, after the epoch loop."""
     loop = f"seen = {start}\n" + LOOP.replace("        loss.backward()\n", f"        loss.backward()\n        {add}\n") + "print(seen)\n"
     result = convert(standard(loop=loop))
-    assert f"            optimizer.step()\n    # Each rank trained on its own shard of the data: sum the totals over ranks.\n" in result.output
+    assert "            optimizer.step()\n    # Each rank trained on its own shard of the data: sum the totals over ranks.\n" in result.output
     assert reduced in result.output
     assert not any("across epochs" in w for w in warnings(result))
 
