@@ -4344,6 +4344,27 @@ def test_the_wrap_follows_a_trial_forward_and_the_move(trial: str) -> None:
     assert "    model = model.to(device)\n    model = DDP(model)\n" in output
 
 
+@pytest.mark.parametrize(
+    ("handed", "refused"),
+    [("nn.Linear(4, 1)", "bind it to a name first"), ("nn.Linear(4, 1).to(device)", "bind it to a name first"), ("model.to(device)", "move it first"), ("model", None)],
+)
+def test_a_model_built_inside_the_call_of_the_function_that_trains_it_is_refused(handed: str, refused: str | None) -> None:
+    """`pretrain(nn.Sequential(...), loader)`, whose `pretrain(model, loader)` builds the optimizer:
+    no wrap can follow a model made inside a call, so it trained unwrapped beside a wrapped probe
+    (replicas apart), or the script was refused as having no optimizer (helper corpus W, repro 01).
+    Refused with the way out, as is a named model moved inside the call; handed by name, converted."""
+    helpers = (
+        "def pretrain(model, loader):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n"
+        "        loss.backward()\n        optimizer.step()\n    return model\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1)\nnet = pretrain({handed}, loader)\n"
+    result = convert(script(body, helpers=helpers))
+    assert (result.status == "unchanged") is (refused is not None)
+    if refused:
+        assert result.reason.startswith("the model `pretrain` trains (its optimizer at line") and refused in result.reason
+
+
 def test_a_second_stage_model_is_wrapped_too() -> None:
     """Pretraining `m1`, then a second model `m2` with its own optimizer and loop in the same
     function: both are wrapped. The first loop's `loss = ...(m1(x))` was taken as a use of `m2`

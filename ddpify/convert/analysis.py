@@ -732,6 +732,7 @@ class Analyzer:
                     found[(listed.ref, function)] = model
                     owners = [o for o in owners if o != listed.element]
             for ref in owners:
+                self._check_inline_model(ref, function, call)
                 for model_ref, model_function in self._definition(ref, function):
                     key = (model_ref, model_function)
                     touched.add(key)
@@ -1202,6 +1203,27 @@ class Analyzer:
             for value, _ in self.program.assignments(function, expr.value):
                 owners += self._parameter_owners(value, function)  # type: ignore[arg-type]
         return list(dict.fromkeys(owners))
+
+    def _check_inline_model(self, ref: str, function: cst.FunctionDef | None, optimizer: cst.Call) -> None:
+        """`ae, _ = pretrain(nn.Sequential(...), loader)`, whose `pretrain(model, loader)` builds the
+        optimizer: the model is made inside the call, where no wrap can follow it, so it trained
+        unwrapped beside the wrapped ones, or the script was refused for want of an optimizer."""
+        if function is None or "." in ref or ref not in self.program.all_param_names(function):
+            return
+        for site, _ in self.program.call_sites(function):
+            argument = self.program.argument_for(site, function, ref)
+            if type(argument) is cst.Call and (moved := dotted(unchained(argument))) is not None:
+                raise NotConvertible(
+                    f"the model `{function.name.value}` trains (its optimizer at line {self.tree.line(optimizer)}) is moved inside the call "
+                    f"at line {self.tree.line(site)} (`{code(argument)[:60]}`): DDP wraps a model already on its device, before that call; "
+                    f"move it first (`{moved} = {code(argument)[:60]}`) and hand `{moved}`, then convert"
+                )
+            if type(argument) is cst.Call:
+                raise NotConvertible(
+                    f"the model `{function.name.value}` trains (its optimizer at line {self.tree.line(optimizer)}) is built inside the call "
+                    f"at line {self.tree.line(site)} (`{code(argument)[:60]}`): ddpify wraps a model where a name holds it; bind it to a "
+                    f"name first (`{ref} = {code(argument.func)}(...)`) and hand that name, then convert"
+                )
 
     def _definition(self, ref: str, function: cst.FunctionDef | None) -> list[tuple[str, cst.FunctionDef | None]]:
         """Follow a model name through parameters to the function that assigns it."""
