@@ -382,9 +382,16 @@ class ReduceMetrics(Transform):
         return self._meter_reduction(*found, name, loop.function)
 
     def _meter_dict_class(self, loop: TrainLoop, name: str) -> tuple[Program, cst.ClassDef] | None:
-        """`meters = {k: AverageMeter() for k in ["cls", "reg"]}` before the loop: a meter per
-        fixed key (the same keys, in the same order, on every rank)."""
+        """`meters = {k: AverageMeter() for k in ["cls", "reg"]}` (or the dict written out) before
+        the loop: a meter per fixed key (the same keys, in the same order, on every rank)."""
         initial = self._initial_values(loop, name)
+        if len(initial) == 1 and type(initial[0]) is cst.Dict and initial[0].elements:
+            # `{"loss": AverageMeter(), "acc": AverageMeter()}`: fixed keys written out
+            elements = initial[0].elements
+            if not all(type(e) is cst.DictElement and type(e.key) is cst.SimpleString for e in elements):
+                return None
+            found = [self._meter_of(e.value) for e in elements]  # type: ignore[union-attr]
+            return found[0] if found[0] is not None and all(f == found[0] for f in found) else None
         if len(initial) != 1 or type(initial[0]) is not cst.DictComp:
             return None
         keys = initial[0].for_in.iter
