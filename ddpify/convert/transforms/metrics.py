@@ -67,11 +67,7 @@ class ReduceMetrics(Transform):
                 self._reduce(loop, totals, sharded=f"isinstance({self.program.sampler_owner(loop.loader, loop.function)}.sampler, DistributedSampler)" if whole else None)
         for outer, loop, names in self._run_totals.values():
             run = TrainLoop(outer, loop.loader, loop.function)
-            self.warn = lambda node, message: None  # type: ignore[method-assign]  # the steps' findings were said for `loop`
-            try:
-                totals = {name: kind for name, kind in self._accumulators(run).items() if name in names}
-            finally:
-                del self.warn
+            totals = {name: kind for name, kind in self._accumulators(run, quiet=True).items() if name in names}  # said for `loop`
             if totals:
                 self._reduce(run, totals)
         for loop in self._shard_passes():
@@ -202,8 +198,9 @@ class ReduceMetrics(Transform):
 
     # --- what is accumulated ---------------------------------------------------------
 
-    def _accumulators(self, loop: TrainLoop) -> dict[str, Kind]:
-        """Totals built in the loop and read after it, by kind."""
+    def _accumulators(self, loop: TrainLoop, quiet: bool = False) -> dict[str, Kind]:
+        """Totals built in the loop and read after it, by kind (`quiet`: without the findings on the way)."""
+        warn = (lambda node, message: None) if quiet else self.warn
         added: dict[str, list[cst.BaseExpression]] = {}  # name -> increments
         appended: dict[str, list[cst.BaseExpression]] = {}  # name -> appended values
         keyed: dict[str, list[cst.BaseExpression]] = {}  # name -> increments of `name[key] += value`
@@ -253,11 +250,11 @@ class ReduceMetrics(Transform):
                 if outer is not None and name in added:
                     self._run_totals.setdefault(id(outer), (outer, loop, []))[2].append(name)  # reduced once, after the run
                     continue
-                self.warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
+                warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
         for name in [n for n, values in added.items() if any(self._clock(v) for v in values)]:
             del added[name]  # `total_time += time.time() - start`: this rank's own wall time, no metric
         for name in [n for n in added if n not in windows and self._declared_global(loop, n) and not self._initial_values(loop, n)]:
-            self.warn(loop.loop, (
+            warn(loop.loop, (
                 f"`{name}` is a global that keeps adding up this rank's shard (`global {name}`): what it reports covers one rank's "
                 "part of the data; reduce it over ranks (dist.all_reduce) before reporting it"
             ))
@@ -306,7 +303,7 @@ class ReduceMetrics(Transform):
                 continue
             running = self._running_meter(loop, name)
             if running is not None:
-                self.warn(loop.loop, (
+                warn(loop.loop, (
                     f"`{name}` keeps a running statistic in update() (`{code(running)}` reads its own state), not totals: what it "
                     "reports covers this rank's shard only, and a sum over ranks would be no mean; reduce what it is made from by hand"
                 ))
@@ -314,7 +311,7 @@ class ReduceMetrics(Transform):
             initial = self._initial_values(loop, name)
             made = initial[0].func if len(initial) == 1 and type(initial[0]) is cst.Call else None
             if made is not None and self.tree.qname(made) is not None and not self.tree.qname(made).startswith(SYNCED_METERS):  # type: ignore[union-attr]
-                self.warn(loop.loop, (
+                warn(loop.loop, (
                     f"`{name}` (`{code(made)}(...)`) comes from a module ddpify cannot read here: what it totals through update() covers this "
                     f"rank's shard only; reduce its totals over ranks (dist.all_reduce) before reporting them or deciding on them"
                 ))
@@ -327,7 +324,7 @@ class ReduceMetrics(Transform):
             if all(self._on_the_cpu(v) or self._on_the_cpu_by_name(v, loop.function) for v in values):
                 totals[name] = "cat"  # tensors on the CPU, grown along dim 0: gathered and joined
             else:
-                self.warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
+                warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
         for name, values in appended.items():
             initial = self._initial_values(loop, name)
             if not (initial and all(isinstance(v, cst.List) and not v.elements for v in initial) and self._read_after(loop, name)):
@@ -337,7 +334,7 @@ class ReduceMetrics(Transform):
             elif all(self._is_number(v) or self._on_the_cpu(v) for v in values):
                 totals[name] = "list"  # numbers, or arrays and tensors on the CPU: gathered as objects
             else:
-                self.warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
+                warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
         return totals
 
     def _meter_class(self, loop: TrainLoop, name: str) -> tuple[Program, cst.ClassDef] | None:
@@ -350,6 +347,13 @@ class ReduceMetrics(Transform):
         """The class a call makes, when its update() adds to totals of its own: a class of this
         file, or of one of the script's own modules beside it (`from utils import AverageMeter`),
         with the program that defines it."""
+        found = self._update_of(made)
+        if found is None or not _meter_totals(found[0], found[2]) or _running_statistic(found[0], found[2]) is not None:
+            return None  # `self.mean += (v - self.mean) * k / self.n`: no total, a sum over ranks of it is no mean
+        return found[0], found[1]
+
+    def _update_of(self, made: cst.CSTNode) -> tuple[Program, cst.ClassDef, cst.FunctionDef] | None:
+        """The update() of the class a call makes (of this file or a module beside it)."""
         if type(made) is not cst.Call:
             return None
         func = made.func
@@ -357,22 +361,15 @@ class ReduceMetrics(Transform):
             found: tuple[Program, cst.ClassDef] | None = (self.program, self.program.classes[func.value])
         else:
             found = self.program.companion_class(self.tree.qname(func))
-        if found is None:
-            return None
-        update = found[0].class_methods(found[1]).get("update")
-        if update is None or not _meter_totals(found[0], update) or _running_statistic(found[0], update) is not None:
-            return None  # `self.mean += (v - self.mean) * k / self.n`: no total, a sum over ranks of it is no mean
-        return found
+        update = found[0].class_methods(found[1]).get("update") if found is not None else None
+        return (found[0], found[1], update) if found is not None and update is not None else None
 
     def _running_meter(self, loop: TrainLoop, name: str) -> cst.AugAssign | None:
-        """The update() line of a same-file meter class that folds each value into a running
-        statistic (`self.mean += (value - self.mean) * k / self.n`, Welford's M2)."""
+        """The update() line of a meter class that folds each value into a running statistic
+        (`self.mean += (value - self.mean) * k / self.n`, Welford's M2)."""
         initial = self._initial_values(loop, name)
-        made = initial[0] if len(initial) == 1 else None
-        if type(made) is not cst.Call or type(made.func) is not cst.Name or made.func.value not in self.program.classes:
-            return None
-        update = self.program.class_methods(self.program.classes[made.func.value]).get("update")
-        return _running_statistic(self.program, update) if update is not None else None
+        found = self._update_of(initial[0]) if len(initial) == 1 else None
+        return _running_statistic(found[0], found[2]) if found is not None else None
 
     def _meter_lines(self, loop: TrainLoop, name: str) -> list[str]:
         """The meter's totals summed over ranks (counts as ints again), then what update() derives

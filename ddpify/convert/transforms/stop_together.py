@@ -213,7 +213,9 @@ class StopTogether(Transform):
     def _syncs_under(self, node: cst.If, loop: TrainLoop, syncs) -> bool:
         """`if random.random() < 0.5: x = fgsm(model, x, y)` in the step: a forward and backward
         through DDP (a collective) that only some ranks run hangs the others."""
-        return self.tree.inside(node, loop.loop.body) and any(syncs(statement) for statement in node.body.body) if isinstance(node.body, cst.IndentedBlock) else False
+        if not isinstance(node.body, cst.IndentedBlock) or not self.tree.inside(node, loop.loop.body):
+            return False
+        return any(syncs(statement) for statement in node.body.body)
 
     def _gradients_scaled_per_rank(self, loop: TrainLoop) -> None:
         """`p.grad /= seen` (or `p.grad.div_(seen)`) after backward(), with `seen` this rank's own
