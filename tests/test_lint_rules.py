@@ -73,9 +73,11 @@ def test_fix(rule, update_golden) -> None:
 
 
 def test_one_walk_gives_each_rule_the_events_of_its_own_walk() -> None:
-    """`visit_all` runs every rule in one walk; a rule that skips a subtree (visit returns False)
-    must see exactly what it sees walking alone, and must not make the others skip it."""
+    """`visit_all` runs every rule in one walk, visiting only the node types some rule asks for;
+    a rule that skips a subtree (visit returns False) must see exactly what it sees walking
+    alone, and must not make the others skip it. Rules only visit: a `leave_` handler is refused."""
     import libcst as cst
+    import pytest
 
     from ddpify.lint.rule import Rule, visit_all
     from ddpify.lint.script import Script
@@ -92,9 +94,6 @@ def test_one_walk_gives_each_rule_the_events_of_its_own_walk() -> None:
             self.events.append(("visit", node.name.value))
             return not self.skip
 
-        def leave_FunctionDef(self, node) -> None:
-            self.events.append(("leave", node.name.value))
-
         def visit_Call(self, node) -> None:
             self.events.append(("call", node.func.value))
 
@@ -105,8 +104,17 @@ def test_one_walk_gives_each_rule_the_events_of_its_own_walk() -> None:
         rule = Recorder(script, skip)
         visit_all(script.tree, [rule])
         alone[skip] = rule.events
-    assert alone[True] == [("visit", "outer"), ("leave", "outer"), ("call", "h")]
-    assert alone[False] == [("visit", "outer"), ("call", "f"), ("visit", "inner"), ("call", "g"), ("leave", "inner"), ("leave", "outer"), ("call", "h")]
+    assert alone[True] == [("visit", "outer"), ("call", "h")]
+    assert alone[False] == [("visit", "outer"), ("call", "f"), ("visit", "inner"), ("call", "g"), ("call", "h")]
     together = [Recorder(script, True), Recorder(script, False)]
     visit_all(script.tree, together)
     assert [r.events for r in together] == [alone[True], alone[False]]
+
+    class Leaver(Rule):
+        code, name = "X002", "leaver"
+
+        def leave_Call(self, node) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="only visit"):
+        visit_all(script.tree, [Leaver(script)])

@@ -57,47 +57,26 @@ def _handlers(rule: type) -> frozenset[str]:
 
 
 def visit_all(tree: Tree, rules: Sequence[Rule]) -> None:
-    """One read-only walk of the tree for every rule: `visit_<Node>` before a node's children
-    (a rule whose visit returns False skips them; it still gets `leave_<Node>`), `leave_<Node>`
-    after. Each rule sees the events it would see walking alone, in the same order. The walk
-    uses the tree's cached children: LibCST's own `visit` rebuilds every node."""
-    visits: dict[str, list[tuple[Rule, Callable]]] = {}
-    leaves: dict[str, list[tuple[Rule, Callable]]] = {}
+    """One read-only walk of the tree for every rule: `visit_<Node>` in preorder; a rule whose
+    visit returns False is not shown that node's descendants. Each rule sees the events it would
+    see walking alone, in the same order. Only the nodes some rule visits are walked, taken from
+    the tree's index by type (LibCST's own `visit` rebuilds every node). Rules only visit:
+    a `leave_<Node>` handler is refused."""
+    visits: dict[type, list[tuple[Rule, Callable]]] = {}
     for rule in rules:
         for handler in sorted(_handlers(type(rule))):
             kind, _, node_type = handler.partition("_")
-            (visits if kind == "visit" else leaves).setdefault(node_type, []).append((rule, getattr(rule, handler)))
-    names: dict[type, str] = {}
-    skipping: dict[int, cst.CSTNode] = {}  # id(rule) -> the node whose children it skips
-    stack: list[tuple[cst.CSTNode, bool]] = [(tree.module, False)]
-    children, everyone = tree.children, len(rules)
-    while stack:
-        node, leaving = stack.pop()
-        kind = type(node)
-        name = names.get(kind)
-        if name is None:
-            name = names[kind] = kind.__name__
-        if leaving:
-            if skipping:
-                for key in [key for key, skipped in skipping.items() if skipped is node]:
-                    del skipping[key]
-            for rule, handler in leaves.get(name, ()):
-                if id(rule) not in skipping:
-                    handler(node)
-            continue
-        skipped_here = False
-        handlers = visits.get(name)
-        if handlers:
-            for rule, handler in handlers:
-                if id(rule) not in skipping and handler(node) is False:
-                    skipping[id(rule)] = node
-                    skipped_here = True
-        if skipped_here or name in leaves:
-            stack.append((node, True))
-        if len(skipping) < everyone:
-            kids = children(node)
-            if kids:
-                stack.extend([(child, False) for child in reversed(kids)])
+            if kind != "visit":
+                raise TypeError(f"{type(rule).__name__}.{handler}: lint rules only visit")
+            visits.setdefault(getattr(cst, node_type), []).append((rule, getattr(rule, handler)))
+    skip_until: dict[int, int] = {}  # id(rule) -> the preorder position where its skipping ends
+    for node in tree.of_type(*visits):
+        position = tree.order(node)
+        for rule, handler in visits[type(node)]:
+            if skip_until and skip_until.get(id(rule), 0) > position:
+                continue
+            if handler(node) is False:
+                skip_until[id(rule)] = tree.end_order(node)
 
 
 class Rule(cst.CSTVisitor):
