@@ -110,10 +110,19 @@ class Outputs:
         self.tree = tree
         self.program = program
         self._writers: dict[str, bool] = {}  # `_companion_writes`, by qualified name
+        self._seen: dict[tuple[int, int], tuple[cst.Call, Output | None]] = {}  # `of`, by the ids of call and function
 
     def of(self, call: cst.BaseExpression, function: cst.FunctionDef | None) -> Output | None:
-        if not isinstance(call, cst.Call):
+        """Asked of most calls by several rules and transforms: worked out once per call."""
+        if type(call) is not cst.Call:
             return None
+        key = (id(call), id(function))
+        seen = self._seen.get(key)
+        if seen is None or seen[0] is not call:  # the call is kept with its answer: its id stays its own
+            seen = self._seen[key] = (call, self._of(call, function))
+        return seen[1]
+
+    def _of(self, call: cst.Call, function: cst.FunctionDef | None) -> Output | None:
         tree = self.tree
         if tree.is_builtin_call(call, "print"):
             return Output(PRINT, "print")
