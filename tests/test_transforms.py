@@ -613,16 +613,29 @@ def test_tensor_totals_are_reduced_in_place() -> None:
         ("torch.zeros(3)", "per_class[0] += 1"),
         ("torch.zeros(3, dtype=torch.int64)", "per_class += histogram(y)"),
         ("torch.zeros(3)", "per_class += histogram(y)"),
+        ("torch.zeros(3, dtype=torch.long)", "per_class.scatter_add_(0, y.long().flatten(), torch.ones_like(y.long().flatten()))"),
+        ("torch.zeros(3)", "per_class.index_add_(0, y.long().flatten(), torch.ones(y.numel()))"),
+        ("torch.zeros(3, dtype=torch.long)", "per_class.index_put_((y.long().flatten(),), torch.ones_like(y.long().flatten()), accumulate=True)"),
     ],
 )
 def test_a_tensor_of_counts_is_summed_not_averaged(start: str, add: str) -> None:
     """`per_class += torch.bincount(y)` (or a confusion matrix from a helper returning a bincount),
     printed as it is: averaged over ranks, the counts came out halved, as floats (33.5; helper
-    corpora T, repro 02, and U, repro 05). Counts are summed."""
+    corpora T, repro 02, and U, repro 05). Counts are summed. So are counts added in place by a
+    method (`scatter_add_`, `index_add_`, `index_put_(..., accumulate=True)`), which were printed
+    unreduced, rank 0's half (helper corpus W, repro 03)."""
     helpers = "def histogram(y):\n    return torch.bincount(y.long().flatten(), minlength=3)\n"
     loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    per_class = {start}\n") + f"        {add}\n    print(per_class.tolist())\n"
     output = convert(standard(loop=loop).replace("def main():", helpers + "\n\ndef main():")).output
     assert "        dist.all_reduce(per_class)\n        if rank == 0:\n            print(per_class.tolist())\n" in output
+
+
+def test_an_index_put_that_sets_is_no_total() -> None:
+    """`last.index_put_(idx, values)` without `accumulate=True` sets entries: nothing adds up, so
+    nothing is reduced."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    last = torch.zeros(3)\n") + "        last.index_put_((y.long().flatten(),), loss.detach().expand(y.numel()))\n    print(last.tolist())\n"
+    output = convert(standard(loop=loop)).output
+    assert "all_reduce(last)" not in output
 
 
 @pytest.mark.parametrize("reset", ["total.zero_()", "total.fill_(0)", "top: total.fill_(0.0)"])
@@ -2431,6 +2444,29 @@ def test_a_statistics_pass_over_the_sharded_loader_in_a_helper_reduces_its_total
     assert ("    dist.all_reduce(s)\n    return s / n\n" in output) is reduced
 
 
+RUNNING_STATS = """\
+class RunningStats:
+    def __init__(self):
+        self.s, self.n = torch.zeros(4), 0
+
+    def push(self, xb):
+        self.s += xb.sum(0)
+        self.n += xb.size(0)
+"""
+
+
+@pytest.mark.parametrize(("read_after", "warned"), [(True, True), (False, False)])
+def test_a_pass_over_the_sharded_loader_feeding_an_object_of_a_class_of_the_file_is_warned_about(read_after: bool, warned: bool) -> None:
+    """`for xb, _ in loader: stats.push(xb)` before training, `stats` a same-file class summing
+    into its attributes: the pass saw this rank's shard only, and each rank normalized by its own
+    mean, silently (helper corpus W, repro 04). Said; nothing to say when the object is not read
+    after the pass."""
+    prepass = "stats = RunningStats()\nfor xb, _ in loader:\n    stats.push(xb)\n" + ("mean = stats.s / stats.n\n" if read_after else "")
+    source = standard(loader=LOADER + "\n" + prepass).replace("def main():", RUNNING_STATS + "\n\ndef main():")
+    result = convert(source)
+    assert any(w.startswith("`stats.push(...)` feeds `stats` this rank's shard of `loader` only") for w in warnings(result)) is warned
+
+
 @pytest.mark.parametrize("where", ["helper", "inline"])
 def test_a_comprehension_over_the_sharded_loader_is_warned_about(where: str) -> None:
     """`feats = torch.cat([xb for xb, _ in loader])` to fit a normalizer: the loader is this
@@ -3094,6 +3130,28 @@ def test_per_step_arrays_on_the_cpu_are_gathered() -> None:
     assert "dist.all_gather_object(gathered, preds)" in convert(standard(loop=loop)).output
     on_device = convert(standard(loop=loop.replace(".detach().cpu().numpy()", ".detach()")))
     assert any(w.startswith("`preds` collects per-step values") for w in warnings(on_device))
+
+
+@pytest.mark.parametrize("append", ['logs.setdefault("mse", []).append(loss.item())', 'logs["mse"].append(loss.item())'])
+def test_per_step_values_kept_in_a_dict_of_lists_are_warned_about(append: str) -> None:
+    """`logs.setdefault("mse", []).append(loss.item())` (or `logs["mse"].append(...)`), averaged
+    after the loop: neither gathered nor said, and rank 0 printed its shard's mean as the epoch's
+    (helper corpus W, repro 09)."""
+    start = "{}" if "setdefault" in append else '{"mse": []}'
+    loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    logs = {start}\n").replace(
+        "        optimizer.step()\n", f"        optimizer.step()\n        {append}\n"
+    ) + '    print(sum(logs["mse"]) / len(logs["mse"]))\n'
+    result = convert(standard(loop=loop))
+    assert any(w.startswith("`logs` collects per-step values of each rank's shard in its lists") for w in warnings(result))
+
+
+def test_a_class_attribute_adding_up_the_shard_is_warned_about() -> None:
+    """`Stats.samples_seen += len(x)` over the sharded loader, printed: rank 0 printed half the
+    count with no word (the `global` form was warned about; helper corpus W, repro 11)."""
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        Stats.samples_seen += len(x)\n") + "    print(Stats.samples_seen)\n"
+    source = standard(loop=loop).replace("def main():", "class Stats:\n    samples_seen = 0\n\n\ndef main():")
+    result = convert(source)
+    assert [w for w in warnings(result) if w.startswith("`Stats.samples_seen` is a class attribute that keeps adding up this rank's shard")]
 
 
 def test_a_load_from_the_folder_rank_0_saved_into_waits_for_it() -> None:

@@ -47,6 +47,16 @@ NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
 INTEGER_DTYPES = {"long", "int", "int64", "int32", "int16", "int8", "uint8"}
 BINCOUNT = {"torch.bincount", "numpy.bincount"}
 ZEROS = NUMPY_ZEROS | {"torch.zeros", "torch.zeros_like"}
+ONES = {"torch.ones", "torch.ones_like"}
+# in-place adds into a tensor, by method: where the added values are (position, keyword), and
+# whether they add only with `accumulate=True` (`hist.scatter_add_(0, y, ones)`)
+INPLACE_ADDS = {
+    "add_": ((0, "other"), False),
+    "scatter_add_": ((2, "src"), False),
+    "index_add_": ((2, "source"), False),
+    "index_put_": ((1, "values"), True),
+    "put_": ((1, "source"), True),
+}
 
 
 class ReduceMetrics(Transform):
@@ -74,6 +84,7 @@ class ReduceMetrics(Transform):
             totals = self._accumulators(loop)
             if totals:
                 self._reduce(loop, totals, helper=True)
+            self._warn_objects_fed_by_a_pass(loop, totals)
         self._comprehensions_over_a_shard()
         for loop, every_caller_sharded in self._helper_loops():
             totals = self._accumulators(loop)
@@ -120,6 +131,33 @@ class ReduceMetrics(Transform):
                 if loaders and all(id(o.node) in sharded for o in loaders):
                     found.append(TrainLoop(node, self.program.unwrap_iterable(node.iter), function))
         return found
+
+    def _warn_objects_fed_by_a_pass(self, loop: TrainLoop, totals: dict[str, Kind]) -> None:
+        """`stats.push(xb.numpy())` in a pass over the sharded loader, `stats` an object of a
+        class of this file made before it and read after it (a normalizer fit by hand): it keeps
+        this rank's shard only, in attributes no reduction here can reach. Said, not changed (a
+        meter among `totals` is reduced instead)."""
+        warned: set[str] = set(totals)
+        for call in self.tree.calls(loop.loop.body):
+            found = method_call(call)
+            if found is None or type(found[0]) is not cst.Name or found[0].value in warned or type(self.tree.parent(call)) is not cst.Expr:
+                continue
+            name = found[0].value
+            made = [v for v in self._initial_values(loop, name) if type(v) is cst.Call]
+            if not made or not all(self._same_file_class(v) for v in made):
+                continue
+            if not any(self._from_batch(loop, a.value) for a in call.args) or not self._read_after(loop, name):
+                continue
+            warned.add(name)
+            self.warn(call, (
+                f"`{code(call.func)}(...)` feeds `{name}` this rank's shard of `{code(loop.loader)}` only: what it holds after "
+                "the pass covers 1/world_size of the data and differs per rank (a mean and std fit on it normalize each rank "
+                "its own way); reduce its totals over ranks (dist.all_reduce), or read the dataset itself"
+            ))
+
+    def _same_file_class(self, made: cst.Call) -> bool:
+        func = made.func
+        return type(func) is cst.Name and func.value in self.program.classes and self.tree.qname(func) is None
 
     def _passes_without_backward(self, function: cst.FunctionDef | None, training: set[int]) -> list[cst.For]:
         """The `for` loops of a scope that are no training loop and call no backward()."""
@@ -207,6 +245,8 @@ class ReduceMetrics(Transform):
         updated: set[str] = set()  # `meter.update(loss.item(), n)`
         meter_dicts: set[str] = set()  # `meters[k].update(loss.item(), n)`
         concatenated: dict[str, list[cst.BaseExpression]] = {}  # name -> tensors of `name = torch.cat([name, t])`
+        class_totals: set[str] = set()  # `Stats.seen += len(x)`: said, once each
+        listed: dict[str, list[cst.BaseExpression]] = {}  # name -> appended values of `name[k].append(v)`, `name.setdefault(k, []).append(v)`
         for node in self.tree.walk(loop.loop.body):
             if (
                 isinstance(node, cst.AugAssign)
@@ -215,6 +255,16 @@ class ReduceMetrics(Transform):
                 and isinstance(node.target.value, cst.Name)
             ):
                 keyed.setdefault(node.target.value.value, []).append(node.value)  # `losscnt[bin] += 1` counts this rank's samples too
+            if (
+                type(node) is cst.AugAssign and type(node.operator) is cst.AddAssign and type(node.target) is cst.Attribute
+                and type(node.target.value) is cst.Name and node.target.value.value in self.program.classes
+                and self._from_batch(loop, node.value) and code(node.target) not in class_totals
+            ):
+                class_totals.add(code(node.target))
+                warn(node, (
+                    f"`{code(node.target)}` is a class attribute that keeps adding up this rank's shard: what it reports covers one "
+                    "rank's part of the data; reduce it over ranks (dist.all_reduce) before reporting it"
+                ))
             if type(node) is cst.Assign and len(node.targets) == 1 and (increment := _got_and_added(node)) is not None:
                 keyed.setdefault(node.targets[0].target.value.value, []).append(increment)  # type: ignore[attr-defined]
             if (
@@ -229,8 +279,14 @@ class ReduceMetrics(Transform):
                 if grown is not None:
                     concatenated.setdefault(node.targets[0].target.value, []).append(grown)
             found = method_call(node)
+            if found and found[1] in INPLACE_ADDS and type(found[0]) is cst.Name and type(self.tree.parent(node)) is cst.Expr:
+                added_in_place = self._added_in_place(loop, node, found[1])  # type: ignore[arg-type]
+                if added_in_place is not None:
+                    keyed.setdefault(found[0].value, []).append(added_in_place)  # `seen.scatter_add_(0, y, ones)`: like `seen[y] += 1`
             if found and found[1] in ("append", "extend") and isinstance(found[0], cst.Name) and node.args:  # type: ignore[union-attr]
                 appended.setdefault(found[0].value, []).append(node.args[0].value)  # type: ignore[union-attr]
+            elif found and found[1] in ("append", "extend") and node.args and (holder := _list_holder(found[0])) is not None:  # type: ignore[union-attr]
+                listed.setdefault(holder, []).append(node.args[0].value)  # type: ignore[union-attr]
             if found and found[1] == "update" and type(found[0]) is cst.Name and node.args and self._from_batch(loop, node.args[0].value):  # type: ignore[union-attr]
                 updated.add(found[0].value)
             if (
@@ -241,7 +297,7 @@ class ReduceMetrics(Transform):
         for name in [n for n, values in appended.items() if not any(self._from_batch(loop, v) for v in values)]:
             del appended[name]  # `img_list.append(netG(fixed_noise))`: the same on every rank, no shard's values
         totals: dict[str, Kind] = {}
-        windows = {n for found in (added, appended, keyed) for n in found if restarts_inside(self.tree, self.program, loop.loop, loop.function, n)}
+        windows = {n for found in (added, appended, keyed, listed) for n in found if restarts_inside(self.tree, self.program, loop.loop, loop.function, n)}
         for name in [*added, *appended]:
             if name not in windows and self._across_epochs(loop, name) and self._read_after(loop, name):
                 if name in appended and self._step_history(loop, name, appended[name]):
@@ -258,6 +314,9 @@ class ReduceMetrics(Transform):
                 f"`{name}` is a global that keeps adding up this rank's shard (`global {name}`): what it reports covers one rank's "
                 "part of the data; reduce it over ranks (dist.all_reduce) before reporting it"
             ))
+        for name, values in listed.items():
+            if name not in windows and any(self._from_batch(loop, v) for v in values) and self._read_after(loop, name):
+                warn(loop.loop, f"`{name}` collects per-step values of each rank's shard in its lists; gather them over ranks before reporting them")
         for found in (added, appended):
             for name in [n for n in found if n in windows]:
                 del found[name]  # a window over the last few batches (or a deque that forgets), reported as it goes: no total
@@ -583,6 +642,19 @@ class ReduceMetrics(Transform):
             for n in self.program.scope_nodes(loop.function)
         )
 
+    def _added_in_place(self, loop: TrainLoop, call: cst.Call, method: str) -> cst.BaseExpression | None:
+        """What an in-place add from this rank's batch adds (`src` of `seen.scatter_add_(0, y,
+        src)`, `values` of `cm.index_put_((t, p), values, accumulate=True)`), or None."""
+        where, accumulating = INPLACE_ADDS[method]
+        if accumulating:
+            flag = s.arg(call, None, "accumulate")
+            if flag is None or not (type(flag.value) is cst.Name and flag.value.value == "True"):
+                return None  # index_put_ without accumulate: it sets, it does not add
+        added = s.arg(call, *where)
+        if added is None or not any(self._from_batch(loop, a.value) for a in call.args):
+            return None
+        return added.value
+
     def _used_as_tensor(self, loop: TrainLoop, name: str) -> bool:
         """`name.double()`, `name.item()`...: after the loop the script reads it as a tensor."""
         end = self.tree.last_line(_steps(loop))
@@ -601,8 +673,8 @@ class ReduceMetrics(Transform):
         return bool(values) and all(self._a_count(v) for v in values)
 
     def _a_count(self, node: cst.BaseExpression, depth: int = 1) -> bool:
-        if type(node) is cst.Integer or self._is_count(node):
-            return True
+        if type(node) is cst.Integer or self._is_count(node) or self.tree.is_call_to(node, ONES):
+            return True  # `torch.ones_like(y)` added at the labels: one per sample
         if any(type(n) is cst.Call and (self.tree.qname(n.func) in BINCOUNT or (method_call(n) or (None, ""))[1] == "bincount") for n in self.tree.walk(node)):
             return True
         found = method_call(node)
@@ -865,6 +937,16 @@ def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[st
         if increments and all(isinstance(v, cst.Integer) or (type(v) is cst.Name and v.value in defaults) for v in increments):
             counts.add(a)
     return counts
+
+
+def _list_holder(obj: cst.BaseExpression) -> str | None:
+    """`logs` of `logs["loss"].append(v)` and of `logs.setdefault("loss", []).append(v)`: a dict of lists."""
+    if type(obj) is cst.Subscript and type(obj.value) is cst.Name:
+        return obj.value.value
+    found = method_call(obj)
+    if found is not None and found[1] == "setdefault" and type(found[0]) is cst.Name:
+        return found[0].value
+    return None
 
 
 def _steps(loop: TrainLoop) -> cst.CSTNode:
