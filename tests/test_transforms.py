@@ -2607,15 +2607,31 @@ def test_a_forward_and_backward_under_an_unseeded_random_test_run_on_every_rank_
     assert ("        if any_rank(random.random() < 0.5):\n" in convert(source).output) is together
 
 
-def test_gradients_scaled_by_this_ranks_count_are_warned_about() -> None:
-    """`p.grad /= seen` with `seen` this rank's token count: each rank scales the averaged
-    gradients its own way (helper corpus R, repro 01). Said: the scale is the script's choice."""
+@pytest.mark.parametrize(
+    ("scale", "expected"),
+    [
+        ("    for p in model.parameters():\n        p.grad /= seen\n", "        mean_seen = rank_mean(seen)  # every rank divides alike\n        for p in model.parameters():\n            p.grad /= mean_seen\n"),
+        ("    for p in model.parameters():\n        p.grad.div_(seen)\n", "        for p in model.parameters():\n            p.grad.div_(mean_seen)\n"),
+        ("    model.weight.grad /= seen\n", "        model.module.weight.grad /= rank_mean(seen)\n"),
+        ("    for p in model.parameters():\n        p.grad *= 1.0 / seen\n", None),
+    ],
+)
+def test_gradients_divided_by_this_ranks_count_are_divided_by_its_mean_over_ranks(scale: str, expected: str | None) -> None:
+    """`p.grad /= seen` with `seen` this rank's token count and a summed loss: each rank divided
+    the averaged gradients its own way and the replicas stepped apart (helper corpus R, repro 01).
+    Divided by the mean count over ranks, the gradient is what one process counting every rank's
+    batches gets; worked out once per step, before the loop over the parameters. Other scalings
+    by this rank's numbers are said, not changed."""
     loop = (
         "seen = 0\nfor x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y, reduction='sum')\n    loss.backward()\n    seen += x.size(0)\n"
-        "    for p in model.parameters():\n        p.grad /= seen\n    optimizer.step()\n    optimizer.zero_grad()\n    seen = 0\n"
+        + scale + "    optimizer.step()\n    optimizer.zero_grad()\n    seen = 0\n"
     )
     result = convert(standard(loop=loop))
-    assert any(w.startswith("`seen` scales the gradients DDP averaged by a number of this rank's own batches") for w in warnings(result))
+    if expected is None:
+        assert "rank_mean" not in result.output
+        assert any(w.startswith("`1.0 / seen` scales the gradients DDP averaged by a number of this rank's own batches") for w in warnings(result))
+    else:
+        assert expected in result.output and "def rank_mean(value):" in result.output
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,8 @@ MEAN_HELPER = '''
 
 def rank_mean(value):
     """The mean of `value` over ranks: a decision taken on it (a plateau scheduler lowering the
-    learning rate) is taken alike on every rank, whose replicas would drift apart otherwise."""
+    learning rate), or a gradient divided by it, is alike on every rank, whose replicas would
+    drift apart otherwise."""
     value = torch.tensor(float(value), dtype=torch.float64)  # a CPU tensor: the process group's gloo part carries it
     dist.all_reduce(value)
     return value.item() / dist.get_world_size()
@@ -79,8 +80,9 @@ class StopTogether(Transform):
 
     def run(self) -> None:
         rewritten: set[int] = set()
+        means = False
         for loop in self.facts.train_loops:
-            self._gradients_scaled_per_rank(loop)
+            means = self._gradients_scaled_per_rank(loop) or means
             exits = self._exits(loop)
             if not exits:
                 continue
@@ -115,7 +117,7 @@ class StopTogether(Transform):
         if rewritten:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(HELPER))
-        if self._plateaus_decide_together():
+        if self._plateaus_decide_together() or means:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(MEAN_HELPER))
 
@@ -217,23 +219,58 @@ class StopTogether(Transform):
             return False
         return any(syncs(statement) for statement in node.body.body)
 
-    def _gradients_scaled_per_rank(self, loop: TrainLoop) -> None:
+    def _gradients_scaled_per_rank(self, loop: TrainLoop) -> bool:
         """`p.grad /= seen` (or `p.grad.div_(seen)`) after backward(), with `seen` this rank's own
-        count: DDP has averaged the gradients, and each rank scales them by its own number, so
-        the replicas step apart. Said, not changed: what to scale by is the script's choice."""
+        count (tokens since the last update, with a summed loss): DDP has averaged the gradients,
+        so each rank scaled them its own way and the replicas stepped apart. Dividing by the
+        mean count over ranks gives what one process summing every rank's batches would:
+        `seen` becomes `rank_mean(seen)`, worked out once before a loop over the parameters.
+        Any other scaling by this rank's numbers (`p.grad *= k`) is said, not changed."""
         local = self._local_names(loop)
+        done: set[int] = set()  # loops over the parameters already given their mean
+        changed = False
         for node in self.tree.walk(loop.loop.body):
             if type(node) is cst.AugAssign and _is_grad(node.target) and reads(self.tree, node.value, local):
-                by = node.value
+                by, divisor = node.value, node.value if type(node.operator) is cst.DivideAssign else None
             elif (found := method_call(node)) is not None and found[1] in GRAD_SCALING and _is_grad(found[0]) and reads(self.tree, node, local):
-                by = node
+                by, divisor = node, node.args[0].value if found[1] in ("div_", "div") and len(node.args) == 1 else None  # type: ignore[attr-defined]
             else:
                 continue
-            self.warn(node, (
-                f"`{code(by)}` scales the gradients DDP averaged by a number of this rank's own batches: each rank scales them its own "
-                "way and the replicas step apart; scale by a value every rank shares (dist.all_reduce it first)"
+            if divisor is None:
+                self.warn(node, (
+                    f"`{code(by)}` scales the gradients DDP averaged by a number of this rank's own batches: each rank scales them its own "
+                    "way and the replicas step apart; scale by a value every rank shares (dist.all_reduce it first)"
+                ))
+                return changed
+            changed = True
+            over = self._parameter_loop(node, loop, divisor)
+            if over is None:
+                self.plan.replace(divisor, cst.parse_expression(f"rank_mean({code(divisor)})"))
+            else:
+                name = self._mean_name(loop.function, divisor)
+                if id(over) not in done:
+                    done.add(id(over))
+                    self.plan.insert_before(over, statements(f"{name} = rank_mean({code(divisor)})  # every rank divides alike\n"))
+                self.plan.replace(divisor, cst.Name(name))
+            self.change(node, (
+                f"`{code(divisor)}` is this rank's own count: the gradients DDP averaged are divided by its mean over ranks "
+                "(rank_mean), which is what one process counting every rank's batches divides by"
             ))
-            return
+        return changed
+
+    def _parameter_loop(self, node: cst.CSTNode, loop: TrainLoop, divisor: cst.BaseExpression) -> cst.For | None:
+        """The loop over the parameters around `node` in the step (`for p in model.parameters():`),
+        when the divisor reads nothing it binds: one mean per step, not one per parameter."""
+        for outer in self.tree.loops(node):
+            if outer is loop.loop or not self.tree.inside(outer, loop.loop.body):
+                return None
+            if type(outer) is cst.For and not reads(self.tree, divisor, set(self.program.names_in(outer.target))):
+                return outer
+        return None
+
+    def _mean_name(self, function: cst.FunctionDef | None, divisor: cst.BaseExpression) -> str:
+        stem = divisor.value if type(divisor) is cst.Name else "count"
+        return next(n for n in (f"mean_{stem}", f"{stem}_over_ranks", "mean_count_over_ranks") if not self.program.binds(function, n))
 
     def _sets_learning_rate(self, node: cst.If, loop: TrainLoop) -> bool:
         """`if loss.item() > prev: g["lr"] *= 0.5` (bold driver), or `if loss.item() < best:
