@@ -638,6 +638,59 @@ def test_an_index_put_that_sets_is_no_total() -> None:
     assert "all_reduce(last)" not in output
 
 
+FEATURE_METER = """\
+class FeatureStats:
+    def __init__(self):
+        self.sum = START
+        self.n = 0
+
+    def update(self, f, k=1):
+        self.sum += INCREMENT
+        self.n += f.size(0)
+"""
+
+
+@pytest.mark.parametrize(
+    ("start", "increment", "fed", "reduced"),
+    [
+        pytest.param("torch.zeros(4)", "f.sum(0)", "stats.update(x)", "        dist.all_reduce(stats.sum)  # a tensor: summed in place\n", id="started-as-a-tensor"),
+        pytest.param("0", "f.sum(dim=0)", "stats.update(x)", "        dist.all_reduce(stats.sum)  # a tensor: summed in place\n", id="added-a-tensor-with-a-dimension"),
+        pytest.param("0", "k * f.size(0)", "stats.update(x, x.detach().mean(0))", "        dist.all_reduce(stats.sum)  # a tensor: summed in place\n", id="fed-a-tensor-with-a-dimension"),
+        pytest.param("0", "f.sum().item()", "stats.update(x)", "        stats_totals = torch.tensor([stats.sum, stats.n], dtype=torch.float64)\n", id="numbers-are-packed"),
+    ],
+)
+def test_a_total_that_is_a_vector_is_reduced_as_a_tensor(tmp_path, start: str, increment: str, fed: str, reduced: str) -> None:
+    """Per-feature sums (`self.sum += f.sum(0)` in a meter, `feat_sum += out.sum(0)` in a local)
+    were packed into `torch.tensor([stats.sum, stats.n])`: ValueError ("only one element tensors
+    can be converted to Python scalars") on every rank and in the plain run (helper corpus AA,
+    repro 01). A total holding a tensor is reduced in place; numbers are packed as before. The
+    converted script runs as one plain process."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    stats = FeatureStats()\n").replace(
+        "        optimizer.step()\n", f"        optimizer.step()\n        {fed}\n"
+    ) + "    print('feature mean', stats.sum / stats.n, stats.n)\n"
+    helpers = FEATURE_METER.replace("START", start).replace("INCREMENT", increment)
+    output = convert(standard(loop=loop).replace("def main():", helpers + "\n\ndef main():")).output
+    assert reduced in output and "stats.n = int(" in output
+    if start == "torch.zeros(4)":
+        (tmp_path / "train_ddp.py").write_text(output)
+        import subprocess
+        import sys
+
+        run = subprocess.run([sys.executable, "train_ddp.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.count("feature mean tensor([") == 2 and run.stdout.rstrip().endswith(" 64")
+
+
+def test_a_local_total_of_tensors_with_a_dimension_is_reduced_as_a_tensor() -> None:
+    """`feat_sum, n = 0, 0`, `feat_sum += out.detach().sum(0)`: a tensor of features, which the
+    packed reduction turned into `float(feat_sum)` and a ValueError (helper corpus AA, 01b)."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    feat_sum, n = 0, 0\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        feat_sum += model(x).detach().sum(0)\n        n += x.size(0)\n"
+    ) + "    print(feat_sum / n)\n"
+    output = convert(standard(loop=loop)).output
+    assert "        dist.all_reduce(feat_sum)\n" in output and "float(feat_sum)" not in output
+
+
 @pytest.mark.parametrize("reset", ["total.zero_()", "total.fill_(0)", "top: total.fill_(0.0)"])
 def test_a_tensor_total_reset_in_place_each_epoch_is_reduced(reset: str) -> None:
     """`total = torch.zeros(())` before the epochs, `total.zero_()` after each report (or

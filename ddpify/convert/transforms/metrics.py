@@ -14,14 +14,14 @@ from typing import Literal
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.analysis.batches import from_batch
+from ddpify.analysis.batches import from_batch, reads
 from ddpify.analysis.splits import builds_training_split, training_split_test
 from ddpify.analysis.totals import restarts_inside
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.program import Program
-from ddpify.syntax import code, dotted, is_backward, method_call, string_value
+from ddpify.syntax import Tree, code, dotted, is_backward, method_call, string_value
 
 # An increment built from these is a Python number (`loss.item()`, `y.size(0)`, `len(y)`).
 NUMBER_METHODS = {"item", "size", "numel", "tolist"}
@@ -48,6 +48,12 @@ INTEGER_DTYPES = {"long", "int", "int64", "int32", "int16", "int8", "uint8"}
 BINCOUNT = {"torch.bincount", "numpy.bincount"}
 ZEROS = NUMPY_ZEROS | {"torch.zeros", "torch.zeros_like"}
 ONES = {"torch.ones", "torch.ones_like"}
+# reductions that keep a dimension when given one (`out.sum(0)`, `torch.mean(x, dim=0)`)
+REDUCTIONS = {"sum", "mean", "nansum", "nanmean", "std", "var", "prod", "amax", "amin", "count_nonzero", "logsumexp"}
+# methods that keep a tensor's shape (`.detach()`, `.cpu()`, `.float()`)
+SAME_SHAPE = {"detach", "cpu", "cuda", "float", "double", "half", "to", "clone", "contiguous"}
+# calls that make a tensor of the shape asked for (a meter attribute started with one holds a tensor)
+TENSOR_MAKERS = {"torch.zeros", "torch.zeros_like", "torch.ones", "torch.ones_like", "torch.empty", "torch.full", "torch.tensor"}
 # in-place adds into a tensor, by method: where the added values are (position, keyword), and
 # whether they add only with `accumulate=True` (`hist.scatter_add_(0, y, ones)`)
 INPLACE_ADDS = {
@@ -329,8 +335,9 @@ class ReduceMetrics(Transform):
                     # a Python number, unless an increment is a tensor: `total += loss` makes one
                     if all(map(self._is_number, values)):
                         totals[name] = "number"
-                    elif self._used_as_tensor(loop, name):
-                        totals[name] = "tensor"  # `correct += (pred == y).sum()`, then `correct.item()`
+                    elif self._used_as_tensor(loop, name) or any(keeps_a_dimension(self.tree, v) for v in values):
+                        # `correct += (pred == y).sum()`, then `correct.item()`; `feat_sum += out.sum(0)`: a tensor of any shape
+                        totals[name] = "tensor"
                     else:
                         totals[name] = "number?"
                 elif all(self.tree.is_call_to(v, NUMPY_ZEROS) for v in initial):
@@ -435,7 +442,19 @@ class ReduceMetrics(Transform):
         from them alone, assigned again (`meter.avg = meter.sum / meter.count`)."""
         found = self._meter_class(loop, name)
         assert found is not None
-        return self._meter_reduction(*found, name, loop.function)
+        return self._meter_reduction(*found, name, loop.function, self._update_calls(loop, name))
+
+    def _update_calls(self, loop: TrainLoop, name: str) -> list[cst.Call]:
+        """`name.update(...)` and `name[k].update(...)` in the loop."""
+        found = []
+        for call in self.tree.calls(loop.loop.body):
+            method = method_call(call)
+            if method is None or method[1] != "update":
+                continue
+            obj = method[0].value if type(method[0]) is cst.Subscript else method[0]
+            if type(obj) is cst.Name and obj.value == name:
+                found.append(call)
+        return found
 
     def _meter_dict_class(self, loop: TrainLoop, name: str) -> tuple[Program, cst.ClassDef] | None:
         """`meters = {k: AverageMeter() for k in ["cls", "reg"]}` (or the dict written out) before
@@ -455,24 +474,30 @@ class ReduceMetrics(Transform):
             return None
         return self._meter_of(initial[0].value)
 
-    def _meter_reduction(self, program: Program, cls: cst.ClassDef, name: str, function: cst.FunctionDef | None) -> list[str]:
+    def _meter_reduction(self, program: Program, cls: cst.ClassDef, name: str, function: cst.FunctionDef | None, fed: list[cst.Call]) -> list[str]:
+        """`fed`: the update() calls of the loop, whose arguments may be tensors with a dimension."""
         methods = program.class_methods(cls)
         update = methods["update"]
         attributes = _meter_totals(program, update)
-        tensor = self._free(function, f"{name}_totals", f"reduced_{name}")
-        lines = [
-            f"{tensor} = torch.tensor([{', '.join(f'{name}.{a}' for a in attributes)}], dtype=torch.float64)",
-            f"dist.all_reduce({tensor})",
-        ]
         starts = {}
         for method in (methods.get("__init__"), methods.get("reset")):
             for a in attributes:
                 for value, index in program.assignments(method, f"self.{a}") if method is not None else []:
                     starts[a] = program.element(value, index)
-        counts = _meter_counts(program, update, attributes)
-        for i, a in enumerate(attributes):
-            value = f"{tensor}[{i}].item()"
-            lines.append(f"{name}.{a} = int({value})" if isinstance(starts.get(a), cst.Integer) and a in counts else f"{name}.{a} = {value}")
+        tensors = [a for a in attributes if self._meter_tensor(program, update, a, starts.get(a), fed)]
+        numbers = [a for a in attributes if a not in tensors]
+        lines = []
+        if numbers:
+            tensor = self._free(function, f"{name}_totals", f"reduced_{name}")
+            lines += [
+                f"{tensor} = torch.tensor([{', '.join(f'{name}.{a}' for a in numbers)}], dtype=torch.float64)",
+                f"dist.all_reduce({tensor})",
+            ]
+            counts = _meter_counts(program, update, numbers)
+            for i, a in enumerate(numbers):
+                value = f"{tensor}[{i}].item()"
+                lines.append(f"{name}.{a} = int({value})" if isinstance(starts.get(a), cst.Integer) and a in counts else f"{name}.{a} = {value}")
+        lines += [f"dist.all_reduce({name}.{a})  # a tensor: summed in place" for a in tensors]
         tree = program.tree
         for node in program.scope_nodes(update):
             if type(node) is not cst.Assign or len(node.targets) != 1 or (target := dotted(node.targets[0].target)) is None or not target.startswith("self."):
@@ -485,6 +510,29 @@ class ReduceMetrics(Transform):
             if not names and attributes_read and all(r is not None and r.startswith("self.") and r[5:] in attributes for r in attributes_read):
                 lines.append(f"{name}.{target[5:]} = {code(node.value).replace('self.', f'{name}.')}")
         return lines
+
+    def _meter_tensor(self, program: Program, update: cst.FunctionDef, attribute: str, start: cst.CSTNode | None, fed: list[cst.Call]) -> bool:
+        """A meter total that holds a tensor: started as one (`self.sum = torch.zeros(dim)`), or
+        added to with one that keeps a dimension (`self.sum += f.sum(0)`, or `self.sum += val * n`
+        with `meter.update(out.mean(0), n)`). A number packs with the others; a tensor is reduced
+        in place (packed, it would not convert to a number)."""
+        tree = program.tree
+        if start is not None and type(start) is cst.Call and tree.qname(start.func) in TENSOR_MAKERS:
+            return True
+        increments = [n.value for n in program.scope_nodes(update) if type(n) is cst.AugAssign and dotted(n.target) == f"self.{attribute}"]
+        if any(keeps_a_dimension(tree, v) for v in increments):
+            return True
+        params = [p.name.value for p in update.params.params][1:]  # after self
+        vectors = set()
+        for call in fed:
+            for position, argument in enumerate(call.args):
+                if not keeps_a_dimension(self.tree, argument.value):
+                    continue
+                if argument.keyword is not None:
+                    vectors.add(argument.keyword.value)
+                elif position < len(params):
+                    vectors.add(params[position])
+        return any(reads(tree, v, vectors) for v in increments)
 
     def _step_history(self, loop: TrainLoop, name: str, values: list[cst.BaseExpression]) -> bool:
         """`G_losses = []` before the epochs, `G_losses.append(errG.item())` at each step, read
@@ -689,16 +737,14 @@ class ReduceMetrics(Transform):
     def _is_count(self, node: cst.BaseExpression) -> bool:
         """`x.size(0)`, `x.shape[0]`, `len(x)`, `x.numel()`: how many samples; and how many hits,
         `int(mask.sum())` or `(pred == y).sum().item()`."""
-        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
+        if _sizes(node):
             return True
         found = method_call(node)
-        if found and found[1] in {"size", "numel"}:
-            return True
         if found and found[1] == "item" and (inner := method_call(found[0])) is not None and inner[1] == "sum" and type(inner[0]) is cst.Comparison:
             return True  # `(pred == y).sum().item()`
         if self.tree.is_builtin_call(node, "int") and node.args and (inner := method_call(node.args[0].value)) is not None and inner[1] == "sum":  # type: ignore[union-attr]
             return True  # `int(mask.sum())`
-        return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "len"
+        return False
 
     def _is_number(self, node: cst.BaseExpression, depth: int = 2) -> bool:
         if self._is_count(node):
@@ -799,7 +845,7 @@ class ReduceMetrics(Transform):
             assert found is not None
             meter = self._free(function, "meter", f"{name}_meter")
             lines.append(f"for {meter} in {name}.values():  # made from the same keys on every rank: reduced in the same order")
-            lines += [f"    {line}" for line in self._meter_reduction(*found, meter, function)]
+            lines += [f"    {line}" for line in self._meter_reduction(*found, meter, function, self._update_calls(loop, name))]
         for name in [n for n, kind in totals.items() if kind == "array"]:
             lines.append(f"dist.all_reduce(torch.from_numpy({name}))  # in place: the tensor shares the array's memory")
             if name not in summed:
@@ -907,6 +953,32 @@ class ReduceMetrics(Transform):
         return next(n for n in names if not self.program.binds(function, n))
 
 
+def _sizes(node: cst.BaseExpression) -> bool:
+    """`f.size(0)`, `len(f)`, `f.shape[0]`, `f.numel()`: a number of samples, an int."""
+    found = method_call(node)
+    if found is not None and found[1] in ("size", "numel"):
+        return True
+    if type(node) is cst.Subscript and type(node.value) is cst.Attribute and node.value.attr.value == "shape":
+        return True
+    return type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == "len"
+
+
+def keeps_a_dimension(tree: Tree, node: cst.BaseExpression) -> bool:
+    """A tensor reduced along one dimension, not to a number (`out.detach().sum(0)`,
+    `torch.mean(x, dim=0)`, `f.sum(0).cpu()`): a total of it is a vector."""
+    while (found := method_call(node)) is not None and found[1] in SAME_SHAPE:
+        node = found[0]
+    if type(node) is not cst.Call:
+        return False
+    found = method_call(node)
+    if found is not None and found[1] in REDUCTIONS and tree.qname(node.func) is None:
+        return bool(node.args) and (node.args[0].keyword is None or node.args[0].keyword.value in ("dim", "axis"))
+    name = tree.qname(node.func) or ""
+    if name.startswith("torch.") and name[6:] in REDUCTIONS:
+        return len(node.args) > 1 and (node.args[1].keyword is None or node.args[1].keyword.value in ("dim", "axis"))
+    return False
+
+
 def _meter_totals(program: Program, update: cst.FunctionDef) -> list[str]:
     """The attributes update() adds to (`self.sum += val * n`), in its order."""
     found = []
@@ -934,7 +1006,7 @@ def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[st
     counts = set()
     for a in attributes:
         increments = [node.value for node in program.scope_nodes(update) if type(node) is cst.AugAssign and dotted(node.target) == f"self.{a}"]
-        if increments and all(isinstance(v, cst.Integer) or (type(v) is cst.Name and v.value in defaults) for v in increments):
+        if increments and all(isinstance(v, cst.Integer) or (type(v) is cst.Name and v.value in defaults) or _sizes(v) for v in increments):
             counts.add(a)
     return counts
 
