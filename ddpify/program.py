@@ -254,6 +254,12 @@ class Program:
                     names |= self.names_in(node.target)
         return names
 
+    def loops_binding(self, function: cst.FunctionDef | None, name: str) -> list[cst.For]:
+        """The `for` loops of a scope whose target binds `name`."""
+        if name not in self.loop_targets(function):
+            return []
+        return [node for node in self.scope_nodes(function) if type(node) is cst.For and name in self.names_in(node.target)]
+
     @staticmethod
     def names_in(target: cst.BaseExpression) -> set[str]:
         """The plain names an assignment or loop target binds (`x`, `a, (b, c)`)."""

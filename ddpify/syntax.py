@@ -142,6 +142,11 @@ WANDB_CALLS = {f"wandb.{name}" for name in ("init", "log", "finish", "watch", "s
 # Calls that fetch files from the network onto the disk.
 DOWNLOADS = {"urllib.request.urlretrieve", "wget.download", "gdown.download", "torch.hub.download_url_to_file"}
 # Calls that build an image object whose `.save(path)` writes a file.
+# Exports of a model into a compiled program: handed the plain model, never the DDP wrapper
+# (whose forward takes *inputs and broadcasts buffers through the process group). The scripted
+# module they return saves itself (`traced.save(path)`).
+SCRIPTED_EXPORTS = {"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module"}
+MODEL_EXPORTS = SCRIPTED_EXPORTS | {"torch.export.export", "torch.onnx.export", "torch.onnx.dynamo_export"}
 IMAGE_MAKERS = {"PIL.Image.fromarray", "PIL.Image.new", "PIL.Image.open", "torchvision.transforms.functional.to_pil_image"}
 NO_GRAD = {
     "torch.no_grad",

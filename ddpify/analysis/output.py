@@ -18,6 +18,7 @@ from ddpify.syntax import Tree, code, dotted
 WRITE_FUNCTIONS: dict[str, tuple[int | None, str] | None] = {
     "torch.save": (1, "f"),
     "torch.jit.save": (1, "f"),
+    "torch.export.save": (1, "f"),
     "torch.onnx.export": (2, "f"),
     "safetensors.torch.save_file": (1, "filename"),
     "safetensors.torch.save_model": (1, "filename"),
@@ -70,6 +71,10 @@ WRITE_METHODS: dict[str, tuple[int, str] | None] = {
 }
 # pathlib's changes to a file the receiver names (`ckpt.unlink()`, `tmp.replace(final)`).
 PATH_CHANGES = {"unlink", "rmdir", "rename", "replace", "touch"}
+# pathlib methods whose value is a path, or paths (`out.glob("*.pt")`), when their receiver is one
+PATH_METHODS = {"glob", "rglob", "iterdir", "with_suffix", "with_name", "with_stem", "joinpath", "resolve", "absolute", "expanduser"}
+# builtins that hand on the paths of their first argument (`sorted(out.glob(...))[:-2]`)
+PATH_KEEPERS = {"sorted", "list", "reversed", "tuple", "next", "max", "min"}
 FILE_METHODS = {"write", "writelines", "flush"}  # of a file object opened for writing
 # `tqdm.write(...)` prints a line above the bars, like print.
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write", *(f"{bar}.write" for bar in s.TQDM)}
@@ -232,9 +237,39 @@ class Outputs:
             return Output(FILE_WRITE, label, argument.value if argument is not None else None)
         if method == "save" and any(tree.is_call_to(o, s.IMAGE_MAKERS) for o in origins):
             return Output(FILE_WRITE, label)
-        if method in PATH_CHANGES and any((tree.qname(o.func) or "").startswith("pathlib.") for o in origins if isinstance(o, cst.Call)):
+        if method in PATH_CHANGES and self.is_path(obj, function):
             return Output(FILE_WRITE, label, obj)
+        if method == "save" and any(tree.is_call_to(o, s.SCRIPTED_EXPORTS) for o in origins):
+            return Output(FILE_WRITE, label)  # `traced = torch.jit.trace(model, x)`, `traced.save(path)`
         return None
+
+    def is_path(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 8) -> bool:
+        """A pathlib path, or a sequence of them: `Path(...)`, `out / "x.pt"`, `out.glob("*.pt")`,
+        `sorted(...)[:-2]`, `.parent`, an element of those (`for p in out.glob(...)`, `ckpts.pop(0)`),
+        or a name bound to one."""
+        if depth < 0:
+            return False
+        tree = self.tree
+        kind = type(expr)
+        if kind is cst.BinaryOperation and type(expr.operator) is cst.Divide:
+            return self.is_path(expr.left, function, depth - 1)
+        if kind is cst.Subscript:
+            return self.is_path(expr.value, function, depth - 1)
+        if kind is cst.Attribute and expr.attr.value in ("parent", "parents"):
+            return self.is_path(expr.value, function, depth - 1)
+        if kind is cst.Call:
+            if (tree.qname(expr.func) or "").startswith("pathlib."):
+                return True
+            found = s.method_call(expr)
+            if found is not None and (found[1] in PATH_METHODS or found[1] == "pop"):
+                return self.is_path(found[0], function, depth - 1)
+            return type(expr.func) is cst.Name and expr.func.value in PATH_KEEPERS and tree.qname(expr.func) in (None, f"builtins.{expr.func.value}") and bool(expr.args) and self.is_path(expr.args[0].value, function, depth - 1)
+        if kind is not cst.Name:
+            return False
+        for loop in self.program.loops_binding(function, expr.value):
+            if self.is_path(loop.iter, function, depth - 1):
+                return True
+        return any(o.node is not expr and self.is_path(o.node, o.function, depth - 1) for o in self.program.origins(expr, function))
 
     def is_log_object(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """`log = Log(...)` from another module (`log.train(...)`, `log(model, loss)`): its calls print."""

@@ -44,6 +44,8 @@ class Checkpoints(Transform):
                     self._save_plain_model(node, function)
                 elif self.tree.is_call_to(node, s.TORCH_LOAD):
                     self._load(node, function, saves)
+                elif self.tree.is_call_to(node, s.MODEL_EXPORTS):
+                    self._export_plain_model(node, function)
 
     def _read_after_write(self, call: cst.Call, function: cst.FunctionDef | None, written: dict[str, cst.Call], waited: set[str]) -> None:
         """`open("config.json", "w")` (rank 0's), then `open("config.json")` to read it on every
@@ -124,6 +126,18 @@ class Checkpoints(Transform):
                 ref = code(node)
                 self.plan.replace(node, cst.parse_expression(self.plain(ref, node)))
                 self.change(node, f"`{ref}` is saved as the plain model (`{ref}.module`), not its DDP wrapper")
+
+    def _export_plain_model(self, call: cst.Call, function: cst.FunctionDef | None) -> None:
+        """`torch.jit.trace(model, x)`, `torch.jit.script(model)`, `torch.export.export(model,
+        ...)`, `torch.onnx.export(model, ...)`: the plain model is exported. The wrapper fails to
+        trace (its forward broadcasts buffers through the process group; scripting refuses its
+        `*inputs`), and what does export carries `module.` in every name."""
+        exported = call.args[0].value if call.args and call.args[0].keyword is None else None
+        if exported is None or not isinstance(exported, (cst.Name, cst.Attribute)) or not self.facts.is_model(exported, function):
+            return
+        ref = code(exported)
+        self.plan.replace(exported, cst.parse_expression(self.plain(ref, exported)))
+        self.change(call, f"`{code(call.func)}(...)` exports the plain model (`{self.plain(ref, exported)}`), not its DDP wrapper")
 
     def _in_model_list(self, node: cst.BaseExpression) -> bool:
         """`nets[1]`: an element of a list whose models were wrapped one by one."""
