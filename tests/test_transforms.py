@@ -937,7 +937,10 @@ def test_names_the_setup_needs_are_not_taken_over() -> None:
     assert result.status == "unchanged" and "`local_rank`" in result.reason
 
 
-@pytest.mark.parametrize("build", ["MODELS[name]().to(device)", 'MODELS.get(name, Plain)(4)', "MODELS[name](4)", "build(name)", "build_inline(name)"])
+@pytest.mark.parametrize(
+    "build",
+    ["MODELS[name]().to(device)", 'MODELS.get(name, Plain)(4)', "MODELS[name](4)", "build(name)", "build_inline(name)", "by_branch(name)", "by_choice(name)", "by_name(name)", "(Plain() if name == 'plain' else Heads()).to(device)"],
+)
 def test_a_model_chosen_from_a_dict_of_same_file_classes_is_judged_by_each(build: str) -> None:
     """`model = MODELS[args.arch]()` over `MODELS = {"plain": Plain, "heads": Heads}`: the class was
     called not in this file, and a plain `DDP(model)` crashed at the second step where `Heads`
@@ -949,7 +952,11 @@ def test_a_model_chosen_from_a_dict_of_same_file_classes_is_judged_by_each(build
         "    def forward(self, x):\n        return self.fc(x)\n\n\n"
         'MODELS = {"plain": Plain, "heads": Heads}\n\n\n'
         "def build(name):  # a factory (helper corpus W, repro 02)\n    return MODELS[name]()\n\n\n"
-        'def build_inline(name):\n    return {"plain": Plain, "heads": Heads}[name]()\n'
+        'def build_inline(name):\n    return {"plain": Plain, "heads": Heads}[name]()\n\n\n'
+        # if/elif returns, a conditional expression, a name bound per branch (helper corpus Z, repro 02)
+        'def by_branch(name):\n    if name == "plain":\n        return Plain()\n    elif name == "heads":\n        return Heads()\n    raise ValueError(name)\n\n\n'
+        'def by_choice(name):\n    return Plain() if name == "plain" else Heads()\n\n\n'
+        'def by_name(name):\n    if name == "plain":\n        model = Plain()\n    else:\n        model = Heads()\n    return model\n'
     )
     source = standard(model=f"name = 'heads'\nmodel = {build}").replace("\n\ndef main", "\n" + classes + "\n\ndef main")
     result = convert(source)
@@ -3221,6 +3228,61 @@ def test_a_class_attribute_adding_up_the_shard_is_warned_about() -> None:
     source = standard(loop=loop).replace("def main():", "class Stats:\n    samples_seen = 0\n\n\ndef main():")
     result = convert(source)
     assert [w for w in warnings(result) if w.startswith("`Stats.samples_seen` is a class attribute that keeps adding up this rank's shard")]
+
+
+@pytest.mark.parametrize(
+    ("export", "save"),
+    [
+        ("traced = torch.jit.trace(model, torch.randn(2, 4))", "traced.save('model.ts')"),
+        ("traced = torch.jit.script(model)", "torch.jit.save(traced, 'model.ts')"),
+        ("program = torch.export.export(model, (torch.randn(2, 4),))", "torch.export.save(program, 'model.pt2')"),
+    ],
+)
+def test_a_model_exported_after_training_is_the_plain_model_saved_on_rank_0(export: str, save: str) -> None:
+    """`torch.jit.trace(model, x)` after training was handed the DDP wrapper: tracing failed on
+    every rank and in the plain run (a model with buffers: "Tried to trace ... ProcessGroup"),
+    scripting refused the wrapper's `*inputs`, and `traced.save(path)` ran on every rank (helper
+    corpus AB, repro 01). The plain model is exported, and the save runs on rank 0."""
+    after = f"model.eval()\n{export}\n{save}\n"
+    output = convert(standard(after=after)).output
+    assert "(model.module" in output.split(export.split("(")[0], 1)[1].splitlines()[0]
+    assert f"    if rank == 0:\n        {save}\n" in output
+
+
+@pytest.mark.parametrize(
+    "prune",
+    [
+        "for p in sorted(out.glob('*.pt'))[:-2]:\n    p.unlink()\n",
+        "(out / 'old.pt').unlink()\n",
+        "old = out / 'old.pt'\nold.unlink()\n",
+        "for p in out.glob('*.pt'):\n    p.rename(p.with_suffix('.old'))\n",
+    ],
+)
+def test_pathlib_removals_and_renames_of_the_scripts_paths_run_on_rank_0(prune: str) -> None:
+    """`for p in sorted(out.glob("ckpt-*.pt"))[:-2]: p.unlink()` (keeping the last checkpoints)
+    ran on every rank: only a `Path(...)` written in the call was known as a path (helper corpus
+    AB, repro 03). A path made from one (`/`, `glob`, `sorted(...)[...]`, a loop over them) is one."""
+    source = standard(after="torch.save(model.state_dict(), out / 'last.pt')\n" + prune).replace("import torch\n", "from pathlib import Path\n\nimport torch\n", 1)
+    source = source.replace("    device = ", "    out = Path('ckpt')\n    device = ", 1)
+    lines = convert(source).output.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == prune.splitlines()[0])
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    above = next(line for line in reversed(lines[:at]) if len(line) - len(line.lstrip()) < indent)
+    assert above.strip() == "if rank == 0:", "\n".join(lines)
+
+
+def test_set_epoch_for_a_loader_a_trainer_keeps_goes_through_the_trainer_in_the_caller() -> None:
+    """`trainer = Trainer(model, loader)` keeps it as `self.loader`; main's epoch loop calls
+    `trainer.train_epoch()`: `self.loader.sampler.set_epoch(epoch)` landed in main(), where there
+    is no `self` (NameError on every rank and in the plain run; helper corpus Z, repro 01)."""
+    helpers = (
+        "class Trainer:\n    def __init__(self, model, loader):\n        self.model = model\n        self.loader = loader\n"
+        "        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n\n    def train_epoch(self):\n        for x, y in self.loader:\n"
+        "            loss = nn.functional.mse_loss(self.model(x), y)\n            self.opt.zero_grad()\n            loss.backward()\n            self.opt.step()\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\ntrainer = Trainer(model, loader)\nfor epoch in range(2):\n    trainer.train_epoch()\n"
+    output = convert(script(body, helpers=helpers)).output
+    assert "    for epoch in range(2):\n        trainer.loader.sampler.set_epoch(epoch)\n" in output and "self.loader.sampler" not in output
 
 
 def test_a_load_from_the_folder_rank_0_saved_into_waits_for_it() -> None:

@@ -1872,6 +1872,12 @@ class Analyzer:
                 if argument is None:
                     continue
                 spelled, loader_node_caller = code(argument), argument
+            elif loader_code.startswith("self.") and self.program.owner_class(function) is not None:
+                # `self.loader` of a method called as `trainer.train_epoch()`: the caller reaches it as `trainer.loader`
+                receiver = dotted(call.func.value) if type(call.func) is cst.Attribute else None
+                if receiver is None:
+                    continue
+                spelled, loader_node_caller = (loader_code if receiver == "self" else receiver + loader_code[4:]), loader_node
             else:
                 loader_node_caller = loader_node
             found += self._epoch_start(call, spelled, loader_node_caller, caller, seen)
@@ -2298,16 +2304,23 @@ class Analyzer:
             return through
         return self._model_class(node, function)  # a name, or a same-file factory
 
-    def _registry_classes(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> list[cst.ClassDef]:
+    def _registry_classes(self, node: cst.CSTNode, function: cst.FunctionDef | None, depth: int = 3) -> list[cst.ClassDef]:
         """`MODELS[args.arch]()` or `MODELS.get(name)(...)` over a dict literal of same-file
-        classes (`MODELS = {"plain": Plain, "heads": Heads}`): every class it may build."""
+        classes (`MODELS = {"plain": Plain, "heads": Heads}`), `A() if big else B()`, or a
+        same-file factory returning one of those or a class of its own per branch (`if arch ==
+        "a": return A()` / `elif ...: return B()`): every class it may build. Empty when one
+        choice is not known."""
+        if type(node) is cst.IfExp:
+            branches = [self._chosen_class(unchained(b), function, depth) for b in (node.body, node.orelse)]
+            return [] if not all(branches) else [c for found in branches for c in found]
         if type(node) is not cst.Call:
             return []
         chooser = node.func
-        if (target := self.program.callee(node, function)) is not None and self.program.owner_class(target[0]) is None:
-            # `build_model(name)` returning `MODELS[name]()`: what the factory may build
-            found = [c for value in self.program.returns(target[0]) for c in self._registry_classes(unchained(value), target[0])]
-            return found
+        if depth > 0 and (target := self.program.callee(node, function)) is not None and self.program.owner_class(target[0]) is None:
+            # `build_model(name)` returning `MODELS[name]()`, or `A()` and `B()` in its branches: what the factory may build
+            values = self.program.returns(target[0])
+            branches = [self._chosen_class(unchained(value), target[0], depth - 1) for value in values]
+            return [] if not values or not all(branches) else [c for found in branches for c in found]
         if type(chooser) is cst.Subscript:
             table = chooser.value
         elif type(chooser) is cst.Call and (found := s.method_call(chooser)) is not None and found[1] == "get":
@@ -2325,6 +2338,17 @@ class Analyzer:
                     return []
                 classes.append(self.program.classes[value.value])
         return classes
+
+    def _chosen_class(self, node: cst.CSTNode, function: cst.FunctionDef | None, depth: int) -> list[cst.ClassDef]:
+        """The same-file classes one choice builds: `A()`, a registry or factory call, or a local
+        name bound to those (`model = A()` in each branch, then `return model`)."""
+        if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value in self.program.classes and self.tree.qname(node.func) is None:
+            return [self.program.classes[node.func.value]]
+        if type(node) is cst.Name and function is not None and depth > 0:
+            values = [unchained(self.program.element(v, i)) for v, i in self.program.assignments(function, node.value)]
+            branches = [self._chosen_class(v, function, depth - 1) for v in values]
+            return [] if not values or not all(branches) else [c for found in branches for c in found]
+        return self._registry_classes(node, function, depth)
 
     def _class_through_helper(self, call: cst.Call, function: cst.FunctionDef | None, depth: int = 2) -> cst.ClassDef | None:
         """`model = to_device(Net(), device)`: the same-file class of what a same-file helper
