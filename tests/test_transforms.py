@@ -992,8 +992,10 @@ class MoE(nn.Module):
         "out = torch.zeros_like(x)\n        for e, expert in enumerate(self.experts):\n            idx = torch.where(top == e)[0]\n"
         "            if len(idx) > 0:\n                out[idx] = expert(x[idx])\n        return self.head(out + x)",
         "return self.head(self.route(x, top) + x)",
+        "out = torch.zeros_like(x)\n        for e, expert in enumerate(self.experts):\n            idx = torch.where(top == e)[0]\n"
+        "            if idx.numel() == 0:\n                continue\n            out[idx] = expert(x[idx])\n        return self.head(out + x)",
     ],
-    ids=["loop-over-experts", "routed-in-a-method"],
+    ids=["loop-over-experts", "routed-in-a-method", "idle-expert-skipped-with-continue"],
 )
 def test_a_mixture_of_experts_that_skips_idle_experts_finds_unused_parameters(forward: str) -> None:
     """An expert no sample is routed to runs no forward: its parameters get no gradient and DDP's
@@ -1019,6 +1021,33 @@ def test_a_dict_output_read_into_the_loss_only_in_some_steps_finds_unused_parame
         source = standard(model="model = Net().to(device)", loop=loop).replace("\n\ndef main", "\n" + net + "\n\ndef main")
         wrap = "model = DDP(model, find_unused_parameters=True)\n" if unused else "model = DDP(model)\n"
         assert wrap in convert(source).output
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        "Output = namedtuple('Output', ['logits', 'aux'])\n",
+        "class Output(NamedTuple):\n    logits: torch.Tensor\n    aux: torch.Tensor\n",
+        "@dataclass\nclass Output:\n    logits: torch.Tensor\n    aux: torch.Tensor\n",
+    ],
+)
+def test_a_record_of_separate_heads_finds_unused_parameters(record: str) -> None:
+    """`return Output(self.out(h), self.aux(h))` with `Output` a namedtuple, and the aux loss
+    added only in epoch 0: the tuple and dict forms were known, the record was not, and from
+    epoch 1 DDP failed ("Expected to have finished reduction"), plain python too (helper
+    corpus Z, repro 08)."""
+    net = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n"
+        "        self.aux = nn.Linear(4, 1)\n        self.out = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n        h = self.body(x)\n        return Output(self.out(h), self.aux(h))\n"
+    )
+    loop = LOOP.replace(
+        "loss = nn.functional.mse_loss(model(x), y)",
+        "out = model(x)\n        loss = nn.functional.mse_loss(out.logits, y)\n        if epoch == 0:\n            loss = loss + nn.functional.mse_loss(out.aux, y)",
+    )
+    imports = "from collections import namedtuple\nfrom dataclasses import dataclass\nfrom typing import NamedTuple\n\n"
+    source = imports + standard(model="model = Net().to(device)", loop=loop).replace("\n\ndef main", "\n" + record + "\n\n" + net + "\n\ndef main")
+    assert "model = DDP(model, find_unused_parameters=True)\n" in convert(source).output
 
 
 def test_comments_and_formatting_survive() -> None:

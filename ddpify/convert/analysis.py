@@ -1128,15 +1128,36 @@ class Analyzer:
                     continue  # `for i in range(self.steps)`: the same layers in every step of the loop
                 if self._same_layers_either_way(node, set(layers)):
                     continue  # `data_parallel(self.main, x) if ... else self.main(x)`
-                if self._calls_self(node):
+                if self._calls_self(node) or (type(node) is cst.If and self._skips_layers(node)):
                     return f"`{cls.name.value}.forward` runs some layers only under a condition (line {self.tree.line(node)})"
         for node in self.program.scope_nodes(forward):
-            if isinstance(node, cst.Return) and isinstance(node.value, (cst.Tuple, cst.Dict)) and len(node.value.elements) > 1:
-                values = [el.value for el in node.value.elements]
+            if isinstance(node, cst.Return) and (values := self._output_fields(node.value)) is not None and len(values) > 1:
                 reached = [self._layers_behind(v, forward, methods, set()) for v in values]
                 if not any(layers == set().union(*reached) for layers in reached):
                     return f"`{cls.name.value}.forward` returns outputs of separate layers{SEPARATE_OUTPUTS}"
         return ""
+
+    def _output_fields(self, value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
+        """The separate outputs a forward returns: of a tuple, a dict, or a record of this file
+        (`Output(self.main(h), self.side(h))`, `Output = namedtuple(...)`, a NamedTuple or a
+        dataclass); None for one output."""
+        if isinstance(value, (cst.Tuple, cst.Dict)):
+            return [el.value for el in value.elements]
+        if type(value) is cst.Call and type(value.func) is cst.Name and self._is_record(value.func.value):
+            return [a.value for a in value.args]
+        return None
+
+    def _is_record(self, name: str) -> bool:
+        """`Output = namedtuple("Output", ...)`, `class Output(NamedTuple)`, `@dataclass class Output`."""
+        for made, _ in self.program.assignments(None, name):
+            if type(made) is cst.Call and self.tree.qname(made.func) in ("collections.namedtuple", "typing.NamedTuple"):
+                return True
+        cls = self.program.classes.get(name)
+        if cls is None:
+            return False
+        bases = {self.tree.qname(b.value) for b in cls.bases}
+        decorators = {self.tree.qname(d.decorator.func if type(d.decorator) is cst.Call else d.decorator) for d in cls.decorators}
+        return "typing.NamedTuple" in bases or "dataclasses.dataclass" in decorators
 
     def _layers_behind(self, expr: cst.CSTNode, function: cst.FunctionDef, methods: dict, seen: set) -> set[str]:
         """The `self.<layer>` calls an output of `function` depends on, through its local names and
@@ -1174,6 +1195,13 @@ class Analyzer:
     def _builds_layer(self, value: cst.Call) -> bool:
         name = self.tree.qname(value.func) or ""
         return name.startswith("torch.nn.") or (isinstance(value.func, cst.Name) and value.func.value in self.program.classes)
+
+    def _skips_layers(self, node: cst.If) -> bool:
+        """`if sel.numel() == 0: continue` in a loop over experts: the rest of the loop's body,
+        with its layer calls, is skipped under the condition."""
+        leaves = any(type(n) in (cst.Continue, cst.Break) for n in self.tree.walk(node.body))
+        loops = self.tree.loops(node)
+        return leaves and bool(loops) and self._calls_self(loops[0].body)
 
     def _calls_self(self, node: cst.CSTNode) -> bool:
         """A call of the model's own layers under `node`: `self.layer(x)`, or a layer a loop over
