@@ -2697,6 +2697,53 @@ def test_a_forward_and_backward_under_an_unseeded_random_test_run_on_every_rank_
 
 
 @pytest.mark.parametrize(
+    ("loop", "expected"),
+    [
+        ("t0 = time.time()\nwhile time.time() - t0 < 0.5:\n    EPOCH", "    while all_ranks(time.time() - t0 < 0.5):\n"),
+        ("while not out_of_time():\n    EPOCH", "    while all_ranks(not out_of_time()):\n"),
+        ("done = False\nwhile not done:\n    EPOCH    done = time.time() > DEADLINE\n", "    while all_ranks(not done):\n"),
+        ("for epoch in range(100):\n    EPOCH    if out_of_time():\n        break\n", "        if any_rank(out_of_time()):\n"),
+    ],
+    ids=["while-on-the-clock", "while-on-a-clock-helper", "while-on-a-flag-from-the-clock", "if-on-a-clock-helper"],
+)
+def test_a_time_budget_is_kept_by_every_rank_together(loop: str, expected: str) -> None:
+    """`while time.time() - t0 < budget:` around the epochs (or `while not out_of_time():`, a
+    same-file helper reading the clock, or `done = time.time() > deadline` read by `while not
+    done:`): each rank read its own clock, one left while the other began an epoch and waited
+    for it in backward() (helper corpus AB, repro 02). Every rank goes on only while every rank
+    would (all_ranks); an `if` on a clock helper leaves together (any_rank)."""
+    epoch = "for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    helpers = "START = time.time()\nDEADLINE = START + 0.5\n\n\ndef out_of_time():\n    return time.time() - START > 0.5\n"
+    source = standard(loop=loop.replace("EPOCH", epoch)).replace("def main():", helpers + "\n\ndef main():").replace("import torch\n", "import time\n\nimport torch\n", 1)
+    output = convert(source).output
+    assert expected in output
+    assert ("def all_ranks(flag):" in output) is ("all_ranks(" in expected)
+
+
+@pytest.mark.parametrize(
+    "draw",
+    ["aug.should_attack()", "should_attack()", "attack"],
+)
+def test_a_forward_and_backward_under_a_helpers_unseeded_draw_run_on_every_rank_together(draw: str) -> None:
+    """`if aug.should_attack(): x = aug.fgsm(model, x, y)` with `should_attack()` returning
+    `np.random.rand() < p` (or a function doing so, or a name bound to the draw): only the draw
+    written in the `if` was known; one rank ran the DDP backward alone and gloo failed (helper
+    corpus Z, repro 05)."""
+    helpers = (
+        "def should_attack():\n    return random.random() < 0.5\n\n\n"
+        "class Aug:\n    def should_attack(self):\n        return random.random() < 0.5\n\n\n"
+        "def fgsm(model, x, y):\n    x = x.clone().requires_grad_(True)\n    nn.functional.mse_loss(model(x), y).backward()\n    return (x + 0.1 * x.grad.sign()).detach()\n"
+    )
+    step = "        attack = random.random() < 0.5\n" if draw == "attack" else ""
+    if draw == "attack":  # CutMix's shape: a forward in each branch runs as many collectives either way
+        both = LOOP.replace("        loss = nn.functional.mse_loss(model(x), y)\n", f"{step}        if attack:\n            loss = nn.functional.mse_loss(model(x * 0.5), y)\n        else:\n            loss = nn.functional.mse_loss(model(x), y)\n")
+        assert "any_rank" not in convert(standard(loop=both).replace("import torch\n", "import random\nimport torch\n", 1)).output
+    loop = LOOP.replace("        loss = nn.functional.mse_loss(model(x), y)\n", f"{step}        if {draw}:\n            x = fgsm(model, x, y)\n        loss = nn.functional.mse_loss(model(x), y)\n")
+    source = standard(model="aug = Aug()\nmodel = nn.Linear(4, 1).to(device)", loop=loop).replace("def main():", helpers + "\n\ndef main():").replace("import torch\n", "import random\nimport torch\n", 1)
+    assert f"        if any_rank({draw}):\n" in convert(source).output
+
+
+@pytest.mark.parametrize(
     ("scale", "expected"),
     [
         ("    for p in model.parameters():\n        p.grad /= seen\n", "        mean_seen = rank_mean(seen)  # every rank divides alike\n        for p in model.parameters():\n            p.grad /= mean_seen\n"),

@@ -34,6 +34,18 @@ def any_rank(flag):
 '''
 
 
+ALL_HELPER = '''
+
+def all_ranks(flag):
+    """True on every rank only when `flag` is true on every rank: a loop that goes on while its
+    test holds on this rank's own numbers (a time budget) stops on every rank when one rank's
+    test fails; the others would wait for it in backward()."""
+    flag = torch.tensor(float(bool(flag)))  # a CPU tensor: the process group's gloo part carries it
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+'''
+
+
 MEAN_HELPER = '''
 
 def rank_mean(value):
@@ -80,15 +92,16 @@ class StopTogether(Transform):
 
     def run(self) -> None:
         rewritten: set[int] = set()
-        means = False
+        means = every = any_rank_used = False
         for loop in self.facts.train_loops:
             means = self._gradients_scaled_per_rank(loop) or means
-            exits = self._exits(loop)
-            if not exits:
-                continue
             local = self._local_names(loop)  # counters are the same on every rank
             clocks = clock_names(self.tree, self.program, loop.function)
             reduced = self.plan.reduced.get(id(loop.loop), set())  # ReduceMetrics ran: these are shared after the loop
+            every = self._while_tests(loop, local, reduced, clocks, rewritten) or every
+            exits = self._exits(loop)
+            if not exits:
+                continue
             for node in exits:
                 test = node.test
                 own = local if self.tree.inside(node, loop.loop.body) else local - reduced  # a `for`'s `else` runs after the reduction
@@ -103,6 +116,7 @@ class StopTogether(Transform):
                     ))
                     continue
                 self.plan.replace(test, cst.parse_expression(f"any_rank({code(test)})"))
+                any_rank_used = True
                 if self._skips_step(node, loop):
                     effect = "skips the step"
                 elif self._steps_under(node, loop):
@@ -114,9 +128,12 @@ class StopTogether(Transform):
                 else:
                     effect = "runs what it guards (a forward and backward through DDP)"
                 self.change(node, f"`{code(test)}` is this rank's own: every rank {effect} when any rank would (any_rank)")
-        if rewritten:
+        if any_rank_used:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(HELPER))
+        if every:
+            assert self.facts.imports_end is not None
+            self.plan.insert_after(self.facts.imports_end, statements(ALL_HELPER))
         if self._plateaus_decide_together() or means:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(MEAN_HELPER))
@@ -124,7 +141,13 @@ class StopTogether(Transform):
     def _per_rank(self, test: cst.BaseExpression, local: set[str], clocks: set[str]) -> bool:
         """A test on this rank's batch, on what it collects from it, on its clock, or on a draw
         from a global generator nothing seeds (each process starts from its own seed)."""
-        return reads(self.tree, test, local | clocks) or reads_clock(self.tree, test) or self._unseeded_draw(test)
+        function = self.tree.function(test)
+        return (
+            reads(self.tree, test, local | clocks | self._draw_names(function))
+            or reads_clock(self.tree, test)
+            or self._unseeded_draw(test)
+            or self._per_rank_helper(test)
+        )
 
     def _unseeded_draw(self, test: cst.BaseExpression) -> bool:
         for call in self.tree.calls(test):
@@ -132,6 +155,51 @@ class StopTogether(Transform):
             if name in RANDOM_DRAWS and not seeded_before(self.tree, self.program, call, self.tree.function(call), name.split(".")[0]):
                 return True
         return False
+
+    def _draw_names(self, function: cst.FunctionDef | None) -> set[str]:
+        """Names `function` binds from an unseeded draw (`attack = np.random.rand() < p`)."""
+        return {
+            name
+            for node in self.program.scope_nodes(function)
+            if type(node) is cst.Assign and self._unseeded_draw(node.value)
+            for target in node.targets
+            for name in self.program.names_in(target.target)
+        }
+
+    def _per_rank_helper(self, test: cst.BaseExpression, depth: int = 2) -> bool:
+        """`if out_of_time(): break`, `while not out_of_time():`, `if aug.should_attack():`: a
+        same-file function or method whose value reads this rank's clock or an unseeded draw."""
+        for call in self.tree.calls(test):
+            target = self.program.callee(call, self.tree.function(call))
+            if target is None:
+                continue
+            callee = target[0]
+            clocks = clock_names(self.tree, self.program, callee) | self._draw_names(callee)
+            for value in self.program.returns(callee):
+                if reads(self.tree, value, clocks) or reads_clock(self.tree, value) or self._unseeded_draw(value):
+                    return True
+                if depth > 0 and self._per_rank_helper(value, depth - 1):
+                    return True
+        return False
+
+    def _while_tests(self, loop: TrainLoop, local: set[str], reduced: set[str], clocks: set[str], rewritten: set[int]) -> bool:
+        """`while time.time() - t0 < budget:` around the training loop (or as it), `while not
+        out_of_time():`, `while not done:` with `done = time.time() > deadline`: each rank reads
+        its own clock, one leaves while another starts the next epoch and waits for it in
+        backward(). The test becomes `all_ranks(...)`: every rank goes on only while every rank
+        would."""
+        changed = False
+        for outer in [loop.loop, *self.tree.loops(loop.loop)]:
+            if type(outer) is not cst.While or id(outer) in rewritten or self.tree.function(outer) is not loop.function:
+                continue
+            own = local if outer is loop.loop else local - reduced
+            if not self._per_rank(outer.test, own, clocks):
+                continue
+            rewritten.add(id(outer))
+            self.plan.replace(outer.test, cst.parse_expression(f"all_ranks({code(outer.test)})"))
+            self.change(outer, f"`{code(outer.test)}` is this rank's own: every rank goes on only while every rank would (all_ranks)")
+            changed = True
+        return changed
 
     def _decided_above(self, node: cst.If, loop: TrainLoop, local: set[str], clocks: set[str], rewritten: set[int]) -> cst.If | None:
         """An `if` around `node`, inside the loops, whose own test is this rank's and not taken
@@ -214,10 +282,16 @@ class StopTogether(Transform):
 
     def _syncs_under(self, node: cst.If, loop: TrainLoop, syncs) -> bool:
         """`if random.random() < 0.5: x = fgsm(model, x, y)` in the step: a forward and backward
-        through DDP (a collective) that only some ranks run hangs the others."""
+        through DDP (a collective) that only some ranks run hangs the others. Not when the other
+        branch runs as many."""
         if not isinstance(node.body, cst.IndentedBlock) or not self.tree.inside(node, loop.loop.body):
             return False
-        return any(syncs(statement) for statement in node.body.body)
+        taken = sum(1 for statement in node.body.body if syncs(statement))
+        if type(node.orelse) is cst.Else and isinstance(node.orelse.body, cst.IndentedBlock):
+            other = sum(1 for statement in node.orelse.body.body if syncs(statement))
+        else:
+            other = 1 if node.orelse is not None and syncs(node.orelse) else 0
+        return taken != other  # a forward in each branch (CutMix or not): as many collectives either way
 
     def _gradients_scaled_per_rank(self, loop: TrainLoop) -> bool:
         """`p.grad /= seen` (or `p.grad.div_(seen)`) after backward(), with `seen` this rank's own
