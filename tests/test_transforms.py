@@ -2696,6 +2696,50 @@ def test_a_forward_and_backward_under_an_unseeded_random_test_run_on_every_rank_
     assert ("        if any_rank(random.random() < 0.5):\n" in convert(source).output) is together
 
 
+def test_a_training_function_returning_this_ranks_last_loss_returns_its_mean() -> None:
+    """`return last` (`last = loss.item()`) from the function that trains an epoch, read by an
+    early-stopping callback or a rate halved when it rose: each rank decided on its own batch,
+    one stopped while the other waited (helper corpus Y, repros 04 and 06). The function returns
+    the mean over ranks."""
+    helpers = (
+        "def run_epoch(model, loader, optimizer):\n    last = 0.0\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n        last = loss.item()\n    return last\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nbest = 1e9\nfor epoch in range(5):\n    last = run_epoch(model, loader, optimizer)\n    if last > best:\n        break\n    best = last\n"
+    output = convert(script(body, helpers=helpers)).output
+    assert "    return rank_mean(last)\n" in output and "any_rank" not in output
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [
+        ("        guard.observe(loss.item())\n", "        guard.observe(rank_mean(loss.item()))\n"),
+        ("    last = loss.item()\n    if last > prev:\n        for g in optimizer.param_groups:\n            g['lr'] *= 0.5\n    prev = last\n", "    if any_rank(last > prev):\n"),
+    ],
+    ids=["a-method-setting-the-rate-handed-this-ranks-loss", "a-rate-halved-after-the-loop-on-this-ranks-last-loss"],
+)
+def test_a_learning_rate_set_on_this_ranks_numbers_is_set_alike(step: str, expected: str) -> None:
+    """`guard.observe(loss.item())` where `observe` halves the rate when the loss spikes, or `last =
+    loss.item()` after the batch loop then `if last > prev: g["lr"] *= 0.5`: each rank cut its rate
+    at its own steps and the replicas drifted apart (helper corpora Z, repro 04, and Y, v04d)."""
+    helpers = (
+        "class Guard:\n    def __init__(self, optimizer):\n        self.optimizer, self.best = optimizer, float('inf')\n\n"
+        "    def observe(self, value):\n        if value > 1.5 * self.best:\n            for g in self.optimizer.param_groups:\n                g['lr'] *= 0.5\n"
+        "        self.best = min(self.best, value)\n"
+    )
+    loop = LOOP.replace("for epoch in range(2):\n", "prev = float('inf')\nguard = Guard(optimizer)\nfor epoch in range(2):\n") + step
+    output = convert(standard(loop=loop).replace("def main():", helpers + "\n\ndef main():")).output
+    assert expected in output
+
+
+def test_a_validation_loss_after_the_loop_rebinding_the_batch_names_is_no_ranks_own() -> None:
+    """After the batch loop, `y = val_y` and `val_loss = ...(model(val_x), y)...`: `y` was a batch
+    name, but is bound again to the whole validation set: a stop on `val_loss` needs no any_rank."""
+    loop = LOOP + "    with torch.no_grad():\n        y = val_y\n        val_loss = nn.functional.mse_loss(model(val_x), y).item()\n    if val_loss < 0.01:\n        break\n"
+    source = standard(loop=loop, loader=LOADER + "\nval_x, val_y = torch.randn(16, 4), torch.randn(16, 1)")
+    assert "any_rank" not in convert(source).output
+
+
 @pytest.mark.parametrize(
     ("loop", "expected"),
     [

@@ -104,7 +104,7 @@ class StopTogether(Transform):
                 continue
             for node in exits:
                 test = node.test
-                own = local if self.tree.inside(node, loop.loop.body) else local - reduced  # a `for`'s `else` runs after the reduction
+                own = local if self.tree.inside(node, loop.loop.body) else self._after_the_loop(loop, local - reduced)  # a `for`'s `else` runs after the reduction
                 if id(node) in rewritten or not self._per_rank(test, own, clocks):
                     continue
                 rewritten.add(id(node))
@@ -134,6 +134,9 @@ class StopTogether(Transform):
         if every:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(ALL_HELPER))
+        for loop in self.facts.train_loops:
+            means = self._returns_together(loop) or means
+            means = self._rates_set_together(loop) or means
         if self._plateaus_decide_together() or means:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(MEAN_HELPER))
@@ -192,7 +195,7 @@ class StopTogether(Transform):
         for outer in [loop.loop, *self.tree.loops(loop.loop)]:
             if type(outer) is not cst.While or id(outer) in rewritten or self.tree.function(outer) is not loop.function:
                 continue
-            own = local if outer is loop.loop else local - reduced
+            own = local if outer is loop.loop else self._after_the_loop(loop, local - reduced)
             if not self._per_rank(outer.test, own, clocks):
                 continue
             rewritten.add(id(outer))
@@ -256,6 +259,31 @@ class StopTogether(Transform):
                     local.add(target)
                     grown = True
         return local
+
+    def _after_the_loop(self, loop: TrainLoop, own: set[str]) -> set[str]:
+        """`own`, followed through what the loops around the batch loop bind after it, in order:
+        a name bound from one of them is this rank's too (`last = loss.item()` at the end of the
+        epoch, then `if last > prev:`), a name bound from anything else no longer is (`y =
+        val[2]` before a validation loss; the names a comprehension or loop binds over the
+        validation loader)."""
+        own = set(own)
+        outers = [o for o in self.tree.loops(loop.loop) if o is not loop.loop and self.tree.function(o) is loop.function]
+        if not outers:
+            return own
+        end = self.tree.end_order(loop.loop)
+        for node in self.tree.walk(outers[-1].body):
+            if self.tree.order(node) < end:
+                continue
+            if type(node) is cst.For:
+                own -= self.program.names_in(node.target)
+            elif type(node) is cst.Assign:
+                bound = {name for t in node.targets for name in self.program.names_in(t.target)}
+                inner = {name for n in self.tree.walk(node.value) if type(n) is cst.CompFor for name in self.program.names_in(n.target)}
+                if reads(self.tree, node.value, own - inner):
+                    own |= bound
+                else:
+                    own -= bound
+        return own
 
     def _exits(self, loop: TrainLoop) -> list[cst.If]:
         """`if` statements that leave the batch loop or an enclosing loop of the same function
@@ -345,6 +373,64 @@ class StopTogether(Transform):
     def _mean_name(self, function: cst.FunctionDef | None, divisor: cst.BaseExpression) -> str:
         stem = divisor.value if type(divisor) is cst.Name else "count"
         return next(n for n in (f"mean_{stem}", f"{stem}_over_ranks", "mean_count_over_ranks") if not self.program.binds(function, n))
+
+    def _number(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """A Python number: `loss.item()`, `float(...)`, or a name only ever bound to those."""
+        found = method_call(expr)
+        if found is not None and found[1] == "item" and not expr.args:  # type: ignore[attr-defined]
+            return True
+        if self.tree.is_builtin_call(expr, "float"):
+            return True
+        if type(expr) is cst.Name:
+            values = [self.program.element(v, i) for v, i in self.program.assignments(function, expr.value)]
+            bound = [v for v in values if type(v) not in (cst.Integer, cst.Float)]  # `last = 0.0` before the loop
+            return bool(bound) and all(self._number(v, function) for v in bound)
+        return False
+
+    def _returns_together(self, loop: TrainLoop) -> bool:
+        """`return last` after the batch loop of a training function, `last = loss.item()` this
+        rank's own: a caller deciding on it (an early-stopping callback, a rate halved when it
+        rose) decides per rank. The function returns its mean over ranks (rank_mean); it runs on
+        every rank, as its DDP forwards do."""
+        if loop.function is None:
+            return False
+        local = self._after_the_loop(loop, self._local_names(loop) - self.plan.reduced.get(id(loop.loop), set()))
+        changed = False
+        for node in self.program.scope_nodes(loop.function):
+            if type(node) is not cst.Return or node.value is None or self.tree.inside(node, loop.loop):
+                continue
+            if self.tree.order(node) < self.tree.order(loop.loop):
+                continue
+            value = node.value
+            if not reads(self.tree, value, local) or not self._number(value, loop.function):
+                continue
+            self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
+            self.change(node, f"`{code(value)}` is this rank's own: `{loop.function.name.value}` returns its mean over ranks (rank_mean), so what its callers decide on it, every rank decides alike")
+            changed = True
+        return changed
+
+    def _rates_set_together(self, loop: TrainLoop) -> bool:
+        """`guard.observe(loss.item())`, `adjust_lr(last)`: a same-file function or method that
+        sets the learning rate, handed this rank's own number. It is handed the mean over ranks
+        (rank_mean), so every rank sets the same rate."""
+        local = self._local_names(loop)
+        reduced = self.plan.reduced.get(id(loop.loop), set())
+        scopes = [loop.loop.body, *(outer.body for outer in self.tree.loops(loop.loop) if outer is not loop.loop)]
+        changed = False
+        for call in self.program.calls_in(loop.function):
+            if not any(self.tree.inside(call, scope) for scope in scopes):
+                continue
+            target = self.program.callee(call, loop.function)
+            if target is None or not any(type(n) in (cst.Assign, cst.AugAssign) and _stores_lr(n) for n in self.program.scope_nodes(target[0])):
+                continue
+            own = local if self.tree.inside(call, loop.loop.body) else self._after_the_loop(loop, local - reduced)
+            for argument in call.args:
+                value = argument.value
+                if reads(self.tree, value, own) and self._number(value, loop.function):
+                    self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
+                    self.change(call, f"`{code(value)}` is this rank's own: `{code(call.func)}(...)` sets the learning rate on its mean over ranks (rank_mean), alike on every rank")
+                    changed = True
+        return changed
 
     def _sets_learning_rate(self, node: cst.If, loop: TrainLoop) -> bool:
         """`if loss.item() > prev: g["lr"] *= 0.5` (bold driver), or `if loss.item() < best:
