@@ -3974,6 +3974,27 @@ def run_epoch(model, loader, {signature}):
 
 
 @pytest.mark.parametrize(
+    ("write", "read"),
+    [
+        ('with open("cfg.json", "w") as f:\n    json.dump({"lr": 0.1}, f)', 'cfg = load_config("cfg.json")'),
+        ('Path("cfg.json").write_text(json.dumps({"lr": 0.1}))', 'cfg = json.loads(Path("cfg.json").read_text())'),
+        ('with open("cfg.json", "w") as f:\n    json.dump({"lr": 0.1}, f)', 'cfg = json.loads(Path("cfg.json").read_text())'),
+    ],
+    ids=["read-by-a-same-file-helper", "pathlib-both-ways", "read-with-pathlib"],
+)
+def test_a_config_written_on_rank_0_and_read_back_is_waited_for(write: str, read: str) -> None:
+    """The config written on rank 0 and read back through a same-file helper (`cfg =
+    load_config(path)`, which opens it) or `Path(p).read_text()`: no barrier, and rank 1 read a
+    file rank 0 had not written yet (helper corpus Y, repro 03)."""
+    helpers = "def load_config(path):\n    with open(path) as f:\n        return json.load(f)\n"
+    source = standard(device=write + "\n" + read + "\n" + DEVICE).replace("def main():", helpers + "\n\ndef main():")
+    source = source.replace("import torch\n", "import json\nfrom pathlib import Path\n\nimport torch\n", 1)
+    lines = convert(source).output.splitlines()
+    at = lines.index("    " + read)
+    assert lines[at - 1] == "    dist.barrier()  # rank 0 wrote this file: wait until it is complete", "\n".join(lines)
+
+
+@pytest.mark.parametrize(
     ("save", "load", "before"),
     [
         pytest.param('with open("model.pt", "wb") as f:\n    torch.save(model, f)', 'with open("model.pt", "rb") as f:\n    model = torch.load(f, weights_only=False)',

@@ -19,6 +19,11 @@ from ddpify.syntax import code, string_value
 FALLBACK = '"cuda" if torch.cuda.is_available() else "cpu"'
 
 
+# pathlib's reads and writes of the file a path names
+PATH_READS = {"read_text", "read_bytes"}
+PATH_WRITES = {"write_text", "write_bytes"}
+
+
 class Checkpoints(Transform):
     name = "checkpoint"
     DESCRIPTION = "state_dict through model.module, map_location on torch.load, barrier before reading back"
@@ -50,13 +55,13 @@ class Checkpoints(Transform):
     def _read_after_write(self, call: cst.Call, function: cst.FunctionDef | None, written: dict[str, cst.Call], waited: set[str]) -> None:
         """`open("config.json", "w")` (rank 0's), then `open("config.json")` to read it on every
         rank: the others must wait for rank 0 to finish writing (a barrier before the first read)."""
-        if not self.tree.is_builtin_call(call, "open") or self.facts.in_dataset(function):
+        if self.facts.in_dataset(function):
             return
-        path = s.arg(call, 0, "file")
-        if path is None or private_to_process(self.tree, self.program, path.value, function):
+        path, writes = self._file_access(call, function)
+        if path is None or private_to_process(self.tree, self.program, path, function):
             return
-        spelled = code(path.value)
-        if self.tree.opens_for_writing(call):
+        spelled = code(path)
+        if writes:
             written.setdefault(spelled, call)
             waited.discard(spelled)
             return
@@ -70,6 +75,27 @@ class Checkpoints(Transform):
         waited.add(spelled)
         self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
         self.change(call, f"barrier before reading {spelled} back: rank 0 writes it, every rank reads it")
+
+    def _file_access(self, call: cst.Call, function: cst.FunctionDef | None, depth: int = 1) -> tuple[cst.BaseExpression | None, bool]:
+        """The path a call opens, and whether it writes it: `open(p)`, `open(p, "w")`,
+        `Path(p).read_text()`, `Path(p).write_text(...)`, or a same-file helper that opens the path
+        it is handed (`cfg = load_config(path)`)."""
+        if self.tree.is_builtin_call(call, "open"):
+            path = s.arg(call, 0, "file")
+            return (path.value if path is not None else None), self.tree.opens_for_writing(call)
+        found = s.method_call(call)
+        if found is not None and found[1] in PATH_READS | PATH_WRITES and type(found[0]) is cst.Call and (self.tree.qname(found[0].func) or "").startswith("pathlib.") and found[0].args:
+            return found[0].args[0].value, found[1] in PATH_WRITES
+        target = self.program.callee(call, function) if depth > 0 else None
+        if target is None or self.program.owner_class(target[0]) is not None:
+            return None, False
+        params = set(self.program.param_names(target[0]))
+        for inner in self.program.calls_in(target[0]):
+            path, writes = self._file_access(inner, target[0], depth - 1)
+            if not writes and type(path) is cst.Name and path.value in params:
+                argument = self.program.argument_for(call, target[0], path.value)
+                return argument, False
+        return None, False
 
     def _prepared(self, write: cst.CSTNode) -> bool:
         """A write in a statement that prepares data files (on rank 0, a barrier after it)."""
