@@ -3405,6 +3405,29 @@ def test_set_epoch_for_a_loader_a_trainer_keeps_goes_through_the_trainer_in_the_
     assert "    for epoch in range(2):\n        trainer.loader.sampler.set_epoch(epoch)\n" in output and "self.loader.sampler" not in output
 
 
+@pytest.mark.parametrize("where", ["caller", "callback"])
+def test_the_model_a_trainer_holds_is_reached_through_module_outside_the_class(where: str) -> None:
+    """`trainer = Trainer(model, ...)` holds the wrapper as `self.model`; the caller's
+    `trainer.model.state_dict()` and `trainer.model.embed(x)`, or a callback handed the trainer
+    (`cb.on_epoch_end(self)`) saving `trainer.model.state_dict()`, reached the wrapper: `module.`
+    keys the plain model refused, and AttributeError (helper corpora Z, repro 03, and Y, repro 02)."""
+    helpers = (
+        "class Checkpoint:\n    def on_epoch_end(self, trainer):\n        torch.save(trainer.model.state_dict(), 'last.pt')\n\n\n"
+        "class Trainer:\n    def __init__(self, model, loader, callbacks):\n        self.model, self.loader, self.callbacks = model, loader, callbacks\n"
+        "        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n\n    def fit(self):\n        for x, y in self.loader:\n"
+        "            loss = nn.functional.mse_loss(self.model(x), y)\n            self.opt.zero_grad()\n            loss.backward()\n            self.opt.step()\n"
+        "        for cb in self.callbacks:\n            cb.on_epoch_end(self)\n"
+    )
+    callbacks = "[Checkpoint()]" if where == "callback" else "[]"
+    after = "" if where == "callback" else "torch.save(trainer.model.state_dict(), 'final.pt')\nprint(trainer.model.weight.shape)\n"
+    body = f"{DEVICE}\n{LOADER}\ntrainer = Trainer(nn.Linear(4, 1).to(device), loader, {callbacks})\ntrainer.fit()\n{after}"
+    output = convert(script(body, helpers=helpers)).output
+    if where == "callback":
+        assert "        torch.save(trainer.model.module.state_dict(), 'last.pt')\n" in output
+    else:
+        assert "trainer.model.module.state_dict()" in output and "print(trainer.model.module.weight.shape)" in output
+
+
 def test_a_load_from_the_folder_rank_0_saved_into_waits_for_it() -> None:
     """A checkpoint saved under a temporary name and renamed (`torch.save(..., path + ".tmp")`,
     `os.replace`), then loaded by every rank through another spelling of its path

@@ -33,6 +33,10 @@ def wrapper_names(
     after which its name holds the wrapper (before it, the plain module)."""
     seeds = list(seeds)
     refs = program.propagate(seeds)
+    held = _instance_attributes(program, refs)
+    if held:
+        seeds += held
+        refs = program.propagate(seeds)
     for _ in range(3):  # `best = trainer.fit()`, then `final = best`
         aliases = _aliases(tree, program, refs, wrapped_at, plain_returns)
         if not aliases:
@@ -40,6 +44,60 @@ def wrapper_names(
         seeds += aliases
         refs = program.propagate(seeds)
     return refs
+
+
+def _instance_attributes(program: Program, refs: Refs) -> list[Seed]:
+    """`trainer.model` outside the class, where `trainer` is an object of a class whose
+    `__init__` holds the wrapper in `self.model` (it wraps it there, or is handed it):
+    `trainer = Trainer(...)`, or a callback's parameter handed `self` (`cb.on_epoch_end(self)`)."""
+    held: dict[cst.ClassDef, set[str]] = {}
+    for function, names in refs.items():
+        if function is None or function.name.value != "__init__" or (cls := program.owner_class(function)) is None:
+            continue
+        attributes = {name[5:] for name in names if name.startswith("self.") and name.count(".") == 1}
+        if attributes:
+            held.setdefault(cls, set()).update(attributes)
+    found: list[Seed] = []
+    if not held:
+        return found
+    for function in [None, *program.all_functions]:
+        if program.owner_class(function) in held:
+            continue  # its methods reach it as `self.model`
+        for node in program.scope_nodes(function):
+            if type(node) is not cst.Attribute or type(node.value) is not cst.Name or node.value.value == "self":
+                continue
+            classes = {_class_of(program, o.node, o.function) for o in program.origins(node.value, function)} or _handed_by_name(program, node.value.value, function)
+            if len(classes) == 1 and (cls := classes.pop()) in held and node.attr.value in held[cls]:  # type: ignore[operator]
+                seed = (f"{node.value.value}.{node.attr.value}", function)
+                if seed not in found:
+                    found.append(seed)
+    return found
+
+
+def _handed_by_name(program: Program, param: str, function: cst.FunctionDef | None) -> set[cst.ClassDef | None]:
+    """The classes of what a method's parameter is handed where the method is called through an
+    object this file cannot follow (`for cb in self.callbacks: cb.on_epoch_end(self, epoch)`):
+    the calls of a method of that name no same-file function answers."""
+    if function is None or program.owner_class(function) is None or param not in program.param_names(function):
+        return set()
+    index = program.param_names(function).index(param)  # param_names leaves self out
+    found: set[cst.ClassDef | None] = set()
+    for caller in [None, *program.all_functions]:
+        for call in program.calls_in(caller):
+            if type(call.func) is not cst.Attribute or call.func.attr.value != function.name.value or program.callee(call, caller) is not None:
+                continue
+            positional = [a for a in call.args if a.keyword is None and not a.star]
+            found.add(_class_of(program, positional[index].value, caller) if 0 <= index < len(positional) else None)
+    return found
+
+
+def _class_of(program: Program, value: cst.CSTNode, function: cst.FunctionDef | None) -> cst.ClassDef | None:
+    """The same-file class of an object: made by `Trainer(...)`, or `self` in its methods."""
+    if type(value) is cst.Call and type(value.func) is cst.Name:
+        return program.classes.get(value.func.value)
+    if type(value) is cst.Name and value.value == "self":
+        return program.owner_class(function)
+    return None
 
 
 def _aliases(tree: Tree, program: Program, refs: Refs, wrapped_at: Mapping[Seed, cst.CSTNode], plain_returns: Collection[Seed]) -> list[Seed]:
