@@ -20,7 +20,7 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from ddpify import syntax as s
-from ddpify.syntax import Tree, code, dotted, string_value
+from ddpify.syntax import Tree, code, dotted, string_value, unchained
 
 COMPANION_LIMIT = 500_000  # bytes: a module of the script's own larger than this is not read
 # Calls that wrap an iterable without changing what it yields batch by batch.
@@ -320,6 +320,7 @@ class Program:
             return self.owner_class(function)
         scope = function if function is not None and self.assignments(function, obj.value) else None
         for value, index in self.assignments(scope, obj.value):
+            value = unchained(value)  # `model = Net().to(device)`
             if index is None and isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes:
                 return self.classes[value.func.value]
         return None

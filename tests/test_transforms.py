@@ -4126,6 +4126,25 @@ def test_a_helper_handed_the_whole_model_before_and_after_the_wrap_reaches_it_bo
     assert [f.code for f in lint_source(result.output, "converted.py")] == []
 
 
+def test_a_method_of_the_model_unfreezing_its_backbone_after_the_wrap_wraps_again() -> None:
+    """`model.set_backbone_trainable(True)` after the wrap, a method of the model's class looping
+    over `self.backbone.parameters()`, with `model = Net().to(device)`: the call went through
+    `.module` and nothing wrapped again, so the backbone trained apart on every rank (helper
+    corpus Z, repro 06). The method's switch is the call's, as a helper's is."""
+    net = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.backbone = nn.Linear(4, 4)\n        self.head = nn.Linear(4, 1)\n\n"
+        "    def set_backbone_trainable(self, flag):\n        for p in self.backbone.parameters():\n            p.requires_grad = flag\n\n"
+        "    def forward(self, x):\n        return self.head(self.backbone(x))\n"
+    )
+    body = (
+        f"{DEVICE}\n{LOADER}\nmodel = Net().to(device)\nmodel.set_backbone_trainable(False)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    if epoch == 1:\n        model.set_backbone_trainable(True)\n"
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    output = convert(script(body, helpers=net)).output
+    assert "            model.module.set_backbone_trainable(True)\n            model = DDP(model.module)  # again:" in output
+
+
 def test_a_critic_switched_off_and_on_every_step_is_wrapped_once() -> None:
     """WGAN's `for p in D.parameters(): p.requires_grad = False` for the generator's step and
     `= True` for its own: every parameter required a gradient at the wrap, so nothing is wrapped

@@ -40,7 +40,8 @@ class GradSwitches:
     def all(self) -> list[GradSwitch]:
         """`for p in m.parameters(): p.requires_grad = flag` (or `p.requires_grad_(flag)`),
         `m.requires_grad_(flag)`, and a call of a same-file function that does the loop form to
-        a module it is handed (`set_requires_grad(model.backbone, True)`), the flag then being
+        a module it is handed (`set_requires_grad(model.backbone, True)`) or, as a method of the
+        model's class, to its own (`model.set_backbone_trainable(True)`), the flag then being
         what the call passes."""
         found: list[GradSwitch] = []
         in_loops: set[cst.Call] = set()
@@ -64,6 +65,8 @@ class GradSwitches:
                 subject = _root_name(switch.module) if switch is not None else None
                 # `set_requires_grad(model.backbone, True)`, or `set_backbone_trainable(model, True)` reaching `model.backbone`
                 handed = self.program.argument_for(call, helper, subject) if subject is not None else None
+                if subject == "self" and type(call.func) is cst.Attribute:
+                    handed = call.func.value  # a method of the model's class: `model.set_backbone_trainable(True)`
                 if switch is not None and handed is not None:
                     found.append(GradSwitch(call, call, handed, switch.on))
         found.sort(key=lambda switch: self.tree.order(switch.node))
