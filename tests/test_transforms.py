@@ -4145,6 +4145,34 @@ def test_a_method_of_the_model_unfreezing_its_backbone_after_the_wrap_wraps_agai
     assert "            model.module.set_backbone_trainable(True)\n            model = DDP(model.module)  # again:" in output
 
 
+@pytest.mark.parametrize(
+    "write",
+    ["with torch.no_grad():\n            model.weight[0] = x[0]", "model.weight.data.copy_(x[:1])"],
+)
+def test_a_parameter_written_from_the_batch_outside_the_optimizer_is_warned_about(write: str) -> None:
+    """`model.codebook.weight[dead] = z[pick]` in the step (a VQ-VAE restarting dead codes from
+    the batch): each rank wrote its own rows and the replicas trained apart, silently (helper
+    corpus AA, repro 02)."""
+    loop = LOOP.replace("        optimizer.step()\n", f"        optimizer.step()\n        {write}\n")
+    source = standard(model="model = nn.Linear(4, 4).to(device)", loop=loop.replace("mse_loss(model(x), y)", "mse_loss(model(x).sum(1, keepdim=True), y)"))
+    result = convert(source)
+    assert any("is a parameter written from this rank's batch outside the optimizer" in w for w in warnings(result))
+
+
+@pytest.mark.parametrize("update", ["self.running.mul_(0.9).add_(0.1 * x.mean(0))", "self.running += x.mean(0)"])
+def test_a_buffer_the_forward_changes_in_place_with_its_batch_is_warned_about(update: str) -> None:
+    """`self.running.mul_(0.9).add_(0.1 * x.mean(0))` in forward (a VQ-VAE's EMA codebook): DDP
+    copies rank 0's buffers to every rank before each forward, so the others' updates were lost,
+    silently; only `self.running = ...` was said (helper corpus AA, repro 04)."""
+    net = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 1)\n"
+        "        self.register_buffer('running', torch.zeros(4))\n\n"
+        f"    def forward(self, x):\n        with torch.no_grad():\n            {update}\n        return self.fc(x)\n"
+    )
+    result = convert(standard(model="model = Net().to(device)").replace("def main():", net + "\n\ndef main():"))
+    assert any("buffer of `Net`" in w for w in warnings(result))
+
+
 def test_a_critic_switched_off_and_on_every_step_is_wrapped_once() -> None:
     """WGAN's `for p in D.parameters(): p.requires_grad = False` for the generator's step and
     `= True` for its own: every parameter required a gradient at the wrap, so nothing is wrapped

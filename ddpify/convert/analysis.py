@@ -882,12 +882,23 @@ class Analyzer:
             return
         # a model chosen among several same-file classes (`if args.type == ...`): any of them may skip
         for cls in classes:
-            self._warn_buffer_queues(model, cls)  # type: ignore[arg-type]
+            for part in self._parts(cls):  # type: ignore[arg-type]
+                self._warn_buffer_queues(model, part)
         reasons = [
             "" if (reason := self._forward_may_skip(cls)).endswith(SEPARATE_OUTPUTS) and self._reads_every_output(model, cls) else reason
             for cls in sorted(classes, key=self.tree.line)  # type: ignore[arg-type]
         ]
         model.unused_parameters = next((reason for reason in reasons if reason), "")
+
+    def _parts(self, cls: cst.ClassDef, depth: int = 3) -> list[cst.ClassDef]:
+        """`cls` and the same-file classes its `__init__` builds (`self.vq = Quantize(...)`), in turn."""
+        found = [cls]
+        init = self.program.class_methods(cls).get("__init__")
+        for call in self.program.calls_in(init) if init is not None and depth > 0 else ():
+            part = self.program.classes.get(call.func.value) if type(call.func) is cst.Name else None
+            if part is not None and part is not cls:
+                found += [p for p in self._parts(part, depth - 1) if p not in found]
+        return found
 
     def _warn_buffer_queues(self, model: TrainedModel, cls: cst.ClassDef) -> None:
         """A buffer the model writes outside `__init__` with more than counters (MoCo's queue of
@@ -904,9 +915,21 @@ class Analyzer:
             if name == "__init__":
                 continue
             for node in self.program.scope_nodes(method):
-                if type(node) is not cst.Assign:
+                if type(node) is cst.Call and (changed := self._buffer_changed_in_place(node, buffers)) is not None:
+                    # `self.running.mul_(0.9).add_(0.1 * x.mean(0))`, `self.embed.copy_(...)` (VQ-VAE's EMA codebook)
+                    self.warnings.append((node, (
+                        f"`{changed}` changes a buffer of `{cls.name.value}` in place with this rank's data: DDP copies rank 0's "
+                        f"buffers to every rank before each forward (broadcast_buffers), so what the other ranks wrote is lost; "
+                        "reduce what goes in over ranks first (all_reduce) and write the same on each"
+                    )))
+                    return
+                if type(node) is cst.AugAssign:
+                    targets = [node.target]
+                elif type(node) is cst.Assign:
+                    targets = [t.target for t in node.targets]
+                else:
                     continue
-                for target in node.targets:
+                for target in (cst.AssignTarget(t) for t in targets):
                     written = target.target.value if type(target.target) is cst.Subscript else target.target
                     buffer = (dotted(written) or "").removeprefix("self.")
                     if buffer in buffers and type(target.target) is cst.Subscript and type(target.target.slice[0].slice) is cst.Index and isinstance(target.target.slice[0].slice.value, cst.Integer):
@@ -918,6 +941,22 @@ class Analyzer:
                             "gather it from every rank first (all_gather) and write the same on each"
                         )))
                         return
+
+    def _buffer_changed_in_place(self, call: cst.Call, buffers: set[str]) -> str | None:
+        """`self.running.mul_(0.9).add_(v)` (or `self.running.data.copy_(v)`) with `v` read from
+        something other than the model itself: the buffer's spelling, or None."""
+        found = s.method_call(call)
+        if found is None or not found[1].endswith("_") or found[1].startswith("__"):
+            return None
+        root = found[0]
+        while (inner := s.method_call(root)) is not None and inner[1].endswith("_"):
+            root = inner[0]
+        name = dotted(root) or ""
+        buffer = name.removesuffix(".data").removeprefix("self.")
+        if not name.startswith("self.") or buffer not in buffers:
+            return None
+        reads = [n for a in call.args for n in self.tree.walk(a.value) if type(n) is cst.Name and n.value not in ("self", "True", "False", "None")]
+        return code(root) if reads else None
 
     def _reads_every_output(self, model: TrainedModel, cls: cst.ClassDef) -> bool:
         """`out = model(x)` then `out["logits"]` and `out["box"]`, every key forward returns, in

@@ -11,6 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
+from ddpify.analysis.batches import batch_names, reads
 from ddpify.analysis.switches import GradSwitches
 from ddpify.analysis.splits import seeded_before
 from ddpify.convert.transforms.base import Transform
@@ -28,6 +29,10 @@ AVERAGING = {"torch.optim.swa_utils.AveragedModel"}
 # EarlyStopping keeps the best weights): handed the model there, they get the plain one.
 MONITOR_WORDS = ("stop", "monitor", "callback", "best", "patience")
 TRAINING_WORDS = ("train", "fit", "tune", "step", "update", "backward", "optim", "learn", "epoch")
+
+
+# in-place writes a parameter takes (`model.fc.weight.data.copy_(x)`)
+PARAMETER_WRITES = {"copy_", "fill_", "add_", "sub_", "mul_", "index_copy_", "index_fill_", "masked_fill_", "masked_scatter_", "scatter_"}
 
 
 class WrapModel(Transform):
@@ -98,6 +103,7 @@ class WrapModel(Transform):
         self._bare_parameters()
         self._averaged_copies()
         self._own_buffers_shared_after_each_pass()
+        self._parameters_written_from_the_batch()
         self._uses_after_wrap()
         self._returned_plain()
         self._handed_to_other_modules()
@@ -185,6 +191,42 @@ class WrapModel(Transform):
                             ))
                     else:
                         self.warn(call, f"`{name}(...)` from another module is handed the DDP wrapper: if it reads the model's own attributes or methods, pass `{ref}.module` (its forward then skips DDP's gradient averaging, so only outside training)")
+
+    def _parameters_written_from_the_batch(self) -> None:
+        """`model.codebook.weight[dead] = z[pick]` (a VQ-VAE restarting dead codes from the
+        batch), `model.fc.weight.data.copy_(x[:k])`: a parameter written outside the optimizer
+        from this rank's batch. DDP synchronizes gradients, never the parameters themselves after
+        the wrap, so each rank writes its own and the replicas train apart. Said, not changed:
+        where the write sits under a test of this rank's numbers, a broadcast after it would hang."""
+        for loop in self.facts.train_loops:
+            local = batch_names(self.tree, self.program, loop.loop)
+            function = loop.function
+            for node in self.tree.walk(loop.loop.body):
+                if type(node) in (cst.Assign, cst.AugAssign):
+                    targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]  # type: ignore[union-attr]
+                    written = next((t for t in targets if self._a_parameter(t, function)), None)
+                    value = node.value  # type: ignore[union-attr]
+                elif type(node) is cst.Call and (found := s.method_call(node)) is not None and found[1] in PARAMETER_WRITES and self._a_parameter(found[0], function):
+                    written, value = found[0], node
+                else:
+                    continue
+                if written is None or not reads(self.tree, value, local):
+                    continue
+                self.warn(node, (
+                    f"`{code(written)}` is a parameter written from this rank's batch outside the optimizer: DDP averages gradients, "
+                    "never the parameters themselves after the wrap, so every rank writes its own and the replicas train apart; "
+                    "decide the write on values every rank shares and broadcast the parameter from rank 0 after it (dist.broadcast)"
+                ))
+                return
+
+    def _a_parameter(self, target: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`model.codebook.weight[dead]`, `model.fc.bias.data`: a weight of the wrapped model."""
+        node, names = target, []
+        while type(node) in (cst.Attribute, cst.Subscript):
+            if type(node) is cst.Attribute:
+                names.append(node.attr.value)
+            node = node.value  # type: ignore[union-attr]
+        return bool(names) and any(name in ("weight", "bias", "data") for name in names) and self.facts.is_model(node, function) if type(node) is cst.Name else False
 
     def _rewrap_after_unfreezing(self) -> None:
         """`for p in model.backbone.parameters(): p.requires_grad = True` after the wrap (gradual
