@@ -740,6 +740,34 @@ def test_hits_divided_by_the_length_of_the_tensor_the_dataset_is_made_of_are_sum
     assert "        correct = int(totals.item())\n" in output and "correct = (totals" not in output
 
 
+@pytest.mark.parametrize("start", ["{k: 0.0 for k in TASKS}", "{k: 0.0 for k in TASKS.keys()}", "dict.fromkeys(TASKS, 0.0)", "{k: 0.0 for k in ['a', 'b']}"])
+def test_totals_under_keys_written_out_elsewhere_are_reduced_key_by_key(start: str) -> None:
+    """`total = {k: 0.0 for k in TASKS}` with `TASKS = {"a": 2, "b": 3}` at module level (or a
+    list, `.keys()`, `dict.fromkeys`): keys the same, in the same order, on every rank; only
+    `range(n)` and dict literals were known, and rank 0's half was printed (helper corpus AC,
+    repro 01)."""
+    loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    total = {start}\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        for k in TASKS:\n            total[k] += loss.item()\n"
+    ) + "    print(total)\n"
+    source = standard(loop=loop).replace("def main():", 'TASKS = {"a": 2, "b": 3}\n\n\ndef main():')
+    output = convert(source).output
+    assert "        total_totals = torch.tensor([float(value) for value in total.values()], dtype=torch.float64)\n" in output
+
+
+def test_a_list_of_per_class_counts_is_summed_slot_by_slot() -> None:
+    """`inter = [0] * 3`, `inter[c] += ((pred == c) & (y == c)).sum().item()`: a Python list of
+    counts was neither reduced nor said, and rank 0's half was printed as the epoch's IoU
+    (helper corpus AC, repro 03). Summed slot by slot, ints again."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    inter = [0] * 3\n    union = [0 for _ in range(3)]\n").replace(
+        "        optimizer.step()\n",
+        "        optimizer.step()\n        pred = (model(x) > 0).long()\n        for c in range(3):\n"
+        "            inter[c] += ((pred == c) & (y.long() == c)).sum().item()\n            union[c] += ((pred == c) | (y.long() == c)).sum().item()\n",
+    ) + "    print([i / max(u, 1) for i, u in zip(inter, union)])\n"
+    output = convert(standard(loop=loop)).output
+    assert "        inter = [int(value) for value in inter_totals.tolist()]\n" in output
+    assert "        union = [int(value) for value in union_totals.tolist()]\n" in output
+
+
 def test_a_count_of_hits_read_as_a_tensor_stays_a_tensor() -> None:
     """`correct += (pred == y).sum()` from a Python 0, read as `correct.double()` afterwards: a
     float would break that line, so it is reduced as the tensor it is, and summed (it is divided
@@ -1002,6 +1030,21 @@ def test_a_mixture_of_experts_that_skips_idle_experts_finds_unused_parameters(fo
     next step failed ("Expected to have finished reduction"), under plain python too (helper
     corpus X, repro 04): the call was to a loop's `expert`, or in a method the forward calls."""
     source = standard(model="model = MoE().to(device)").replace("\n\ndef main", "\n" + MOE.replace("FORWARD", forward) + "\n\ndef main")
+    assert "model = DDP(model, find_unused_parameters=True)\n" in convert(source).output
+
+
+@pytest.mark.parametrize("heads", ["nn.ModuleDict({'a': nn.Linear(4, 1), 'b': nn.Linear(4, 1)})", "nn.ModuleList([nn.Linear(4, 1), nn.Linear(4, 1)])"])
+def test_a_head_chosen_by_an_argument_of_the_forward_finds_unused_parameters(heads: str) -> None:
+    """`return self.heads[task](self.body(x))` with `task` handed to the forward: one head per
+    step, the others without gradients; a plain DDP crashed at the second step, plain python too
+    (helper corpus AC, repro 02)."""
+    key = "'a'" if "Dict" in heads else "0"
+    net = (
+        f"class MTL(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n        self.heads = {heads}\n\n"
+        "    def forward(self, x, task):\n        return self.heads[task](self.body(x))\n"
+    )
+    loop = LOOP.replace("model(x)", f"model(x, {key})")
+    source = standard(model="model = MTL().to(device)", loop=loop).replace("\n\ndef main", "\n" + net + "\n\ndef main")
     assert "model = DDP(model, find_unused_parameters=True)\n" in convert(source).output
 
 

@@ -1169,6 +1169,14 @@ class Analyzer:
                     continue  # `data_parallel(self.main, x) if ... else self.main(x)`
                 if self._calls_self(node) or (type(node) is cst.If and self._skips_layers(node)):
                     return f"`{cls.name.value}.forward` runs some layers only under a condition (line {self.tree.line(node)})"
+        for method in sorted(seen, key=self.tree.order):  # `self.heads[task](z)`: one head, chosen by what the call is handed
+            params = set(self.program.param_names(method))
+            for call in self.program.calls_in(method):
+                chooser = call.func
+                if type(chooser) is cst.Subscript and (dotted(chooser.value) or "").startswith("self.") and len(chooser.slice) == 1:
+                    index = chooser.slice[0].slice
+                    if type(index) is cst.Index and type(index.value) is cst.Name and index.value.value in params:
+                        return f"`{cls.name.value}.forward` runs one of `{code(chooser.value)}`, chosen by `{index.value.value}` (line {self.tree.line(call)})"
         for node in self.program.scope_nodes(forward):
             if isinstance(node, cst.Return) and (values := self._output_fields(node.value)) is not None and len(values) > 1:
                 reached = [self._layers_behind(v, forward, methods, set()) for v in values]

@@ -38,10 +38,12 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # `running[name] += value.item()`): gathered, and added up key by key.
 # array: a numpy array of counts or sums (`confusion[t, p] += 1`), reduced in place through a
 # tensor that shares its memory.
+# list total: a Python list of a fixed length (`inter = [0] * n_classes`, `inter[c] += hits`),
+# reduced slot by slot ("list count": ints counted up, ints again).
 # Metric objects that reduce over ranks themselves ("torch" covers torchmetrics, whose compute()
 # syncs), or are no meters (a progress bar, a dict).
 SYNCED_METERS = ("torch", "builtins.", "ignite.", "tqdm", "collections.")
-Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "meter", "meter dict", "array"]
+Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "list total", "list count", "meter", "meter dict", "array"]
 NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
 # a tensor made with one of these holds counts: summed over ranks
 INTEGER_DTYPES = {"long", "int", "int64", "int32", "int16", "int8", "uint8"}
@@ -353,6 +355,11 @@ class ReduceMetrics(Transform):
                 ints = all(isinstance(v, cst.Integer) for start in starts for v in start)  # type: ignore[union-attr]
                 counts = ints and all(isinstance(v, cst.Integer) or self._is_count(v) for v in values)
                 totals[name] = "dict count" if counts else "dict"
+            elif initial and all(self._numbers_list(v) is not None for v in initial) and name not in windows and self._read_after(loop, name):
+                # `inter = [0] * n_classes`, `inter[c] += hits.item()`: a list of totals of a fixed length
+                ints = all(isinstance(self._numbers_list(v), cst.Integer) for v in initial)
+                counts = ints and all(isinstance(v, cst.Integer) or self._is_count(v) for v in values)
+                totals[name] = "list count" if counts else "list total"
             elif initial and all(map(self._empty_mapping, initial)) and name not in windows and self._read_after(loop, name):
                 if all(map(self._is_number, values)):
                     totals[name] = "dict keys"  # keys met as the loop goes (`running[k] += v.item()`)
@@ -642,15 +649,48 @@ class ReduceMetrics(Transform):
         numbers = (cst.Integer, cst.Float)
         if isinstance(value, cst.DictComp):
             comp = value.for_in
-            fixed = comp.inner_for_in is None and not comp.ifs and self.tree.is_builtin_call(comp.iter, "range")
-            fixed = fixed and all(isinstance(a.value, cst.Integer) for a in comp.iter.args)  # type: ignore[attr-defined]
+            fixed = comp.inner_for_in is None and not comp.ifs and self._constant_keys(comp.iter, self.tree.function(value))
             return [value.value] if fixed and isinstance(value.value, numbers) else None
+        if type(value) is cst.Call and dotted(value.func) == "dict.fromkeys" and len(value.args) == 2 and isinstance(value.args[1].value, numbers):
+            # `dict.fromkeys(TASKS, 0.0)`
+            return [value.args[1].value] if self._constant_keys(value.args[0].value, self.tree.function(value)) else None
         if isinstance(value, cst.Dict) and value.elements and all(
             isinstance(e, cst.DictElement) and isinstance(e.key, (cst.Integer, cst.SimpleString)) and isinstance(e.value, numbers)
             for e in value.elements
         ):
             return [e.value for e in value.elements]  # type: ignore[union-attr]
         return None
+
+    def _numbers_list(self, value: cst.CSTNode) -> cst.BaseExpression | None:
+        """The starting number of a list of one number per slot, its length fixed alike on every
+        rank: `[0] * n`, `[0.0 for _ in range(n)]`."""
+        numbers = (cst.Integer, cst.Float)
+        if type(value) is cst.BinaryOperation and type(value.operator) is cst.Multiply and type(value.left) is cst.List:
+            elements = value.left.elements
+            return elements[0].value if len(elements) == 1 and isinstance(elements[0].value, numbers) else None
+        if type(value) is cst.ListComp and value.for_in.inner_for_in is None and not value.for_in.ifs and self.tree.is_builtin_call(value.for_in.iter, "range"):
+            return value.elt if isinstance(value.elt, numbers) else None
+        return None
+
+    def _constant_keys(self, keys: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 2) -> bool:
+        """Keys written out, the same in the same order on every rank: `range(10)`, a list, tuple
+        or dict literal of numbers and strings (not a set: strings hash per process), its
+        `.keys()`, or a name bound only to one (`TASKS = {"a": 2, "b": 3}` at module level)."""
+        if self.tree.is_builtin_call(keys, "range"):
+            return all(isinstance(a.value, cst.Integer) for a in keys.args)  # type: ignore[attr-defined]
+        constant = (cst.Integer, cst.SimpleString)
+        if type(keys) in (cst.List, cst.Tuple):
+            return bool(keys.elements) and all(type(e) is cst.Element and isinstance(e.value, constant) for e in keys.elements)  # type: ignore[attr-defined]
+        if type(keys) is cst.Dict:
+            return bool(keys.elements) and all(type(e) is cst.DictElement and isinstance(e.key, constant) for e in keys.elements)
+        found = method_call(keys)
+        if found is not None and found[1] == "keys" and not keys.args:  # type: ignore[attr-defined]
+            return self._constant_keys(found[0], function, depth)
+        if type(keys) is cst.Name and depth > 0:
+            scope = function if function is not None and self.program.assignments(function, keys.value) else None
+            values = [v for v, i in self.program.assignments(scope, keys.value) if i is None]
+            return bool(values) and all(self._constant_keys(v, scope, depth - 1) for v in values)
+        return False
 
     def _clock(self, value: cst.BaseExpression) -> bool:
         return any(isinstance(n, cst.Call) and (self.tree.qname(n.func) or "").startswith(("time.", "timeit.", "datetime.")) for n in self.tree.walk(value))
@@ -726,7 +766,7 @@ class ReduceMetrics(Transform):
         if any(type(n) is cst.Call and (self.tree.qname(n.func) in BINCOUNT or (method_call(n) or (None, ""))[1] == "bincount") for n in self.tree.walk(node)):
             return True
         found = method_call(node)
-        if found is not None and found[1] == "sum" and type(found[0]) is cst.Comparison:
+        if found is not None and found[1] == "sum" and _a_mask(found[0]):
             return True  # `(pred == y).sum()`
         if depth > 0 and type(node) is cst.Call:
             target = self.program.callee(node, self.tree.function(node))
@@ -740,7 +780,7 @@ class ReduceMetrics(Transform):
         if _sizes(node):
             return True
         found = method_call(node)
-        if found and found[1] == "item" and (inner := method_call(found[0])) is not None and inner[1] == "sum" and type(inner[0]) is cst.Comparison:
+        if found and found[1] == "item" and (inner := method_call(found[0])) is not None and inner[1] == "sum" and _a_mask(inner[0]):
             return True  # `(pred == y).sum().item()`
         if self.tree.is_builtin_call(node, "int") and node.args and (inner := method_call(node.args[0].value)) is not None and inner[1] == "sum":  # type: ignore[union-attr]
             return True  # `int(mask.sum())`
@@ -808,7 +848,7 @@ class ReduceMetrics(Transform):
         of_kind = {kind: [name for name, k in totals.items() if k == kind] for kind in ("count", "number", "number?", "tensor")}
         numbers = [name for name, kind in totals.items() if kind in ("count", "number", "number?")]  # in the script's order
         summed = {name for name in totals if totals[name] in ("meter", "meter dict") or self._summed(loop, name, totals)}
-        reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith(("dict", "meter")) or kind == "array"]
+        reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith(("dict", "meter", "list ")) or kind == "array"]
         how = "sum" if set(reduced) <= summed else "average" if not summed & set(reduced) else "sum or average"
         what = f"{how} the totals" if reduced else "gather the values"
         if sharded is None:  # reduced whatever the loader: a decision on them after the loop is every rank's
@@ -838,6 +878,13 @@ class ReduceMetrics(Transform):
                 f"{name} = {{key: int(value) for key, value in zip({name}, {values})}}" if totals[name] == "dict count" and name in summed
                 else f"{name} = dict(zip({name}, {values}))",
             ]
+        for name in [n for n, kind in totals.items() if kind in ("list total", "list count")]:
+            tensor = self._free(function, f"{name}_totals", f"reduced_{name}")
+            lines += [f"{tensor} = torch.tensor([float(value) for value in {name}], dtype=torch.float64)", f"dist.all_reduce({tensor})"]
+            if name not in summed:
+                lines.append(f"{name} = ({tensor} / {self.world_size(function)}).tolist()")
+            else:
+                lines.append(f"{name} = [int(value) for value in {tensor}.tolist()]" if totals[name] == "list count" else f"{name} = {tensor}.tolist()")
         for name in [n for n, kind in totals.items() if kind == "meter"]:
             lines += self._meter_lines(loop, name)
         for name in [n for n, kind in totals.items() if kind == "meter dict"]:
@@ -902,7 +949,7 @@ class ReduceMetrics(Transform):
                 by_dataset = self.facts.counts_whole_dataset(denominator, loop.function)
                 modes.add("sum" if by_dataset or by_total else "average")
         if not modes:  # an array or tensor of counts (a confusion matrix) is summed
-            return totals[name] in ("count", "dict count", "array") or name in self._count_tensors
+            return totals[name] in ("count", "dict count", "list count", "array") or name in self._count_tensors
         return modes == {"sum"}
 
     def _values_of(self, loop: TrainLoop, name: str) -> set[str]:
@@ -951,6 +998,17 @@ class ReduceMetrics(Transform):
 
     def _free(self, function: cst.FunctionDef | None, *names: str) -> str:
         return next(n for n in names if not self.program.binds(function, n))
+
+
+def _a_mask(node: cst.BaseExpression) -> bool:
+    """A boolean mask: a comparison, or comparisons joined by `&`, `|`, `~` (`(pred == c) & (y == c)`)."""
+    if type(node) is cst.Comparison:
+        return True
+    if type(node) is cst.BinaryOperation and type(node.operator) in (cst.BitAnd, cst.BitOr):
+        return _a_mask(node.left) and _a_mask(node.right)
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.BitInvert:
+        return _a_mask(node.expression)
+    return False
 
 
 def _sizes(node: cst.BaseExpression) -> bool:
