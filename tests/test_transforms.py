@@ -740,7 +740,7 @@ def test_hits_divided_by_the_length_of_the_tensor_the_dataset_is_made_of_are_sum
     assert "        correct = int(totals.item())\n" in output and "correct = (totals" not in output
 
 
-@pytest.mark.parametrize("start", ["{k: 0.0 for k in TASKS}", "{k: 0.0 for k in TASKS.keys()}", "dict.fromkeys(TASKS, 0.0)", "{k: 0.0 for k in ['a', 'b']}"])
+@pytest.mark.parametrize("start", ["{k: 0.0 for k in TASKS}", "{k: 0.0 for k in TASKS.keys()}", "dict.fromkeys(TASKS, 0.0)", "{k: 0.0 for k in ['a', 'b']}", "{k: 0.0 for k in range(N)}"])
 def test_totals_under_keys_written_out_elsewhere_are_reduced_key_by_key(start: str) -> None:
     """`total = {k: 0.0 for k in TASKS}` with `TASKS = {"a": 2, "b": 3}` at module level (or a
     list, `.keys()`, `dict.fromkeys`): keys the same, in the same order, on every rank; only
@@ -749,16 +749,18 @@ def test_totals_under_keys_written_out_elsewhere_are_reduced_key_by_key(start: s
     loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    total = {start}\n").replace(
         "        optimizer.step()\n", "        optimizer.step()\n        for k in TASKS:\n            total[k] += loss.item()\n"
     ) + "    print(total)\n"
-    source = standard(loop=loop).replace("def main():", 'TASKS = {"a": 2, "b": 3}\n\n\ndef main():')
+    source = standard(loop=loop).replace("def main():", 'TASKS = {"a": 2, "b": 3}\nN = 2\n\n\ndef main():')
     output = convert(source).output
     assert "        total_totals = torch.tensor([float(value) for value in total.values()], dtype=torch.float64)\n" in output
 
 
-def test_a_list_of_per_class_counts_is_summed_slot_by_slot() -> None:
+@pytest.mark.parametrize("union", ["[0 for _ in range(3)]", "list(0 for i in range(C))"])
+def test_a_list_of_per_class_counts_is_summed_slot_by_slot(union: str) -> None:
     """`inter = [0] * 3`, `inter[c] += ((pred == c) & (y == c)).sum().item()`: a Python list of
     counts was neither reduced nor said, and rank 0's half was printed as the epoch's IoU
-    (helper corpus AC, repro 03). Summed slot by slot, ints again."""
-    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    inter = [0] * 3\n    union = [0 for _ in range(3)]\n").replace(
+    (helper corpora AC, repro 03, and AE, repro 01: the CIFAR tutorial's `list(0. for i in
+    range(C))`). Summed slot by slot, ints again."""
+    loop = LOOP.replace("for epoch in range(2):\n", f"C = 3\nfor epoch in range(2):\n    inter = [0] * 3\n    union = {union}\n").replace(
         "        optimizer.step()\n",
         "        optimizer.step()\n        pred = (model(x) > 0).long()\n        for c in range(3):\n"
         "            inter[c] += ((pred == c) & (y.long() == c)).sum().item()\n            union[c] += ((pred == c) | (y.long() == c)).sum().item()\n",

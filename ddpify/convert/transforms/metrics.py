@@ -668,8 +668,10 @@ class ReduceMetrics(Transform):
         if type(value) is cst.BinaryOperation and type(value.operator) is cst.Multiply and type(value.left) is cst.List:
             elements = value.left.elements
             return elements[0].value if len(elements) == 1 and isinstance(elements[0].value, numbers) else None
-        if type(value) is cst.ListComp and value.for_in.inner_for_in is None and not value.for_in.ifs and self.tree.is_builtin_call(value.for_in.iter, "range"):
-            return value.elt if isinstance(value.elt, numbers) else None
+        if self.tree.is_builtin_call(value, "list") and len(value.args) == 1 and type(value.args[0].value) is cst.GeneratorExp:  # type: ignore[attr-defined]
+            value = value.args[0].value  # type: ignore[attr-defined]  # `list(0. for i in range(C))`, the CIFAR tutorial's
+        if type(value) in (cst.ListComp, cst.GeneratorExp) and value.for_in.inner_for_in is None and not value.for_in.ifs and self.tree.is_builtin_call(value.for_in.iter, "range"):  # type: ignore[attr-defined]
+            return value.elt if isinstance(value.elt, numbers) else None  # type: ignore[attr-defined]
         return None
 
     def _constant_keys(self, keys: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 2) -> bool:
@@ -677,7 +679,7 @@ class ReduceMetrics(Transform):
         or dict literal of numbers and strings (not a set: strings hash per process), its
         `.keys()`, or a name bound only to one (`TASKS = {"a": 2, "b": 3}` at module level)."""
         if self.tree.is_builtin_call(keys, "range"):
-            return all(isinstance(a.value, cst.Integer) for a in keys.args)  # type: ignore[attr-defined]
+            return True  # `range(C)`: the same numbers, in order, wherever its bound is the same
         constant = (cst.Integer, cst.SimpleString)
         if type(keys) in (cst.List, cst.Tuple):
             return bool(keys.elements) and all(type(e) is cst.Element and isinstance(e.value, constant) for e in keys.elements)  # type: ignore[attr-defined]
