@@ -889,6 +889,8 @@ class Analyzer:
             for cls in sorted(classes, key=self.tree.line)  # type: ignore[arg-type]
         ]
         model.unused_parameters = next((reason for reason in reasons if reason), "")
+        if model.unused_parameters:
+            self._refuse_dataclass_outputs(classes)  # type: ignore[arg-type]
 
     def _parts(self, cls: cst.ClassDef, depth: int = 3) -> list[cst.ClassDef]:
         """`cls` and the same-file classes its `__init__` builds (`self.vq = Quantize(...)`), in turn."""
@@ -1193,6 +1195,27 @@ class Analyzer:
         if type(value) is cst.Call and type(value.func) is cst.Name and self._is_record(value.func.value):
             return [a.value for a in value.args]
         return None
+
+    def _refuse_dataclass_outputs(self, classes: set[cst.ClassDef]) -> None:
+        """A forward returning a dataclass, from a model that may leave parameters unused: DDP
+        finds the output tensors whose graph it walks only in tuples, lists, dicts and named
+        tuples, so find_unused_parameters still fails ("Expected to have finished reduction")."""
+        for cls in classes:
+            forward = self.program.class_methods(cls).get("forward")
+            for node in self.program.scope_nodes(forward) if forward is not None else ():
+                value = node.value if type(node) is cst.Return else None
+                if type(value) is cst.Call and type(value.func) is cst.Name and self._is_dataclass(value.func.value):
+                    raise NotConvertible(
+                        f"`{cls.name.value}.forward` (line {self.tree.line(node)}) returns a dataclass (`{value.func.value}`) and may leave "
+                        "parameters without gradients: DDP looks for the output tensors in tuples, lists, dicts and named tuples only, so "
+                        "find_unused_parameters cannot see which heads a step used and the run fails; return a NamedTuple or a dict, then convert"
+                    )
+
+    def _is_dataclass(self, name: str) -> bool:
+        cls = self.program.classes.get(name)
+        return cls is not None and any(
+            self.tree.qname(d.decorator.func if type(d.decorator) is cst.Call else d.decorator) == "dataclasses.dataclass" for d in cls.decorators
+        )
 
     def _is_record(self, name: str) -> bool:
         """`Output = namedtuple("Output", ...)`, `class Output(NamedTuple)`, `@dataclass class Output`."""

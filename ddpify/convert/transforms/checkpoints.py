@@ -159,6 +159,7 @@ class Checkpoints(Transform):
         trace (its forward broadcasts buffers through the process group; scripting refuses its
         `*inputs`), and what does export carries `module.` in every name."""
         exported = call.args[0].value if call.args and call.args[0].keyword is None else None
+        exported = s.unchained(exported) if exported is not None else None  # `torch.jit.script(model.eval())`: eval() returns the wrapper
         if exported is None or not isinstance(exported, (cst.Name, cst.Attribute)) or not self.facts.is_model(exported, function):
             return
         ref = code(exported)

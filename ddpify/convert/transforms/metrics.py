@@ -853,8 +853,8 @@ class ReduceMetrics(Transform):
         reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith(("dict", "meter", "list ")) or kind == "array"]
         how = "sum" if set(reduced) <= summed else "average" if not summed & set(reduced) else "sum or average"
         what = f"{how} the totals" if reduced else "gather the values"
-        if sharded is None:  # reduced whatever the loader: a decision on them after the loop is every rank's
-            self.plan.reduced.setdefault(id(loop.loop), set()).update(totals)
+        # after the loop they are every rank's: reduced, or (under `sharded`) over a whole loader each rank went through
+        self.plan.reduced.setdefault(id(loop.loop), set()).update(totals)
         lines = [f"# Each rank {'went over' if helper else 'trained on'} its own shard of the data: {what} over ranks."]
         if numbers:
             tensor = self._free(function, "totals", "reduced_totals", "rank_totals")

@@ -268,10 +268,11 @@ class StopTogether(Transform):
         validation loader)."""
         own = set(own)
         outers = [o for o in self.tree.loops(loop.loop) if o is not loop.loop and self.tree.function(o) is loop.function]
-        if not outers:
+        scope = outers[-1].body if outers else loop.function  # a function training one epoch: its body after the loop
+        if scope is None:
             return own
         end = self.tree.end_order(loop.loop)
-        for node in self.tree.walk(outers[-1].body):
+        for node in self.tree.walk(scope):
             if self.tree.order(node) < end:
                 continue
             if type(node) is cst.For:
@@ -383,7 +384,7 @@ class StopTogether(Transform):
             return True
         if type(expr) is cst.Name:
             values = [self.program.element(v, i) for v, i in self.program.assignments(function, expr.value)]
-            bound = [v for v in values if type(v) not in (cst.Integer, cst.Float)]  # `last = 0.0` before the loop
+            bound = [v for v in values if type(v) not in (cst.Integer, cst.Float) and not (type(v) is cst.Name and v.value == "None")]  # `last = 0.0`, `first = None` before the loop
             return bool(bound) and all(self._number(v, function) for v in bound)
         return False
 
@@ -401,12 +402,15 @@ class StopTogether(Transform):
                 continue
             if self.tree.order(node) < self.tree.order(loop.loop):
                 continue
-            value = node.value
-            if not reads(self.tree, value, local) or not self._number(value, loop.function):
-                continue
-            self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
-            self.change(node, f"`{code(value)}` is this rank's own: `{loop.function.name.value}` returns its mean over ranks (rank_mean), so what its callers decide on it, every rank decides alike")
-            changed = True
+            values = [node.value]
+            if type(node.value) in (cst.Dict, cst.Tuple):  # `return {"loss": loss.item(), "acc": acc}`: each number of this rank's
+                values = [e.value for e in node.value.elements if type(e) in (cst.DictElement, cst.Element)]  # type: ignore[union-attr]
+            for value in values:
+                if not reads(self.tree, value, local) or not self._number(value, loop.function):
+                    continue
+                self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
+                self.change(node, f"`{code(value)}` is this rank's own: `{loop.function.name.value}` returns its mean over ranks (rank_mean), so what its callers decide on it, every rank decides alike")
+                changed = True
         return changed
 
     def _rates_set_together(self, loop: TrainLoop) -> bool:
