@@ -1547,12 +1547,14 @@ def test_totals_under_fixed_keys_are_reduced_key_by_key(init: str, report: str, 
     "init",
     [
         pytest.param("bins = {}", id="keys-made-as-it-goes"),
-        pytest.param("bins = {i: 0.0 for i in range(n_bins)}", id="keys-from-a-variable"),
-        pytest.param("bins = {name: 0.0 for name in names}", id="keys-from-a-list"),
+        pytest.param("bins = {i: 0.0 for i in range(n_bins)}", id="keys-from-a-drawn-number"),
+        pytest.param("bins = {name: 0.0 for name in names}", id="keys-from-a-set"),
     ],
 )
 def test_totals_under_keys_not_fixed_alike_on_every_rank_noop(init: str) -> None:
-    loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    n_bins, names = 2, ['a']\n    {init}\n").replace(
+    """Keys that may differ per rank (a number drawn on each, a set of strings, which hash per
+    process) are not reduced key by key: tensors of different lengths would not reduce."""
+    loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    n_bins, names = int(torch.randint(1, 3, ())), {{'a', 'b'}}\n    {init}\n").replace(
         "        optimizer.step()\n", "        optimizer.step()\n        bins[0] += loss.item()\n"
     ) + "    print(bins)\n"
     output = convert(standard(loop=loop)).output

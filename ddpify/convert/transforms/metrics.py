@@ -674,12 +674,22 @@ class ReduceMetrics(Transform):
             return value.elt if isinstance(value.elt, numbers) else None  # type: ignore[attr-defined]
         return None
 
+    def _constant_number(self, value: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """An int literal, or a name bound only to one (in the function, else the module)."""
+        if type(value) is cst.Integer:
+            return True
+        if type(value) is not cst.Name:
+            return False
+        scope = function if function is not None and self.program.assignments(function, value.value) else None
+        values = [self.program.element(v, i) for v, i in self.program.assignments(scope, value.value)]
+        return bool(values) and all(type(v) is cst.Integer for v in values)
+
     def _constant_keys(self, keys: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 2) -> bool:
         """Keys written out, the same in the same order on every rank: `range(10)`, a list, tuple
         or dict literal of numbers and strings (not a set: strings hash per process), its
         `.keys()`, or a name bound only to one (`TASKS = {"a": 2, "b": 3}` at module level)."""
-        if self.tree.is_builtin_call(keys, "range"):
-            return True  # `range(C)`: the same numbers, in order, wherever its bound is the same
+        if self.tree.is_builtin_call(keys, "range"):  # `range(10)`, `range(C)` with `C = 3`
+            return all(self._constant_number(a.value, function) for a in keys.args)  # type: ignore[attr-defined]
         constant = (cst.Integer, cst.SimpleString)
         if type(keys) in (cst.List, cst.Tuple):
             return bool(keys.elements) and all(type(e) is cst.Element and isinstance(e.value, constant) for e in keys.elements)  # type: ignore[attr-defined]
