@@ -656,6 +656,7 @@ class FeatureStats:
         pytest.param("torch.zeros(4)", "f.sum(0)", "stats.update(x)", "        dist.all_reduce(stats.sum)  # a tensor: summed in place\n", id="started-as-a-tensor"),
         pytest.param("0", "f.sum(dim=0)", "stats.update(x)", "        dist.all_reduce(stats.sum)  # a tensor: summed in place\n", id="added-a-tensor-with-a-dimension"),
         pytest.param("0", "k * f.size(0)", "stats.update(x, x.detach().mean(0))", "        dist.all_reduce(stats.sum)  # a tensor: summed in place\n", id="fed-a-tensor-with-a-dimension"),
+        pytest.param("0", "k * f.size(0)", "stats.update(x, (x.detach() > 0).float().mean(0))", "        dist.all_reduce(stats.sum)  # a tensor: summed in place\n", id="fed-a-rate-per-feature"),
         pytest.param("0", "f.sum().item()", "stats.update(x)", "        stats_totals = torch.tensor([stats.sum, stats.n], dtype=torch.float64)\n", id="numbers-are-packed"),
     ],
 )

@@ -1041,7 +1041,7 @@ def keeps_a_dimension(tree: Tree, node: cst.BaseExpression) -> bool:
     if type(node) is not cst.Call:
         return False
     found = method_call(node)
-    if found is not None and found[1] in REDUCTIONS and tree.qname(node.func) is None:
+    if found is not None and found[1] in REDUCTIONS and not (tree.qname(node.func) or "").startswith(("torch.", "numpy.")):
         return bool(node.args) and (node.args[0].keyword is None or node.args[0].keyword.value in ("dim", "axis"))
     name = tree.qname(node.func) or ""
     if name.startswith("torch.") and name[6:] in REDUCTIONS:
