@@ -3442,6 +3442,16 @@ def test_a_model_exported_after_training_is_the_plain_model_saved_on_rank_0(expo
     assert f"    if rank == 0:\n        {save}\n" in output
 
 
+@pytest.mark.parametrize("remove", ["os.remove(saved.pop(0))", "saved.pop(0).unlink()"])
+def test_the_pop_of_a_list_every_rank_reads_runs_on_every_rank_before_the_rank_0_removal(remove: str) -> None:
+    """`while len(saved) > keep: os.remove(saved.pop(0))`: guarded as a whole, the pop ran on rank
+    0 only and rank 1 looped forever (helper corpus AD, repro 03). The pop runs on every rank."""
+    after = f"saved = [Path('a.pt'), Path('b.pt')]\nwhile len(saved) > 1:\n    {remove}\n"
+    source = standard(after=after).replace("import torch\n", "import os\nfrom pathlib import Path\n\nimport torch\n", 1)
+    output = convert(source).output
+    assert "    while len(saved) > 1:\n        popped = saved.pop(0)\n        if rank == 0:\n" in output
+
+
 @pytest.mark.parametrize(
     "prune",
     [

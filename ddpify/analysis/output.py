@@ -255,6 +255,8 @@ class Outputs:
             return self.is_path(expr.left, function, depth - 1)
         if kind is cst.Subscript:
             return self.is_path(expr.value, function, depth - 1)
+        if kind in (cst.List, cst.Tuple):  # `[Path("a.pt"), ...]`
+            return any(self.is_path(e.value, function, depth - 1) for e in expr.elements)
         if kind is cst.Attribute and expr.attr.value in ("parent", "parents"):
             return self.is_path(expr.value, function, depth - 1)
         if kind is cst.Call:

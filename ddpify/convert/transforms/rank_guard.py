@@ -19,6 +19,10 @@ from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted
 
 
+# methods that take an item out of a container every rank keeps (`saved.pop(0)`)
+STATE_CHANGES = {"pop", "popleft", "popitem"}
+
+
 class RankZeroGuards(Transform):
     name = "rank-0"
     DESCRIPTION = "output (print, logging, tqdm, saves, TensorBoard, wandb) only on rank 0"
@@ -90,6 +94,7 @@ class RankZeroGuards(Transform):
             kinds = self._output(statement, function) or self._only_for_output(block.body, index, function)
             if kinds:
                 if not self.facts.syncs(statement, function) or self._hoist(statement, function):
+                    self._hoist_state_changes(statement, function)
                     self._guard(statement, function, kinds)
                     continue
                 if isinstance(statement, cst.SimpleStatementLine):
@@ -157,6 +162,27 @@ class RankZeroGuards(Transform):
         self.plan.insert_before(statement, statements("".join(hoisted)))
         self.change(statement, "the call that syncs ranks runs on every rank before the rank-0 output")
         return True
+
+    def _hoist_state_changes(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> None:
+        """`os.remove(saved.pop(0))` (keeping the last checkpoints): the pop shrinks a list every
+        rank reads (`while len(saved) > keep:`); guarded with the removal, it ran on rank 0 only
+        and the other ranks looped forever. It runs on every rank before the rank-0 output."""
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            return
+        found = [
+            call for call in self.tree.calls(statement)
+            if (m := s.method_call(call)) is not None and m[1] in STATE_CHANGES and s.dotted(m[0]) is not None
+        ]  # fmt: skip
+        outermost = [c for c in found if not any(other is not c and self.tree.inside(c, other) for other in found)]
+        hoisted = []
+        for call in outermost:
+            name = next(n for n in ("popped", "popped_item", "popped_value") if not self.program.binds(function, n))
+            hoisted.append(f"{name} = {code(call)}\n")
+            self.plan.replace(call, cst.Name(name))
+            break  # one per statement
+        if hoisted:
+            self.plan.insert_before(statement, statements("".join(hoisted)))
+            self.change(statement, "what the output takes from a list or queue every rank reads is taken on every rank, before the rank-0 output")
 
     def _syncing_calls(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> list[cst.Call]:
         """The outermost calls inside `node` that themselves take part in a collective."""
