@@ -2837,6 +2837,28 @@ def test_a_time_budget_is_kept_by_every_rank_together(loop: str, expected: str) 
 
 
 @pytest.mark.parametrize(
+    ("epochs", "expected"),
+    [
+        ("t0 = time.time()\nwhile time.time() - t0 < 0.5:\n    run_epoch(model, loader, optimizer)\n", "    while all_ranks(time.time() - t0 < 0.5):\n"),
+        ("for epoch in range(100):\n    run_epoch(model, loader, optimizer)\n    if out_of_time():\n        break\n", "        if any_rank(out_of_time()):\n"),
+    ],
+    ids=["while-on-the-clock", "if-on-a-clock-helper"],
+)
+def test_a_time_budget_around_a_function_training_an_epoch_is_kept_together(epochs: str, expected: str) -> None:
+    """The batch loop in `run_epoch(...)`, the budget on the epoch loop of its caller: only budgets
+    beside the batch loop were known, and one rank left while the other began an epoch (helper
+    corpus AD, repro 04)."""
+    helpers = (
+        "START = time.time()\n\n\ndef out_of_time():\n    return time.time() - START > 0.5\n\n\n"
+        "def run_epoch(model, loader, optimizer):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{epochs}"
+    source = script(body, helpers=helpers).replace("import torch\n", "import time\n\nimport torch\n", 1)
+    assert expected in convert(source).output
+
+
+@pytest.mark.parametrize(
     "draw",
     ["aug.should_attack()", "should_attack()", "attack"],
 )

@@ -128,6 +128,8 @@ class StopTogether(Transform):
                 else:
                     effect = "runs what it guards (a forward and backward through DDP)"
                 self.change(node, f"`{code(test)}` is this rank's own: every rank {effect} when any rank would (any_rank)")
+        for loop in self.facts.train_loops:
+            every, any_rank_used = self._caller_loops_together(loop, rewritten, every, any_rank_used)
         if any_rank_used:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(HELPER))
@@ -374,6 +376,33 @@ class StopTogether(Transform):
     def _mean_name(self, function: cst.FunctionDef | None, divisor: cst.BaseExpression) -> str:
         stem = divisor.value if type(divisor) is cst.Name else "count"
         return next(n for n in (f"mean_{stem}", f"{stem}_over_ranks", "mean_count_over_ranks") if not self.program.binds(function, n))
+
+    def _caller_loops_together(self, loop: TrainLoop, rewritten: set[int], every: bool, anyone: bool) -> tuple[bool, bool]:
+        """The epoch loop in a caller of the function that trains an epoch (`while time.time() - t0
+        < budget: train_epoch(...)`, `if budget.expired(): break` in it): the same clocks,
+        read where the epochs are counted. Returns whether all_ranks and any_rank were used."""
+        if loop.function is None:
+            return every, anyone
+        for call, caller in self.program.call_sites(loop.function):
+            clocks = clock_names(self.tree, self.program, caller)
+            for outer in self.tree.loops(call):
+                if self.tree.function(outer) is not caller:
+                    continue
+                if type(outer) is cst.While and id(outer) not in rewritten and self._per_rank(outer.test, set(), clocks):
+                    rewritten.add(id(outer))
+                    self.plan.replace(outer.test, cst.parse_expression(f"all_ranks({code(outer.test)})"))
+                    self.change(outer, f"`{code(outer.test)}` is this rank's own: every rank goes on only while every rank would (all_ranks)")
+                    every = True
+                for node in self.tree.walk(outer.body):
+                    if type(node) is not cst.If or id(node) in rewritten or self.tree.function(node) is not caller:
+                        continue
+                    if not leaves(self.tree, self.program, node, [outer]) or not self._per_rank(node.test, set(), clocks):
+                        continue
+                    rewritten.add(id(node))
+                    self.plan.replace(node.test, cst.parse_expression(f"any_rank({code(node.test)})"))
+                    self.change(node, f"`{code(node.test)}` is this rank's own: every rank leaves the loop when any rank would (any_rank)")
+                    anyone = True
+        return every, anyone
 
     def _number(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """A Python number: `loss.item()`, `float(...)`, or a name only ever bound to those."""
