@@ -2786,9 +2786,10 @@ def test_a_training_function_returning_this_ranks_last_loss_returns_its_mean() -
     ("step", "expected"),
     [
         ("        guard.observe(loss.item())\n", "        guard.observe(rank_mean(loss.item()))\n"),
+        ("        guard(loss.item())\n", "        guard(rank_mean(loss.item()))\n"),
         ("    last = loss.item()\n    if last > prev:\n        for g in optimizer.param_groups:\n            g['lr'] *= 0.5\n    prev = last\n", "    if any_rank(last > prev):\n"),
     ],
-    ids=["a-method-setting-the-rate-handed-this-ranks-loss", "a-rate-halved-after-the-loop-on-this-ranks-last-loss"],
+    ids=["a-method-setting-the-rate-handed-this-ranks-loss", "an-object-called-setting-the-rate", "a-rate-halved-after-the-loop-on-this-ranks-last-loss"],
 )
 def test_a_learning_rate_set_on_this_ranks_numbers_is_set_alike(step: str, expected: str) -> None:
     """`guard.observe(loss.item())` where `observe` halves the rate when the loss spikes, or `last =
@@ -2797,7 +2798,7 @@ def test_a_learning_rate_set_on_this_ranks_numbers_is_set_alike(step: str, expec
     helpers = (
         "class Guard:\n    def __init__(self, optimizer):\n        self.optimizer, self.best = optimizer, float('inf')\n\n"
         "    def observe(self, value):\n        if value > 1.5 * self.best:\n            for g in self.optimizer.param_groups:\n                g['lr'] *= 0.5\n"
-        "        self.best = min(self.best, value)\n"
+        "        self.best = min(self.best, value)\n\n    def __call__(self, value):\n        self.observe(value)\n"
     )
     loop = LOOP.replace("for epoch in range(2):\n", "prev = float('inf')\nguard = Guard(optimizer)\nfor epoch in range(2):\n") + step
     output = convert(standard(loop=loop).replace("def main():", helpers + "\n\ndef main():")).output

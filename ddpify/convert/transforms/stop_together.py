@@ -404,6 +404,24 @@ class StopTogether(Transform):
                     anyone = True
         return every, anyone
 
+    def _sets_rate(self, function: cst.FunctionDef, depth: int = 1) -> bool:
+        """It sets a learning rate (`g["lr"] *= 0.5`), itself or through a same-file call."""
+        if any(type(n) in (cst.Assign, cst.AugAssign) and _stores_lr(n) for n in self.program.scope_nodes(function)):
+            return True
+        return depth > 0 and any(
+            (inner := self._called(call, function)) is not None and inner is not function and self._sets_rate(inner, depth - 1)
+            for call in self.program.calls_in(function)
+        )
+
+    def _called(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.FunctionDef | None:
+        """The same-file function or method a call runs, `__call__` of an object called
+        (`guard(loss.item())`) included."""
+        target = self.program.callee(call, function)
+        if target is not None:
+            return target[0]
+        cls = self.program.instance_of(call.func, function) if type(call.func) is cst.Name else None
+        return self.program.methods.get(cls, {}).get("__call__") if cls is not None else None
+
     def _number(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """A Python number: `loss.item()`, `float(...)`, or a name only ever bound to those."""
         found = method_call(expr)
@@ -453,8 +471,8 @@ class StopTogether(Transform):
         for call in self.program.calls_in(loop.function):
             if not any(self.tree.inside(call, scope) for scope in scopes):
                 continue
-            target = self.program.callee(call, loop.function)
-            if target is None or not any(type(n) in (cst.Assign, cst.AugAssign) and _stores_lr(n) for n in self.program.scope_nodes(target[0])):
+            target = self._called(call, loop.function)
+            if target is None or not self._sets_rate(target):
                 continue
             own = local if self.tree.inside(call, loop.loop.body) else self._after_the_loop(loop, local - reduced)
             for argument in call.args:
