@@ -692,7 +692,7 @@ def test_a_local_total_of_tensors_with_a_dimension_is_reduced_as_a_tensor() -> N
     assert "        dist.all_reduce(feat_sum)\n" in output and "float(feat_sum)" not in output
 
 
-@pytest.mark.parametrize("reset", ["total.zero_()", "total.fill_(0)", "top: total.fill_(0.0)"])
+@pytest.mark.parametrize("reset", ["total.zero_()", "total.fill_(0)", "top: total.fill_(0.0)", "total.mul_(0)"])
 def test_a_tensor_total_reset_in_place_each_epoch_is_reduced(reset: str) -> None:
     """`total = torch.zeros(())` before the epochs, `total.zero_()` after each report (or
     `total.fill_(0.0)` at the top of each epoch): an epoch's total, which was left unreduced
@@ -722,7 +722,7 @@ def test_a_total_over_the_whole_run_read_after_it_is_reduced_once_after_it(start
     assert not any("across epochs" in w for w in warnings(result))
 
 
-@pytest.mark.parametrize("add", ["int((model(x) > 0).sum())", "(model(x).argmax(1) == y).sum().item()"])
+@pytest.mark.parametrize("add", ["int((model(x) > 0).sum())", "(model(x).argmax(1) == y).sum().item()", "torch.count_nonzero(model(x) > 0).item()"])
 def test_a_count_of_hits_printed_as_it_is_is_summed(add: str) -> None:
     """`n_confident += int(mask.sum())` printed without a division: it was averaged over ranks and
     printed as 32.0 where one process printed 64 (helper corpus X, repro 03)."""
@@ -769,6 +769,15 @@ def test_a_list_of_per_class_counts_is_summed_slot_by_slot(union: str) -> None:
     output = convert(standard(loop=loop)).output
     assert "        inter = [int(value) for value in inter_totals.tolist()]\n" in output
     assert "        union = [int(value) for value in union_totals.tolist()]\n" in output
+
+
+def test_hits_divided_by_the_first_size_of_the_tensor_the_dataset_is_made_of_are_summed() -> None:
+    """`n_train = X.size(0)` with the training loader over `TensorDataset(X, Y)`, then `hits /
+    n_train`: hits were averaged and the accuracy printed halved (helper corpus Z, repro 11)."""
+    loader = "X, Y = torch.randn(64, 4), torch.randn(64, 1)\nn_train = X.size(0)\nloader = DataLoader(TensorDataset(X, Y), batch_size=8, shuffle=True)"
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    hits = 0\n") + "        hits += torch.count_nonzero(model(x) > 0).item()\n    print(hits / n_train)\n"
+    output = convert(standard(loop=loop, loader=loader)).output
+    assert "        hits = int(totals.item())\n" in output
 
 
 def test_a_count_of_hits_read_as_a_tensor_stays_a_tensor() -> None:
@@ -4890,12 +4899,14 @@ def test_a_second_stage_model_is_wrapped_too() -> None:
 
 
 
-def test_a_meter_keeping_a_running_mean_is_warned_about_not_summed() -> None:
+@pytest.mark.parametrize("fold", ["self.mean += (value - self.mean) * k / self.n", "self.mean = self.mean + (value - self.mean) * k / self.n"])
+def test_a_meter_keeping_a_running_mean_is_warned_about_not_summed(fold: str) -> None:
     """`self.mean += (value - self.mean) * k / self.n` in update(): every `+=` attribute was summed
-    over ranks, so the mean came out world_size times too large (helper corpus V, repro 02)."""
+    over ranks, so the mean came out world_size times too large (helper corpus V, repro 02); the
+    same spelled `self.mean = self.mean + ...` was left as rank 0's (Z, repro 12)."""
     helpers = (
         "class RunningMean:\n    def __init__(self):\n        self.n = 0\n        self.mean = 0.0\n\n"
-        "    def update(self, value, k=1):\n        self.n += k\n        self.mean += (value - self.mean) * k / self.n\n"
+        f"    def update(self, value, k=1):\n        self.n += k\n        {fold}\n"
     )
     loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    meter = RunningMean()\n").replace(
         "        optimizer.step()\n", "        optimizer.step()\n        meter.update(loss.item(), x.size(0))\n"

@@ -440,6 +440,9 @@ class Facts:
                 or code(measured) in self._training_indices
             )
         for origin in self.program.origins(expr, function):
+            sized = _first_size(origin.node) if origin.node is not expr else None
+            if sized is not None and code(sized) in self._training_datasets:
+                return True  # `n_train = X.size(0)` of the training TensorDataset's `X`
             measured = _measured(self.tree, origin.node) if origin.node is not expr else None
             if measured is not None and not self.program.dataloaders(measured, origin.function) and not (
                 isinstance(measured, cst.Attribute) and measured.attr.value in ("sampler", "batch_sampler")
@@ -2524,6 +2527,17 @@ def _whole_slice(item: cst.Subscript) -> bool:
     return len(item.slice) == 1 and isinstance(item.slice[0].slice, cst.Slice) and all(
         getattr(item.slice[0].slice, part) is None for part in ("lower", "upper", "step")
     )
+
+
+def _first_size(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """What `x.size(0)` or `x.shape[0]` measures along its first dimension: `x`."""
+    found = s.method_call(node) if type(node) is cst.Call else None
+    if found is not None and found[1] == "size" and len(node.args) == 1 and code(node.args[0].value) == "0":  # type: ignore[attr-defined]
+        return found[0]
+    if type(node) is cst.Subscript and type(node.value) is cst.Attribute and node.value.attr.value == "shape" and len(node.slice) == 1:
+        index = node.slice[0].slice
+        return node.value.value if type(index) is cst.Index and code(index.value) == "0" else None
+    return None
 
 
 def _measured(tree: Tree, node: cst.CSTNode) -> cst.BaseExpression | None:

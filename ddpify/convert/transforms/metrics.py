@@ -437,7 +437,7 @@ class ReduceMetrics(Transform):
         update = found[0].class_methods(found[1]).get("update") if found is not None else None
         return (found[0], found[1], update) if found is not None and update is not None else None
 
-    def _running_meter(self, loop: TrainLoop, name: str) -> cst.AugAssign | None:
+    def _running_meter(self, loop: TrainLoop, name: str) -> cst.CSTNode | None:
         """The update() line of a meter class that folds each value into a running statistic
         (`self.mean += (value - self.mean) * k / self.n`, Welford's M2)."""
         initial = self._initial_values(loop, name)
@@ -526,7 +526,7 @@ class ReduceMetrics(Transform):
         tree = program.tree
         if start is not None and type(start) is cst.Call and tree.qname(start.func) in TENSOR_MAKERS:
             return True
-        increments = [n.value for n in program.scope_nodes(update) if type(n) is cst.AugAssign and dotted(n.target) == f"self.{attribute}"]
+        increments = [added[1] for n in program.scope_nodes(update) if (added := _added_to(n)) is not None and dotted(added[0]) == f"self.{attribute}"]
         if any(keeps_a_dimension(tree, v) for v in increments):
             return True
         params = [p.name.value for p in update.params.params][1:]  # after self
@@ -629,8 +629,8 @@ class ReduceMetrics(Transform):
             found = method_call(call)
             if found is None or type(found[0]) is not cst.Name or found[0].value != name or self.tree.inside(call, loop.loop):
                 continue  # before the training loop (`totals.fill_(0.0)` at the top of the epoch) or after it
-            if found[1] == "zero_" or (found[1] == "fill_" and call.args and code(call.args[0].value) in ("0", "0.0")):
-                return True
+            if found[1] == "zero_" or (found[1] in ("fill_", "mul_") and call.args and code(call.args[0].value) in ("0", "0.0")):
+                return True  # `total.zero_()`, `fill_(0.0)`, `mul_(0)`
         return False
 
     def _empty_mapping(self, value: cst.CSTNode) -> bool:
@@ -792,7 +792,9 @@ class ReduceMetrics(Transform):
         if _sizes(node):
             return True
         found = method_call(node)
-        if found and found[1] == "item" and (inner := method_call(found[0])) is not None and inner[1] == "sum" and _a_mask(inner[0]):
+        if found and found[1] == "item" and self.tree.is_call_to(found[0], {"torch.count_nonzero"}):
+            return True  # `torch.count_nonzero(pred == y).item()`
+        if found and found[1] == "item" and (inner := method_call(found[0])) is not None and inner[1] in ("sum", "count_nonzero") and _a_mask(inner[0]):
             return True  # `(pred == y).sum().item()`
         if self.tree.is_builtin_call(node, "int") and node.args and (inner := method_call(node.args[0].value)) is not None and inner[1] == "sum":  # type: ignore[union-attr]
             return True  # `int(mask.sum())`
@@ -1050,22 +1052,35 @@ def keeps_a_dimension(tree: Tree, node: cst.BaseExpression) -> bool:
 
 
 def _meter_totals(program: Program, update: cst.FunctionDef) -> list[str]:
-    """The attributes update() adds to (`self.sum += val * n`), in its order."""
+    """The attributes update() adds to (`self.sum += val * n`, or `self.sum = self.sum + val * n`), in its order."""
     found = []
     for node in program.scope_nodes(update):
-        if type(node) is cst.AugAssign and type(node.operator) is cst.AddAssign and (target := dotted(node.target)) is not None:
+        if (added := _added_to(node)) is not None and (target := dotted(added[0])) is not None:
             if target.startswith("self.") and target.count(".") == 1 and target[5:] not in found:
                 found.append(target[5:])
     return found
 
 
-def _running_statistic(program: Program, update: cst.FunctionDef) -> cst.AugAssign | None:
+def _added_to(node: cst.CSTNode) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(target, increment) of `t += v` or `t = t + v`."""
+    if type(node) is cst.AugAssign and type(node.operator) is cst.AddAssign:
+        return node.target, node.value
+    if type(node) is cst.Assign and len(node.targets) == 1 and type(node.value) is cst.BinaryOperation and type(node.value.operator) is cst.Add:
+        target = node.targets[0].target
+        if dotted(node.value.left) is not None and dotted(node.value.left) == dotted(target):
+            return target, node.value.right
+    return None
+
+
+def _running_statistic(program: Program, update: cst.FunctionDef) -> cst.CSTNode | None:
     """An increment in update() that reads the object's own state (`self.mean += (v - self.mean)
-    * k / self.n`): a running statistic, which no sum over ranks reproduces."""
+    * k / self.n`, or `self.avg = self.avg + (v - self.avg) * k / self.n`): a running statistic,
+    which no sum over ranks reproduces."""
     for node in program.scope_nodes(update):
-        if type(node) is cst.AugAssign and (dotted(node.target) or "").startswith("self."):
-            if any(type(n) is cst.Attribute and type(n.value) is cst.Name and n.value.value == "self" for n in program.tree.walk(node.value)):
-                return node
+        if (added := _added_to(node)) is None or not (dotted(added[0]) or "").startswith("self."):
+            continue
+        if any(type(n) is cst.Attribute and type(n.value) is cst.Name and n.value.value == "self" for n in program.tree.walk(added[1])):
+            return node
     return None
 
 
@@ -1075,7 +1090,7 @@ def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[st
     defaults = {p.name.value for p in update.params.params if isinstance(p.default, cst.Integer)}
     counts = set()
     for a in attributes:
-        increments = [node.value for node in program.scope_nodes(update) if type(node) is cst.AugAssign and dotted(node.target) == f"self.{a}"]
+        increments = [added[1] for node in program.scope_nodes(update) if (added := _added_to(node)) is not None and dotted(added[0]) == f"self.{a}"]
         if increments and all(isinstance(v, cst.Integer) or (type(v) is cst.Name and v.value in defaults) or _sizes(v) for v in increments):
             counts.add(a)
     return counts
