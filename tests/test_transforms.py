@@ -2541,6 +2541,23 @@ def feature_stats(loader):
 """
 
 
+def test_a_validation_subset_drawn_in_the_call_of_an_object_called_every_epoch_is_warned_about_not_reseeded() -> None:
+    """`val(model)` each epoch, `val` an object whose `__call__` draws `np.random.choice(...)` for
+    its Subset: rewritten to a generator seeded on every call, every epoch validated on the same
+    rows, also in the plain run (helper corpus Z, repro 09)."""
+    helpers = (
+        "class Validator:\n    def __init__(self, ds):\n        self.ds = ds\n\n    def __call__(self, model):\n"
+        "        idx = np.random.choice(len(self.ds), size=8, replace=False)\n"
+        "        dl = DataLoader(Subset(self.ds, idx.tolist()), batch_size=4)\n        return sum(nn.functional.mse_loss(model(x), y).item() for x, y in dl)\n"
+    )
+    loop = LOOP + "    print(val(model))\n"
+    source = standard(loop=loop, loader=LOADER + "\nval = Validator(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)))").replace("def main():", helpers + "\n\ndef main():")
+    source = source.replace("from torch.utils.data import DataLoader, TensorDataset", "import numpy as np\nfrom torch.utils.data import DataLoader, Subset, TensorDataset")
+    result = convert(source)
+    assert "        idx = np.random.choice(len(self.ds), size=8, replace=False)\n" in result.output
+    assert any("draws this pass's subset" in w for w in warnings(result))
+
+
 def test_a_validation_subset_drawn_in_a_helper_called_every_epoch_is_warned_about_not_reseeded() -> None:
     """`validate(model, ds)` each epoch drawing `np.random.choice(len(ds), 20)` for its Subset: the
     draw was rewritten to `np.random.default_rng(0).choice(...)`, a generator seeded on every call,

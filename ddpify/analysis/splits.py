@@ -97,7 +97,15 @@ def runs_per_pass(tree: Tree, program: Program, node: cst.CSTNode) -> bool:
     if tree.loops(node):
         return True
     function = tree.function(node)
-    return function is not None and any(tree.loops(site) for site, _ in program.call_sites(function))
+    if function is None:
+        return False
+    if any(tree.loops(site) for site, _ in program.call_sites(function)):
+        return True
+    cls = program.owner_class(function) if function.name.value == "__call__" else None
+    return cls is not None and any(  # `val(model)` every epoch, `val` an object whose `__call__` draws
+        type(call.func) is cst.Name and tree.loops(call) and program.instance_of(call.func, caller) is cls
+        for caller in [None, *program.all_functions] for call in program.calls_in(caller)
+    )  # fmt: skip
 
 
 def _builds_a_loader(tree: Tree, program: Program, call: cst.Call, function: cst.FunctionDef | None, depth: int = 2) -> bool:
