@@ -3560,6 +3560,19 @@ def test_the_model_a_trainer_holds_is_reached_through_module_outside_the_class(w
         assert "trainer.model.module.state_dict()" in output and "print(trainer.model.module.weight.shape)" in output
 
 
+def test_a_logger_truncating_its_file_and_writing_to_the_terminal_does_both_on_rank_0() -> None:
+    """A Logger/Tee class: `open(path, "w").close()` in `__init__` truncated the log on every rank,
+    and `self.terminal.write(msg)` with `self.terminal = sys.stdout` printed every line on every
+    rank (helper corpus Y, repros 05 and 08)."""
+    helpers = (
+        "class Logger:\n    def __init__(self, path):\n        self.terminal = sys.stdout\n        self.path = path\n        open(path, 'w').close()\n\n"
+        "    def __call__(self, msg):\n        self.terminal.write(msg + '\\n')\n"
+    )
+    source = standard(loader=LOADER + "\nlog = Logger('train.log')", after="log('done')\n").replace("def main():", helpers + "\n\ndef main():").replace("import torch\n", "import sys\n\nimport torch\n", 1)
+    output = convert(source).output
+    assert "            open(path, 'w').close()\n" in output and "            self.terminal.write(msg + '\\n')\n" in output
+
+
 def test_a_load_from_the_folder_rank_0_saved_into_waits_for_it() -> None:
     """A checkpoint saved under a temporary name and renamed (`torch.save(..., path + ".tmp")`,
     `os.replace`), then loaded by every rank through another spelling of its path

@@ -76,6 +76,7 @@ PATH_METHODS = {"glob", "rglob", "iterdir", "with_suffix", "with_name", "with_st
 # builtins that hand on the paths of their first argument (`sorted(out.glob(...))[:-2]`)
 PATH_KEEPERS = {"sorted", "list", "reversed", "tuple", "next", "max", "min"}
 FILE_METHODS = {"write", "writelines", "flush"}  # of a file object opened for writing
+STREAMS = {"sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__"}
 # `tqdm.write(...)` prints a line above the bars, like print.
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write", *(f"{bar}.write" for bar in s.TQDM)}
 FILE_HANDLERS = {
@@ -225,6 +226,10 @@ class Outputs:
             return Output(TENSORBOARD, label)
         if method in FILE_METHODS and any(tree.opens_for_writing(o) for o in origins):
             return Output(FILE_WRITE, label)
+        if method in ("write", "writelines") and any(type(o) in (cst.Attribute, cst.Name) and tree.qname(o) in STREAMS for o in origins):
+            return Output(PRINT, label)  # `self.terminal.write(msg)` with `self.terminal = sys.stdout` (a Logger/Tee)
+        if method == "close" and type(obj) is cst.Call and tree.opens_for_writing(obj):
+            return Output(FILE_WRITE, label)  # `open(path, "w").close()`: truncates the file
         if method == "mkdir":  # pathlib's (or a method of no imported name): a folder; another module's: a write
             return Output(FOLDER if tree.qname(call.func) in (None, "pathlib.Path.mkdir") else FILE_WRITE, label)
         if method in WRITE_METHODS:
