@@ -771,6 +771,16 @@ def test_a_list_of_per_class_counts_is_summed_slot_by_slot(union: str) -> None:
     assert "        union = [int(value) for value in union_totals.tolist()]\n" in output
 
 
+def test_a_ratio_of_totals_scaled_again_sums_both_totals() -> None:
+    """`bpd = sum_nll / seen / math.log(2)`: the division by a constant made `seen` count as
+    averaged, and the samples printed halved (helper corpus AA, repro 03)."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    sum_nll, seen = 0.0, 0\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        sum_nll += loss.item() * x.size(0)\n        seen += x.size(0)\n"
+    ) + "    print(sum_nll / seen / math.log(2), seen)\n"
+    output = convert(standard(loop=loop).replace("import torch\n", "import math\n\nimport torch\n", 1)).output
+    assert "        sum_nll = totals[0].item()\n        seen = int(totals[1].item())\n" in output
+
+
 def test_hits_divided_by_the_first_size_of_the_tensor_the_dataset_is_made_of_are_summed() -> None:
     """`n_train = X.size(0)` with the training loader over `TensorDataset(X, Y)`, then `hits /
     n_train`: hits were averaged and the accuracy printed halved (helper corpus Z, repro 11)."""

@@ -950,6 +950,8 @@ class ReduceMetrics(Transform):
                 continue  # only what runs after the loop's steps (its `else` too)
             if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
                 divided, denominator = node.left, node.right
+                if type(divided) is cst.BinaryOperation and type(divided.operator) is cst.Divide:
+                    continue  # `sum_nll / seen / math.log(2)`: a ratio scaled; the ratio itself decides
             elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
                 divided, denominator = node.target, node.value  # `epoch_loss /= len(train_set)`
             else:
@@ -958,7 +960,7 @@ class ReduceMetrics(Transform):
                 isinstance(n, cst.Name) and n.value in totals and n.value != name for n in self.tree.walk(divided)
             ):
                 modes.add("sum")  # `total_loss / total_num`: the count a ratio of totals divides by is summed too
-            if any(isinstance(n, cst.Name) and n.value in aliases for n in self.tree.walk(divided)):
+            if _numerator_names(self.tree, divided) & aliases:
                 by_total = any(isinstance(n, cst.Name) and n.value in totals for n in self.tree.walk(denominator))
                 by_dataset = self.facts.counts_whole_dataset(denominator, loop.function)
                 modes.add("sum" if by_dataset or by_total else "average")
@@ -1012,6 +1014,16 @@ class ReduceMetrics(Transform):
 
     def _free(self, function: cst.FunctionDef | None, *names: str) -> str:
         return next(n for n in names if not self.program.binds(function, n))
+
+
+def _numerator_names(tree: Tree, expr: cst.CSTNode) -> set[str]:
+    """The names `expr` reads, less those it divides by (`seen` of `sum_nll / seen`): in `sum_nll /
+    seen / math.log(2)`, `seen` is a denominator, not what is averaged."""
+    if type(expr) is cst.BinaryOperation and type(expr.operator) is cst.Divide:
+        return _numerator_names(tree, expr.left)
+    if type(expr) is cst.Name:
+        return {expr.value}
+    return set().union(*(_numerator_names(tree, child) for child in tree.children(expr))) if tree.children(expr) else set()
 
 
 def _a_mask(node: cst.BaseExpression) -> bool:
