@@ -5069,8 +5069,16 @@ def test_a_loop_in_an_engine_module_is_refused_with_what_both_files_need(tmp_pat
     assert result.reason.startswith("nothing to train in this file: `engine.Trainer` (engine.py), handed the optimizer at line ")
 
 
-@pytest.mark.parametrize("made", ['{k: AverageMeter() for k in ["mse", "total"]}', '{"mse": AverageMeter(), "total": AverageMeter()}'])
-def test_a_dict_of_meters_over_fixed_keys_is_reduced_meter_by_meter(made: str) -> None:
+@pytest.mark.parametrize(
+    ("made", "update"),
+    [
+        ('{k: AverageMeter() for k in ["mse", "total"]}', 'meters["mse"].update(loss.item(), x.size(0))'),
+        ('{"mse": AverageMeter(), "total": AverageMeter()}', 'meters["mse"].update(loss.item(), x.size(0))'),
+        # through the loss dict's loop key (helper corpus Y, repro 07)
+        ('{k: AverageMeter() for k in ["mse", "total"]}', 'for k, v in {"mse": loss, "total": loss}.items():\n            meters[k].update(v.item(), x.size(0))'),
+    ],
+)
+def test_a_dict_of_meters_over_fixed_keys_is_reduced_meter_by_meter(made: str, update: str) -> None:
     """`meters = {k: AverageMeter() for k in ["mse", "total"]}` (or the dict written out: helper
     corpus W, repro 10), `meters[k].update(v.item(), n)`: each meter's totals are summed over
     ranks, in the dict's order (the same keys everywhere). Rank 0 printed its shard's averages
@@ -5080,7 +5088,7 @@ def test_a_dict_of_meters_over_fixed_keys_is_reduced_meter_by_meter(made: str) -
         "    def update(self, val, n=1):\n        self.sum += val * n\n        self.count += n\n        self.avg = self.sum / self.count\n"
     )
     loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    meters = {made}\n").replace(
-        "        optimizer.step()\n", '        optimizer.step()\n        meters["mse"].update(loss.item(), x.size(0))\n'
+        "        optimizer.step()\n", f"        optimizer.step()\n        {update}\n"
     ) + "    print({k: m.avg for k, m in meters.items()})\n"
     output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers)).output
     assert (

@@ -98,6 +98,10 @@ def _from_batch(tree, program, loop, function, value, drawn, depth, also=None) -
         grown = _grown(tree, loop).get(node.value, [])
         if grown and (depth == 0 or any(_from_batch(tree, program, loop, function, g, drawn, depth - 1, also) for g in grown)):
             return True
+        # `for k, v in losses.items(): meters[k].update(v.item())`: a loop in the step over something of the batch
+        inner = [lp for lp in tree.loops(value) if type(lp) is cst.For and lp is not loop and tree.inside(lp, loop.body) and node.value in program.names_in(lp.target)]
+        if inner and (depth == 0 or _from_batch(tree, program, loop, function, inner[0].iter, drawn, depth - 1, also)):
+            return True
     return False
 
 
