@@ -2644,6 +2644,18 @@ def test_a_pass_over_the_sharded_loader_feeding_an_object_of_a_class_of_the_file
     assert any(w.startswith("`stats.push(...)` feeds `stats` this rank's shard of `loader` only") for w in warnings(result)) is warned
 
 
+def test_a_method_fitting_an_object_on_the_sharded_loader_is_warned_about() -> None:
+    """`scaler = Scaler().fit(train_loader)`, `fit` adding its batches into `self.total`: each
+    rank normalized by its own shard's statistics, silently (helper corpus Z, repro 14)."""
+    helpers = (
+        "class Scaler:\n    def __init__(self):\n        self.total, self.count = 0, 0\n\n"
+        "    def fit(self, loader):\n        for xb, _ in loader:\n            self.total += xb.sum(0)\n            self.count += xb.size(0)\n        return self\n"
+    )
+    source = standard(loader=LOADER + "\nscaler = Scaler().fit(loader)").replace("def main():", helpers + "\n\ndef main():")
+    result = convert(source)
+    assert any(w.startswith("`fit` goes over `loader`, the sharded training loader at its call") for w in warnings(result))
+
+
 @pytest.mark.parametrize("where", ["helper", "inline"])
 def test_a_comprehension_over_the_sharded_loader_is_warned_about(where: str) -> None:
     """`feats = torch.cat([xb for xb, _ in loader])` to fit a normalizer: the loader is this

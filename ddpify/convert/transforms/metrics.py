@@ -94,6 +94,7 @@ class ReduceMetrics(Transform):
                 self._reduce(loop, totals, helper=True)
             self._warn_objects_fed_by_a_pass(loop, totals)
         self._comprehensions_over_a_shard()
+        self._methods_keeping_a_shard()
         for loop, every_caller_sharded in self._helper_loops():
             totals = self._accumulators(loop)
             if not totals:
@@ -123,6 +124,34 @@ class ReduceMetrics(Transform):
                 "covers 1/world_size of it and differs per rank (a mean and std fit on it normalize each rank its own way); "
                 "read the dataset itself, or a loader without the DistributedSampler"
             ))
+
+    def _methods_keeping_a_shard(self) -> None:
+        """`scaler = Scaler().fit(train_loader)`: a method of a same-file class handed the sharded
+        training loader, going over it without backward() and adding its batches into the
+        object's attributes (`self.total += xb.sum(0)`): they cover this rank's shard only, and
+        each rank normalizes its own way. Said, not changed."""
+        sharded = self.facts.sharded_loaders
+        for function in self.program.all_functions:
+            if self.program.owner_class(function) is None or function in self.facts.syncing:
+                continue
+            params = set(self.program.param_names(function))
+            for node in self._passes_without_backward(function, set()):
+                iterable = self.program.unwrap_iterable(node.iter)
+                if not (type(iterable) is cst.Name and iterable.value in params):
+                    continue
+                handed = [self.program.argument_for(call, function, iterable.value) for call, _ in self.program.call_sites(function)]
+                callers = [caller for _, caller in self.program.call_sites(function)]
+                if not any(a is not None and (loaders := self.program.dataloaders(a, c)) and all(id(o.node) in sharded for o in loaders) for a, c in zip(handed, callers)):
+                    continue
+                kept = next((n for n in self.tree.walk(node.body) if type(n) is cst.AugAssign and (dotted(n.target) or "").startswith("self.")), None)
+                if kept is None:
+                    continue
+                self.warn(node, (
+                    f"`{function.name.value}` goes over `{iterable.value}`, the sharded training loader at its call: what it keeps in "
+                    f"`{code(kept.target)}` covers this rank's shard only and differs per rank (a normalizer fit on it normalizes "
+                    "each rank its own way); reduce it over ranks (dist.all_reduce), or hand it a loader without the DistributedSampler"
+                ))
+                break
 
     def _shard_passes(self) -> list[TrainLoop]:
         """Loops without backward() over the sharded training loader in the entry function (or
