@@ -1387,6 +1387,16 @@ optimizer = torch.optim.SGD(list(model.parameters()) + list(head.parameters()), 
 
 
 @pytest.mark.parametrize("seed", ["", "torch.manual_seed(0)\n"], ids=["unseeded", "seeded"])
+def test_training_data_drawn_class_by_class_in_a_loop_is_warned_about(seed: str) -> None:
+    """`for c in range(2): xs.append(torch.randn(32, 4) + c)`, then `torch.cat(xs)` into the
+    TensorDataset: only a draw bound straight to the data was followed (helper corpus AE, repro 03)."""
+    loader = seed + "xs = []\nfor c in range(2):\n    xs.append(torch.randn(32, 4) + c)\nX = torch.cat(xs)\nloader = DataLoader(TensorDataset(X, X.sum(1, keepdim=True)), batch_size=8, shuffle=True)"
+    result = convert(standard(loader=loader))
+    found = [n.message for n in result.warnings if n.message.startswith("the training data is drawn here")]
+    assert bool(found) is not bool(seed)
+
+
+@pytest.mark.parametrize("seed", ["", "torch.manual_seed(0)\n"], ids=["unseeded", "seeded"])
 def test_training_data_drawn_from_an_unseeded_generator_is_warned_about(seed: str) -> None:
     """`X = torch.randn(...)` with no seed before it: every rank made its own data set (helper
     corpus H: replicas drifted apart through per-rank plateau decisions; morvan_batchnorm's noise)."""

@@ -142,11 +142,15 @@ def unseeded_data(tree: Tree, program: Program, dataset: cst.BaseExpression, fun
             if type(node) is cst.Call:
                 name = tree.qname(node.func)
                 if name in DATA_DRAWS and not any(a.keyword is not None and a.keyword.value in OWN_GENERATOR for a in node.args):
-                    if not tree.loops(node) and not program.in_dataset(scope) and not _seeded_before(tree, program, node, scope, 2, _library(name)):
+                    in_training = any(any(s.is_backward(c) for c in tree.calls(loop)) for loop in tree.loops(node))
+                    if not in_training and not program.in_dataset(scope) and not _seeded_before(tree, program, node, scope, 2, _library(name)):
                         found.append(node)
                 if type(node.func) is cst.Name and node.func.value in program.classes:
                     found += _drawn_when_built(tree, program, node, scope)
             elif type(node) is cst.Name and not program.in_dataset(scope):
+                # `xs.append(np.random.randn(n, 8) + c)` class by class, then `np.concatenate(xs)`
+                work += [(a.value, scope) for c in program.calls_in(scope) if (m := s.method_call(c)) is not None and m[1] in ("append", "extend")
+                         and type(m[0]) is cst.Name and m[0].value == node.value and tree.order(c) < tree.order(node) for a in c.args[:1]]
                 earlier = [v for v, i in program.assignments(scope, node.value) if i is None and tree.order(v) < tree.order(node)]
                 if earlier:  # the value the name holds here: its last assignment before, in this scope
                     work.append((max(earlier, key=tree.order), scope))
