@@ -630,6 +630,16 @@ def test_a_tensor_of_counts_is_summed_not_averaged(start: str, add: str) -> None
     assert "        dist.all_reduce(per_class)\n        if rank == 0:\n            print(per_class.tolist())\n" in output
 
 
+def test_a_numpy_confusion_matrix_counted_with_add_at_is_summed() -> None:
+    """`np.add.at(cm, (t, p), 1)` into `cm = np.zeros((k, k), dtype=int)`: like `cm[t, p] += 1`, but
+    left as rank 0's half (helper corpus Z, repro 13)."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    cm = np.zeros((2, 2), dtype=int)\n") + (
+        "        np.add.at(cm, ((y > 0).long().flatten().numpy(), (model(x) > 0).long().flatten().numpy()), 1)\n    print(cm.sum())\n"
+    )
+    output = convert(standard(loop=loop).replace("import torch\n", "import numpy as np\nimport torch\n", 1)).output
+    assert "        dist.all_reduce(torch.from_numpy(cm))  # in place: the tensor shares the array's memory\n" in output
+
+
 def test_an_index_put_that_sets_is_no_total() -> None:
     """`last.index_put_(idx, values)` without `accumulate=True` sets entries: nothing adds up, so
     nothing is reduced."""

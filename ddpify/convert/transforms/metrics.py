@@ -315,6 +315,9 @@ class ReduceMetrics(Transform):
                 grown = self._concatenated(node.value, node.targets[0].target.value)  # `errs = torch.cat([errs, err])`
                 if grown is not None:
                     concatenated.setdefault(node.targets[0].target.value, []).append(grown)
+            if type(node) is cst.Call and self.tree.qname(node.func) == "numpy.add.at" and len(node.args) == 3 and type(node.args[0].value) is cst.Name:
+                if any(self._from_batch(loop, a.value) for a in node.args[1:]):
+                    keyed.setdefault(node.args[0].value.value, []).append(node.args[2].value)  # `np.add.at(cm, (t, p), 1)`: like `cm[t, p] += 1`
             found = method_call(node)
             if found and found[1] in INPLACE_ADDS and type(found[0]) is cst.Name and type(self.tree.parent(node)) is cst.Expr:
                 added_in_place = self._added_in_place(loop, node, found[1])  # type: ignore[arg-type]
