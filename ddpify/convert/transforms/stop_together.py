@@ -91,6 +91,7 @@ class StopTogether(Transform):
     DESCRIPTION = "a loop left on one rank's own numbers (`if loss < t: break`) is left by every rank together; a plateau scheduler steps on their mean"
 
     def run(self) -> None:
+        self._local_cache: dict[int, set[str]] = {}  # `_local_names`, by the loop's id (the tree keeps the loops)
         rewritten: set[int] = set()
         means = every = any_rank_used = False
         for loop in self.facts.train_loops:
@@ -246,7 +247,12 @@ class StopTogether(Transform):
     def _local_names(self, loop: TrainLoop) -> set[str]:
         """Names holding this rank's own numbers in the step: those bound from its batch, and what
         the loop collects or adds up from them (`recent.append(loss.item())`, `total += loss.item()`,
-        read before any reduction after the loop)."""
+        read before any reduction after the loop). Worked out once per loop (a copy each time)."""
+        if id(loop.loop) not in self._local_cache:
+            self._local_cache[id(loop.loop)] = self._find_local_names(loop)
+        return set(self._local_cache[id(loop.loop)])
+
+    def _find_local_names(self, loop: TrainLoop) -> set[str]:
         local = batch_names(self.tree, self.program, loop.loop)
         grown = True
         while grown:
