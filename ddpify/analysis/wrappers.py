@@ -66,7 +66,7 @@ def _instance_attributes(program: Program, refs: Refs) -> list[Seed]:
         for node in program.scope_nodes(function):
             if type(node) is not cst.Attribute or type(node.value) is not cst.Name or node.value.value == "self":
                 continue
-            classes = {_class_of(program, o.node, o.function) for o in program.origins(node.value, function)} or _handed_by_name(program, node.value.value, function)
+            classes = {program.instance_of(o.node, o.function) for o in program.origins(node.value, function)} or _handed_by_name(program, node.value.value, function)
             if len(classes) == 1 and (cls := classes.pop()) in held and node.attr.value in held[cls]:  # type: ignore[operator]
                 seed = (f"{node.value.value}.{node.attr.value}", function)
                 if seed not in found:
@@ -87,17 +87,8 @@ def _handed_by_name(program: Program, param: str, function: cst.FunctionDef | No
             if type(call.func) is not cst.Attribute or call.func.attr.value != function.name.value or program.callee(call, caller) is not None:
                 continue
             positional = [a for a in call.args if a.keyword is None and not a.star]
-            found.add(_class_of(program, positional[index].value, caller) if 0 <= index < len(positional) else None)
+            found.add(program.instance_of(positional[index].value, caller) if 0 <= index < len(positional) else None)
     return found
-
-
-def _class_of(program: Program, value: cst.CSTNode, function: cst.FunctionDef | None) -> cst.ClassDef | None:
-    """The same-file class of an object: made by `Trainer(...)`, or `self` in its methods."""
-    if type(value) is cst.Call and type(value.func) is cst.Name:
-        return program.classes.get(value.func.value)
-    if type(value) is cst.Name and value.value == "self":
-        return program.owner_class(function)
-    return None
 
 
 def _aliases(tree: Tree, program: Program, refs: Refs, wrapped_at: Mapping[Seed, cst.CSTNode], plain_returns: Collection[Seed]) -> list[Seed]:

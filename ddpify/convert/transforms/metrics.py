@@ -181,7 +181,7 @@ class ReduceMetrics(Transform):
                 continue
             name = found[0].value
             made = [v for v in self._initial_values(loop, name) if type(v) is cst.Call]
-            if not made or not all(self._same_file_class(v) for v in made):
+            if not made or not all(self.program.instance_of(v, loop.function) is not None for v in made):
                 continue
             if not any(self._from_batch(loop, a.value) for a in call.args) or not self._read_after(loop, name):
                 continue
@@ -191,10 +191,6 @@ class ReduceMetrics(Transform):
                 "the pass covers 1/world_size of the data and differs per rank (a mean and std fit on it normalize each rank "
                 "its own way); reduce its totals over ranks (dist.all_reduce), or read the dataset itself"
             ))
-
-    def _same_file_class(self, made: cst.Call) -> bool:
-        func = made.func
-        return type(func) is cst.Name and func.value in self.program.classes and self.tree.qname(func) is None
 
     def _passes_without_backward(self, function: cst.FunctionDef | None, training: set[int]) -> list[cst.For]:
         """The `for` loops of a scope that are no training loop and call no backward()."""

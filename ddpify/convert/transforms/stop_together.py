@@ -201,11 +201,15 @@ class StopTogether(Transform):
             own = local if outer is loop.loop else self._after_the_loop(loop, local - reduced)
             if not self._per_rank(outer.test, own, clocks):
                 continue
-            rewritten.add(id(outer))
-            self.plan.replace(outer.test, cst.parse_expression(f"all_ranks({code(outer.test)})"))
-            self.change(outer, f"`{code(outer.test)}` is this rank's own: every rank goes on only while every rank would (all_ranks)")
+            self._go_on_together(outer, rewritten)
             changed = True
         return changed
+
+    def _go_on_together(self, loop: cst.While, rewritten: set[int]) -> None:
+        """`while <this rank's test>:` becomes `while all_ranks(<test>):`."""
+        rewritten.add(id(loop))
+        self.plan.replace(loop.test, cst.parse_expression(f"all_ranks({code(loop.test)})"))
+        self.change(loop, f"`{code(loop.test)}` is this rank's own: every rank goes on only while every rank would (all_ranks)")
 
     def _decided_above(self, node: cst.If, loop: TrainLoop, local: set[str], clocks: set[str], rewritten: set[int]) -> cst.If | None:
         """An `if` around `node`, inside the loops, whose own test is this rank's and not taken
@@ -395,9 +399,7 @@ class StopTogether(Transform):
                 if self.tree.function(outer) is not caller:
                     continue
                 if type(outer) is cst.While and id(outer) not in rewritten and self._per_rank(outer.test, set(), clocks):
-                    rewritten.add(id(outer))
-                    self.plan.replace(outer.test, cst.parse_expression(f"all_ranks({code(outer.test)})"))
-                    self.change(outer, f"`{code(outer.test)}` is this rank's own: every rank goes on only while every rank would (all_ranks)")
+                    self._go_on_together(outer, rewritten)
                     every = True
                 for node in self.tree.walk(outer.body):
                     if type(node) is not cst.If or id(node) in rewritten or self.tree.function(node) is not caller:

@@ -226,7 +226,9 @@ class WrapModel(Transform):
             if type(node) is cst.Attribute:
                 names.append(node.attr.value)
             node = node.value  # type: ignore[union-attr]
-        return bool(names) and any(name in ("weight", "bias", "data") for name in names) and self.facts.is_model(node, function) if type(node) is cst.Name else False
+        if type(node) is not cst.Name or not any(name in ("weight", "bias", "data") for name in names):
+            return False
+        return self.facts.is_model(node, function)
 
     def _rewrap_after_unfreezing(self) -> None:
         """`for p in model.backbone.parameters(): p.requires_grad = True` after the wrap (gradual
