@@ -438,7 +438,17 @@ def build_model(case: Case) -> torch.nn.Module:
         kept = (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
         tree.body = [node for node in tree.body if isinstance(node, kept)]
         namespace = {"__name__": f"gpu_verify_{case.name}"}
-        exec(compile(tree, str(case.path / "train.py"), "exec"), namespace)
+        # the script imports its companions (utils.py beside it) as `python train.py` would find them;
+        # they leave sys.modules again so that another fixture's utils.py is not taken for this one
+        before = set(sys.modules)
+        sys.path.insert(0, str(case.path))
+        try:
+            exec(compile(tree, str(case.path / "train.py"), "exec"), namespace)
+        finally:
+            sys.path.remove(str(case.path))
+            for name in set(sys.modules) - before:
+                if str(getattr(sys.modules[name], "__file__", "") or "").startswith(str(case.path)):
+                    del sys.modules[name]
         _model_namespaces[case.path] = namespace
     return eval(case.model, namespace)
 

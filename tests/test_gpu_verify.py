@@ -138,3 +138,14 @@ def test_gpu_mode_without_cuda_is_bad_usage(tmp_path: Path) -> None:
         text=True,
     )
     assert proc.returncode == 2 and "--cpu" in proc.stderr
+
+
+def test_model_of_a_script_that_imports_a_companion_is_built() -> None:
+    """companion_utils imports utils.py beside it; the H200 run failed to load its checkpoint for that."""
+    gpu_verify = load_gpu_verify()
+    case = gpu_verify.read_case(FIXTURES / "companion_utils")
+    model = gpu_verify.build_model(case)
+    assert sum(p.numel() for p in model.parameters()) > 0
+    assert "utils" not in sys.modules or not str(getattr(sys.modules["utils"], "__file__", "")).startswith(
+        str(FIXTURES / "companion_utils")
+    )
