@@ -96,6 +96,7 @@ class Program:
         self._facts: dict[Callable, object] = {}
         # by id, holding the call so that the id stays its own: (call, what it runs)
         self._callee_cache: dict[tuple[int, int], tuple[cst.Call, tuple[cst.FunctionDef, int] | None]] = {}
+        self._resolving: set[tuple[int, int]] = set()
 
     # --- scopes ----------------------------------------------------------------------
 
@@ -279,7 +280,13 @@ class Program:
         key = (id(call), id(caller))
         cached = self._callee_cache.get(key)
         if cached is None or cached[0] is not call:
-            cached = self._callee_cache[key] = (call, self._callee(call, caller))
+            if key in self._resolving:  # asked again while its function value is traced through call sites
+                return None
+            self._resolving.add(key)
+            try:
+                cached = self._callee_cache[key] = (call, self._callee(call, caller))
+            finally:
+                self._resolving.discard(key)
         return cached[1]
 
     def _callee(self, call: cst.Call, caller: cst.FunctionDef | None) -> tuple[cst.FunctionDef, int] | None:
@@ -291,14 +298,52 @@ class Program:
                 init = self.methods.get(self.classes[func.value], {}).get("__init__")
                 if init is not None:
                     return init, 0
-            return None
+            passed = self._passed_function(caller, func.value)  # `def fit(step_fn, loader): ... step_fn(batch)`
+            return (passed, 0) if passed is not None else None
         if isinstance(func, cst.Attribute):
             cls = self.instance_of(func.value, caller)
             if cls is not None:
                 method = self.methods.get(cls, {}).get(func.attr.value)
                 if method is not None:
                     return method, 0
+                held = self._held_function(cls, func.attr.value)  # `self.process_fn(self, batch)`
+                if held is not None:
+                    return held, 0
         return None
+
+    def _passed_function(self, function: cst.FunctionDef | None, param: str) -> cst.FunctionDef | None:
+        """The same-file function that every call of `function` passes for its parameter `param`
+        (a step function handed to a loop: `fit(train_step, loader)`), when `function` binds the
+        parameter nowhere else."""
+        if function is None or param not in self.param_names(function) or self.assignments(function, param):
+            return None
+        found: set[cst.FunctionDef] = set()
+        for call, site in self.call_sites(function):
+            argument = self.argument_for(call, function, param)
+            if type(argument) is not cst.Name:
+                return None
+            if argument.value in self.functions and not (site is not None and self.binds(site, argument.value)):
+                found.add(self.functions[argument.value])
+            elif (passed := self._passed_function(site, argument.value)) is not None:
+                found.add(passed)
+            else:
+                return None
+        return found.pop() if len(found) == 1 else None
+
+    def _held_function(self, cls: cst.ClassDef, attr: str) -> cst.FunctionDef | None:
+        """The same-file function an instance attribute holds when its only assignment stores a
+        parameter of `__init__` (`self.process_fn = process_fn`, the Ignite Engine layout) and every
+        construction passes that function."""
+        init = self.methods.get(cls, {}).get("__init__")
+        bound = [
+            (method, value)
+            for method in self.methods.get(cls, {}).values()
+            for value, index in self.assignments(method, f"self.{attr}")
+            if index is None
+        ]
+        if init is None or len(bound) != 1 or bound[0][0] is not init or type(bound[0][1]) is not cst.Name:
+            return None
+        return self._passed_function(init, bound[0][1].value)
 
     def instance_of(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.ClassDef | None:
         """The same-file class an object is an instance of (`stopper = EarlyStopping()`, or

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import textwrap
 
+import libcst as cst
 import pytest
 
 from ddpify.convert import ConvertOptions, convert_source
 from ddpify.lint import lint_source
+from ddpify.program import Program
+from ddpify.syntax import Tree
 
 DEVICE = 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")'
 LOADER = "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)"
@@ -414,6 +417,64 @@ def test_data_not_from_a_dataloader_is_refused() -> None:
     assert result.status == "unchanged"
     assert result.reason.startswith("the training data does not come from a DataLoader: the training loop (line ")
     assert "iterates `range(100)`" in result.reason
+
+
+STEP_FUNCTION = """
+def train_step(engine, batch):
+    x, y = batch
+    engine.optimizer.zero_grad()
+    loss = nn.functional.mse_loss(engine.model(x), y)
+    loss.backward()
+    engine.optimizer.step()
+    return loss.item()
+"""
+
+
+@pytest.mark.parametrize(
+    ("helpers", "run"),
+    [
+        pytest.param(
+            "class Engine:\n    def __init__(self, process_fn, model, optimizer):\n        self.process_fn = process_fn\n"
+            "        self.model = model\n        self.optimizer = optimizer\n\n    def run(self, loader, epochs):\n"
+            "        for epoch in range(epochs):\n            for batch in loader:\n                self.process_fn(self, batch)\n",
+            "Engine(train_step, model, optimizer).run(loader, 2)",
+            id="held-by-an-engine",
+        ),
+        pytest.param(
+            "class Holder:\n    def __init__(self, model, optimizer):\n        self.model = model\n        self.optimizer = optimizer\n\n\n"
+            "def fit(step_fn, engine, loader, epochs):\n    for epoch in range(epochs):\n        for batch in loader:\n            step_fn(engine, batch)\n",
+            "fit(train_step, Holder(model, optimizer), loader, 2)",
+            id="passed-to-a-loop-function",
+        ),
+    ],
+)
+def test_a_step_function_handed_to_the_loop_as_a_value_is_followed(helpers: str, run: str) -> None:
+    """The Ignite layout: the loop calls a step function it was handed (`self.process_fn(self,
+    batch)`); the batches are the loader's, not tensors the script builds."""
+    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{run}\n",
+                    STEP_FUNCTION + "\n\n" + helpers)
+    result = convert(source)
+    assert result.status == "converted", result.reason
+    assert "sampler=DistributedSampler(" in result.output and "model = DDP(model)" in result.output
+    assert "loader.sampler.set_epoch(epoch)" in result.output
+
+
+def test_a_step_function_chosen_per_call_is_not_followed() -> None:
+    """Two callers hand two different functions: which one the loop runs is not one function."""
+    helpers = STEP_FUNCTION + "\n\ndef other_step(engine, batch):\n    return 0.0\n\n\n" + (
+        "def fit(step_fn, engine, loader):\n    for batch in loader:\n        step_fn(engine, batch)\n"
+    )
+    program_source = script("pass\n", helpers)
+    tree = Tree.parse(cst.parse_module(program_source + "fit(train_step, None, [])\nfit(other_step, None, [])\n"))
+    program = Program(tree)
+    fit = program.functions["fit"]
+    call = next(c for c in program.calls_in(fit) if type(c.func) is cst.Name and c.func.value == "step_fn")
+    assert program.callee(call, fit) is None
+    tree = Tree.parse(cst.parse_module(program_source + "fit(train_step, None, [])\n"))
+    program = Program(tree)
+    fit = program.functions["fit"]
+    call = next(c for c in program.calls_in(fit) if type(c.func) is cst.Name and c.func.value == "step_fn")
+    assert program.callee(call, fit) == (program.functions["train_step"], 0)
 
 
 def test_batches_drawn_with_next_are_sharded() -> None:
