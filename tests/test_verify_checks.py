@@ -252,3 +252,13 @@ def test_checkpoint_files_are_known_by_the_end_of_their_names() -> None:
 
     paths = [Path(n) for n in ("a.pt", "b.PTH", "checkpoint.pth.tar", "model_best.pth.tar", "data.tar", "log.txt", "w.ckpt")]
     assert [p.name for p in checkpoint_files(paths)] == ["a.pt", "b.PTH", "checkpoint.pth.tar", "model_best.pth.tar", "w.ckpt"]
+
+
+def test_a_file_torch_save_wrote_is_a_checkpoint_whatever_its_name() -> None:
+    """The tutorials' general checkpoint, `torch.save({...}, "model.tar")`: verify loaded nothing
+    ("none written") and never saw `module.` keys in it (helper corpus AE, repro 05)."""
+    from ddpify.verify import checkpoint_files
+
+    paths = [Path("/w/model.tar"), Path("/w/history.json"), Path("/w/last.pt")]
+    assert [p.name for p in checkpoint_files(paths)] == ["last.pt"]
+    assert [p.name for p in checkpoint_files(paths, saved={"/w/model.tar"})] == ["model.tar", "last.pt"]

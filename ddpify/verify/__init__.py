@@ -39,7 +39,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -261,7 +261,7 @@ def verify_script(
                 single.join()  # one after the other: the plain run and the ranks would share GPU memory
         run = run_ranks(script, options, setup, root / "ranks", progress)
         duplicates = find_duplicate_lines({r.rank: r.stdout for r in run.ranks})
-        written = checkpoint_files(run.written_files, options.checkpoint_suffixes)
+        written = checkpoint_files(run.written_files, options.checkpoint_suffixes, _saved_paths(run))
         checkpoints = checkpoint_reports(written, run, options) if written else ()
         single_run = single.join() if single is not None else None
     finally:
@@ -270,11 +270,17 @@ def verify_script(
     return VerifyResult(script, options, setup, run, duplicates, checkpoints, single_run)
 
 
-def checkpoint_files(paths: Sequence[Path], suffixes: Sequence[str] = CHECKPOINT_SUFFIXES) -> list[Path]:
-    """The written files verify loads as checkpoints: by the end of their names (`model.pt`, and
-    the ImageNet example's `checkpoint.pth.tar`, not any `.tar`)."""
+def checkpoint_files(paths: Sequence[Path], suffixes: Sequence[str] = CHECKPOINT_SUFFIXES, saved: Collection[str] = ()) -> list[Path]:
+    """The written files verify loads as checkpoints: those a rank wrote with torch.save (`saved`,
+    whatever their names: the tutorials' `checkpoint.tar`), and those named like one (`model.pt`,
+    the ImageNet example's `checkpoint.pth.tar`), which another writer may have made."""
     endings = tuple(s.lower() for s in suffixes)
-    return [p for p in paths if p.name.lower().endswith(endings)]
+    return [p for p in paths if p.name.lower().endswith(endings) or str(p) in saved]
+
+
+def _saved_paths(run: RunResult) -> set[str]:
+    """The files the rank shim saw torch.save write, on any rank."""
+    return {path for rank in run.ranks for path in (rank.facts or {}).get("checkpoints", {})}
 
 
 def _single_check(single: RunResult) -> Check:
