@@ -29,6 +29,7 @@ from ddpify.analysis.exits import CLOCKS, PROGRAM_EXITS, clock_names, flag_stops
 from ddpify.analysis.totals import COLLECTS, restarts_inside
 from ddpify.lint.script import Script
 from ddpify.syntax import BLOCKS, code, dotted, method_call
+from ddpify.program import Program
 
 Pos = tuple[int, int]
 Function = cst.FunctionDef | None
@@ -82,8 +83,27 @@ def _reads(node: cst.CSTNode, out: set[str], skip=None) -> None:
         return
     if kind is cst.Lambda:
         return
+    if kind in COMPREHENSIONS:  # its `for` targets are its own names: what it reads is what they iterate
+        inner: set[str] = set()
+        for child in nodes.children(node):
+            _reads(child, inner, skip)
+        out.update(inner - comprehension_targets(node))
+        return
     for child in nodes.children(node):
         _reads(child, out, skip)
+
+
+COMPREHENSIONS = (cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp)
+
+
+def comprehension_targets(node: cst.BaseComp | cst.DictComp) -> set[str]:
+    """The names the `for` clauses of a comprehension bind (`x`, `y` in `... for x, y in loader`)."""
+    bound: set[str] = set()
+    clause: cst.CompFor | None = node.for_in
+    while clause is not None:
+        bound |= Program.names_in(clause.target)
+        clause = clause.inner_for_in
+    return bound
 
 
 def _adds_to(value: cst.BaseExpression, key: str) -> bool:
@@ -239,7 +259,7 @@ class Scope:
         read = reads(value) - self._whole_batch_names(statement)
         for key in keys:
             self.deps.setdefault(key, set()).update(read)
-        if self._from_sharded_next(value):
+        if self._from_sharded_next(value) or self._comprehends_sharded(value):
             self.sources.update(keys)
         for call in self._calls(value):
             callee = self.program.callee(call, self.function)
@@ -256,6 +276,14 @@ class Scope:
             if metric is not None and not self.flow.reducing(function):
                 source = f"a total over this rank's shard returned by `{code(call.func)}(...)`"
                 self.returned_metrics += [Metric(key, self.end(statement), source) for key in keys]
+
+    def _comprehends_sharded(self, value: cst.BaseExpression) -> bool:
+        """`sum(loss_fn(model(x), y).item() for x, y in train_loader)`: a comprehension over a
+        sharded loader makes a value of this rank's shard."""
+        return any(
+            type(n) is cst.CompFor and self.flow.iterates_sharded(n.iter, self.function)
+            for n in self.tree.walk(value)
+        )
 
     def _from_sharded_next(self, value: cst.BaseExpression) -> bool:
         """`x, y = next(train_iter)` with `train_iter = iter(sharded_loader)`."""
