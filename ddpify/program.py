@@ -24,7 +24,7 @@ from ddpify.syntax import Tree, code, dotted, string_value, unchained
 
 COMPANION_LIMIT = 500_000  # bytes: a module of the script's own larger than this is not read
 # Calls that wrap an iterable without changing what it yields batch by batch.
-ITERABLE_WRAPPERS = {"builtins.enumerate", "builtins.iter", "builtins.zip", "itertools.islice", *s.TQDM}
+ITERABLE_WRAPPERS = {"builtins.enumerate", "builtins.iter", "builtins.zip", "itertools.islice", "itertools.cycle", *s.TQDM}
 
 
 @dataclass(frozen=True)

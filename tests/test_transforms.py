@@ -483,6 +483,71 @@ def test_batches_drawn_with_next_are_sharded() -> None:
     assert "sampler=DistributedSampler(" in output
 
 
+SEMI_SUPERVISED = """\
+device = "cuda" if torch.cuda.is_available() else "cpu"
+lab_loader = DataLoader(TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,))), batch_size=8, shuffle=True)
+unl_loader = DataLoader(TensorDataset(torch.randn(160, 4)), batch_size=16, shuffle=True)
+model = nn.Linear(4, 2).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+"""
+SEMI_STEP = """\
+        probs = model(u).softmax(1)
+        loss = nn.functional.cross_entropy(model(x), y) - (probs * probs.log()).sum(1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        pytest.param("    lab_it = iter(lab_loader)\n    for (u,) in unl_loader:\n        try:\n            x, y = next(lab_it)\n"
+                     "        except StopIteration:\n            lab_it = iter(lab_loader)\n            x, y = next(lab_it)\n", id="next-in-the-body"),
+        pytest.param("    for (x, y), (u,) in zip(itertools.cycle(lab_loader), unl_loader):\n", id="zip-cycle-first"),
+        pytest.param("    for (u,), (x, y) in zip(unl_loader, itertools.cycle(lab_loader)):\n", id="zip-cycle-second"),
+    ],
+)
+def test_every_loader_a_semi_supervised_step_trains_on_is_sharded(loop: str) -> None:
+    """FixMatch's labeled and unlabeled batches: the loop over one loader and the batches its
+    steps draw from the other (next(), or zipped with itertools.cycle) are both this rank's."""
+    result = convert(script(SEMI_SUPERVISED + loop + SEMI_STEP, imports="import itertools\n"))
+    assert result.status == "converted", result.reason
+    assert result.output.count("sampler=DistributedSampler(") == 2
+    assert result.output.count("lab_loader.sampler.set_epoch(epoch)") == 1
+    if "next(lab_it)" in loop:  # a pass started again within the epoch moves the sampler on; the epoch's first is set_epoch(epoch)
+        assert result.output.count("lab_loader.sampler.set_epoch(lab_loader.sampler.epoch + 1)") == 1
+        assert "except StopIteration:\n                lab_loader.sampler.set_epoch(lab_loader.sampler.epoch + 1)" in result.output
+
+
+def test_a_batch_sampled_after_the_step_is_not_training_data() -> None:
+    """pix2pix's `sample_images()`: a batch drawn from the validation loader now and then after
+    the step, without no_grad, is not what the step trains on: that loader stays whole."""
+    helpers = "def sample(model, val_loader):\n    x, _ = next(iter(val_loader))\n    print(model(x).sum().item())\n"
+    loop = ("val_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8, shuffle=True)\n"
+            "for epoch in range(2):\n    for i, (x, y) in enumerate(loader):\n        loss = nn.functional.mse_loss(model(x), y)\n"
+            "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n        if i % 4 == 0:\n"
+            "            sample(model, val_loader)\n            xv, _ = next(iter(val_loader))\n")
+    result = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers))
+    assert result.status == "converted", result.reason
+    assert result.output.count("sampler=DistributedSampler(") == 1 and "val_loader.sampler" not in result.output
+
+
+def test_iterators_made_at_the_top_of_an_epoch_function_start_a_new_pass() -> None:
+    """MixMatch's `train()`, called once per epoch: fresh iterators at its top, a fixed number of
+    steps drawn with next(). Without set_epoch there, every epoch replays the first batches."""
+    helpers = (
+        "def train(loader, model, optimizer):\n    batches = iter(loader)\n    for _ in range(3):\n        try:\n            x, y = next(batches)\n"
+        "        except StopIteration:\n            batches = iter(loader)\n            x, y = next(batches)\n"
+        "        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(3):\n    train(loader, model, optimizer)\n"
+    output = convert(script(body, helpers)).output
+    assert output.count("loader.sampler.set_epoch(loader.sampler.epoch + 1)") == 2
+    assert "    loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new pass shuffles differently\n    batches = iter(loader)\n" in output
+
+
 def test_positional_shuffle_and_trailing_comma_layout() -> None:
     source = standard(loader="dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(\n    dataset,\n    8,\n    True,\n)")
     output = convert(source).output

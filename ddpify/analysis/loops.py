@@ -98,11 +98,7 @@ class TrainLoops:
         optimizer passed, `if train:` with `train=False`, `if phase == "train":`)."""
         if self.tree.grad_disabled(call):
             return False
-        trains = self.program.training_functions
-        steps = [
-            c for c in self.tree.calls(loop.loop.body)
-            if is_backward(c) or ((target := self.program.callee(c, function)) is not None and target[0] in trains)
-        ]  # fmt: skip
+        steps = self._steps(loop.loop, function)
         return not steps or any(not self._ruled_out(step, call, function) for step in steps)
 
     def _ruled_out(self, node: cst.CSTNode, call: cst.Call, function: cst.FunctionDef) -> bool:
@@ -243,8 +239,9 @@ class TrainLoops:
         for loop in loops:
             if isinstance(loop, cst.For):
                 loader = self.program.loader(loop.iter, function)
-                if loader is not None:
-                    return [TrainLoop(loop, loader, function)]
+                if loader is not None:  # and the loaders its steps draw from with next() (FixMatch's labeled batch)
+                    drawn = self._next_loaders(loop.body, function, depth=2, before=self._steps(loop, function))
+                    return [TrainLoop(loop, loader, function), *(TrainLoop(loop, other, where, "next", external) for other, where, external in drawn)]
         if loops:  # batches drawn with next() in the step loop, maybe inside a same-file helper
             drawn = self._next_loaders(loops[0].body, function, depth=2)
             if drawn:
@@ -260,14 +257,36 @@ class TrainLoops:
             found += self._loader_loops(call, caller, seen)
         return found
 
+    def _steps(self, loop: cst.For | cst.While, function: cst.FunctionDef | None) -> list[cst.Call]:
+        """The calls in a loop's body that run its training step: `backward()`, or a same-file
+        function that reaches one (`train_step(x, y, u)`)."""
+        trains = self.program.training_functions
+        return [
+            c for c in self.tree.calls(loop.body)
+            if is_backward(c) or ((target := self.program.callee(c, function)) is not None and target[0] in trains)
+        ]  # fmt: skip
+
+    def _feeds(self, draw: cst.Call, steps: list[cst.Call]) -> bool:
+        """A draw of the loop's body that comes before one of its steps, under no test that the
+        step is not under too: the batch the step trains on (FixMatch's labeled batch), not a
+        sample drawn now and then after the step (`if i % 100 == 0: next(iter(val_loader))`)."""
+        tests = [a for a in self.tree.ancestors(draw) if type(a) is cst.If]
+        return any(
+            self.tree.order(draw) < self.tree.order(step) and all(self.tree.inside(step, test) for test in tests)
+            for step in steps
+        )
+
     def _next_loaders(
-        self, node: cst.CSTNode, function: cst.FunctionDef | None, depth: int
+        self, node: cst.CSTNode, function: cst.FunctionDef | None, depth: int, before: list[cst.Call] | None = None
     ) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None, bool]]:
         """Loaders that `next(...)` calls under `node` draw from (`next(iter(loader))`, an
         iterator kept in a variable, `itertools.cycle(loader)`), following same-file calls; not
-        under no_grad."""
+        under no_grad. With `before` (the steps of a loop over another loader), only the draws
+        that feed those steps."""
         found = []
         for call in self.tree.calls(node):
+            if before is not None and not self._feeds(call, before):
+                continue
             if self.tree.is_builtin_call(call, "next") and call.args:
                 if self.tree.grad_disabled(call):
                     continue  # a validation batch drawn under no_grad between training steps
@@ -291,7 +310,7 @@ class TrainLoops:
             elif depth > 0:
                 target = self.program.callee(call, function)
                 if target is not None and not self.tree.grad_disabled(target[0].body):
-                    found += self._next_loaders(target[0].body, target[0], depth - 1)
+                    found += self._next_loaders(target[0].body, target[0], depth - 1)  # the draws there feed what `call` feeds
         return found
 
 

@@ -377,7 +377,9 @@ class Facts:
 
     def refills(self) -> list[tuple[cst.Call, str]]:
         """`iter(loader)` calls that start another pass over a sharded training loader drawn with
-        next() (inside a loop, or in an `except StopIteration`), with the loader as spelled there."""
+        next() (inside a loop, in an `except StopIteration`, or at the top of a function called
+        once per epoch: MixMatch's `train()`), with the loader as spelled there. Not one at the
+        top of an epoch loop that starts with `set_epoch(epoch)` already."""
         found = []
         for loop in self.program.fact(TrainLoops).draws:
             if loop.consumed_by != "next":
@@ -385,10 +387,15 @@ class Facts:
             if not self._draws_sharded(loop):
                 continue
             spelled = code(loop.loader)
+            epochs = [start.loop for start in self.epoch_starts if start.loader == spelled and start.epoch not in (None, PASSES)]
+            again = loop.function is not None and self.program.called_repeatedly(loop.function)
             for call in self.program.calls_in(loop.function):
-                if self.tree.is_builtin_call(call, "iter") and call.args and code(call.args[0].value) == spelled:
-                    if self.tree.loops(call) or any(isinstance(a, cst.ExceptHandler) for a in self.tree.ancestors(call)):
-                        found.append((call, self.program.sampler_owner(loop.loader, loop.function, spelled)))
+                if not (self.tree.is_builtin_call(call, "iter") and call.args and code(call.args[0].value) == spelled):
+                    continue
+                if not self.tree.inside(call, loop.loop) and any(self.tree.inside(call, epoch.body) for epoch in epochs):
+                    continue  # the epoch loop's set_epoch(epoch) came first
+                if again or self.tree.loops(call) or any(isinstance(a, cst.ExceptHandler) for a in self.tree.ancestors(call)):
+                    found.append((call, self.program.sampler_owner(loop.loader, loop.function, spelled)))
         return list(dict.fromkeys(found))
 
     def in_dataset(self, function: cst.FunctionDef | None) -> bool:
