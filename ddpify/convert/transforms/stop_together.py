@@ -20,7 +20,7 @@ from ddpify.analysis.loops import TrainLoop
 from ddpify.analysis.splits import seeded_before
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, method_call, string_value
+from ddpify.syntax import code, dotted, method_call, string_value
 
 HELPER = '''
 
@@ -258,6 +258,7 @@ class StopTogether(Transform):
 
     def _find_local_names(self, loop: TrainLoop) -> set[str]:
         local = batch_names(self.tree, self.program, loop.loop)
+        exits = {id(node) for node in self._exits(loop)}  # decided together (any_rank): what they set is shared
         grown = True
         while grown:
             grown = False
@@ -265,8 +266,16 @@ class StopTogether(Transform):
                 target = None
                 if type(node) is cst.AugAssign and type(node.target) is cst.Name and reads(self.tree, node.value, local):
                     target = node.target.value
+                elif type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name and reads(self.tree, node.value, local):
+                    target = node.targets[0].target.value  # `control = cb.on_step_end(control, tr_loss)` from a window total
                 elif (found := method_call(node)) and found[1] in COLLECTS and type(found[0]) is cst.Name and reads(self.tree, node, local):
                     target = found[0].value
+                elif type(node) is cst.If and id(node) not in exits and reads(self.tree, node.test, local):
+                    # `if tr_loss < 1.0: control.should_training_stop = True`: what it sets is this rank's decision
+                    decided = {name.split(".")[0] for n in self.tree.walk(node.body) if type(n) is cst.Assign for t in n.targets if (name := dotted(t.target))}
+                    if decided - local:
+                        local |= decided
+                        grown = True
                 if target is not None and target not in local:
                     local.add(target)
                     grown = True
