@@ -308,6 +308,9 @@ class ReduceMetrics(Transform):
             ):
                 added.setdefault(node.target.value, []).append(node.value)
             if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
+                increment = _added_to_itself(self.tree, node.value, node.targets[0].target.value)  # `s = s + xb.sum(0)`: `s += xb.sum(0)`
+                if increment is not None and not isinstance(increment, (cst.Integer, cst.Float)):
+                    added.setdefault(node.targets[0].target.value, []).append(increment)
                 grown = self._concatenated(node.value, node.targets[0].target.value)  # `errs = torch.cat([errs, err])`
                 if grown is not None:
                     concatenated.setdefault(node.targets[0].target.value, []).append(grown)
@@ -426,16 +429,26 @@ class ReduceMetrics(Transform):
                 totals[name] = "cat"  # tensors on the CPU, grown along dim 0: gathered and joined
             else:
                 warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
+        unpaired: list[str] = []
         for name, values in appended.items():
             initial = self._initial_values(loop, name)
             if not (initial and all(isinstance(v, cst.List) and not v.elements for v in initial) and self._read_after(loop, name)):
                 continue
             if loop.consumed_by == "next" and all(map(self._is_number, values)):
                 totals[name] = "series"  # a step loop: every rank takes as many steps as one process did
-            elif all(self._is_number(v) or self._on_the_cpu(v) for v in values):
+            elif all(self._is_number(v) or self._on_the_cpu(v) or self._on_the_cpu_by_name(v, loop.function, loop) for v in values):
                 totals[name] = "list"  # numbers, or arrays and tensors on the CPU: gathered as objects
             else:
                 warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
+                unpaired.append(name)
+        gathered = [name for name, kind in totals.items() if kind in ("list", "cat")]
+        if unpaired and gathered:  # rows and labels collected side by side stay paired: gathered alike, or neither
+            for name in gathered:
+                del totals[name]
+                warn(loop.loop, (
+                    f"`{name}` is collected beside {', '.join(f'`{n}`' for n in unpaired)}, which ddpify cannot gather (tensors that may be on a GPU): "
+                    f"neither is gathered, so they stay paired; gather them all over ranks (as CPU tensors) before reporting them"
+                ))
         return totals
 
     def _meter_class(self, loop: TrainLoop, name: str) -> tuple[Program, cst.ClassDef] | None:
@@ -870,11 +883,15 @@ class ReduceMetrics(Transform):
         first, second = (e.value for e in pieces.elements)
         return second if type(first) is cst.Name and first.value == name else None
 
-    def _on_the_cpu_by_name(self, node: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
-        """A name bound, in the loop's function, only to values on the CPU (`err = (...).cpu()`)."""
+    def _on_the_cpu_by_name(self, node: cst.BaseExpression, function: cst.FunctionDef | None, loop: TrainLoop | None = None) -> bool:
+        """A name bound, in the loop's function, only to values on the CPU (`err = (...).cpu()`),
+        or a name of the batch the loop's loader gives that nothing moves (`labels.append(y)`
+        after `for x, y in loader:`): a DataLoader yields CPU tensors."""
         if type(node) is not cst.Name:
             return False
         values = [self.program.element(v, i) for v, i in self.program.assignments(function, node.value)]
+        if not values and loop is not None and type(loop.loop) is cst.For and loop.consumed_by == "for":
+            return node.value in self.program.names_in(loop.loop.target)
         return bool(values) and all(self._on_the_cpu(v) for v in values)
 
     def _is_target(self, name: cst.Name) -> bool:
@@ -1073,6 +1090,20 @@ def _sizes(node: cst.BaseExpression) -> bool:
     if type(node) is cst.Subscript and type(node.value) is cst.Attribute and node.value.attr.value == "shape":
         return True
     return type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == "len"
+
+
+def _added_to_itself(tree: Tree, value: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
+    """What `name = name + x` (or `x + name`) adds: `x`; not a running average, whose step reads
+    `name` again (`avg = avg + (x - avg) / n`)."""
+    if type(value) is not cst.BinaryOperation or type(value.operator) is not cst.Add:
+        return None
+    if type(value.left) is cst.Name and value.left.value == name:
+        added = value.right
+    elif type(value.right) is cst.Name and value.right.value == name:
+        added = value.left
+    else:
+        return None
+    return None if reads(tree, added, {name}) else added
 
 
 def keeps_a_dimension(tree: Tree, node: cst.BaseExpression) -> bool:
