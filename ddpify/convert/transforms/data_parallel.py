@@ -17,6 +17,7 @@ class RemoveDataParallel(Transform):
     DESCRIPTION = "nn.DataParallel removed in favour of DistributedDataParallel"
 
     def run(self) -> None:
+        removed = False
         for call in self.tree.calls():
             if self.tree.is_call_to(call, FUNCTIONAL) and len(call.args) >= 2:
                 self._functional(call)
@@ -30,12 +31,29 @@ class RemoveDataParallel(Transform):
             else:
                 self.plan.replace(call, inner)
             self.change(call, "nn.DataParallel removed: DistributedDataParallel runs one process per GPU instead")
+            removed = True
             self._loads_take_old_checkpoints(inner, self.tree.function(call))
             self._never_data_parallel(inner)
             name = self.tree.qname(call.func) or ""
             module, _, obj = name.rpartition(".")
             if isinstance(call.func, cst.Name):
                 self.plan.drop_import_if_unused(module, obj)
+        if removed:
+            self._one_gpu_per_process()
+
+    def _one_gpu_per_process(self) -> None:
+        """`args.n_gpu = torch.cuda.device_count()` (run_glue's layout) sized the batch for
+        DataParallel's GPUs: `per_gpu_batch_size * n_gpu`, split over them. A DDP process drives one
+        GPU, so the count it keeps is one (none without CUDA), as transformers' scripts set it
+        under local_rank; with every GPU counted each rank would load n_gpu times its batch."""
+        for node in self.tree.of_type(cst.Assign):
+            if len(node.targets) != 1 or not (type(node.value) is cst.Call and self.tree.is_call_to(node.value, {"torch.cuda.device_count"})):
+                continue
+            self.plan.replace(node.value, lambda updated: cst.parse_expression(f"min({code(updated)}, 1)"))
+            self.change(node, (
+                f"`{code(node.targets[0].target)}` counts the GPUs this process drives: one under DDP (each rank has its own), "
+                "so batch sizes and tests sized by it for nn.DataParallel stay per GPU"
+            ))
 
     def _never_data_parallel(self, model: cst.BaseExpression) -> None:
         """`a if isinstance(net, nn.DataParallel) else b`: `net` is never a DataParallel now, so
