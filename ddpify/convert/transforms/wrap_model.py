@@ -40,6 +40,7 @@ class WrapModel(Transform):
     DESCRIPTION = "DDP(model) once the model is on its device and its weights are final"
 
     def run(self) -> None:
+        self._frozen_after_the_wrap()
         for model in self.facts.models:
             # No device_ids: DDP uses the device the model is on, whichever the script picked.
             unused = model.unused_parameters
@@ -261,6 +262,31 @@ class WrapModel(Transform):
             ))
             self.change(node, f"`{model.ref}` wrapped again after its parameters start requiring gradients: the first wrap left them out of the gradient averaging")
 
+    def _frozen_after_the_wrap(self) -> None:
+        """`for p in model.encoder.parameters(): p.requires_grad = False` after the wrap, also in a
+        function handed the wrapped model (fine-tuning only the head): DDP waits for gradients of
+        every parameter that required one when it wrapped the model, and the second step failed
+        ("Expected to have finished reduction"). Such a model gets find_unused_parameters=True. A
+        model switched off as a whole (a GAN's critic) fires no hook at all and needs nothing."""
+        grad = self.program.fact(GradSwitches)
+        for switch in grad.all:
+            if switch.on:
+                continue
+            function = self.tree.function(switch.node)
+            root, model = self._model_of(switch.node, switch.module)
+            if root is None or dotted(switch.module) == dotted(root):
+                continue  # before the wrap, or the whole model
+            candidates = [m for m in self.facts.models if m.element is None and (m is model or (model is None and m.ref == dotted(root)))]
+            if model is None and not candidates and len([m for m in self.facts.models if m.element is None]) == 1:
+                candidates = [m for m in self.facts.models if m.element is None]  # handed to the function under another name
+            for found in candidates:
+                if not found.unused_parameters:
+                    found.unused_parameters = (
+                        f"parameters of `{code(switch.module)}` stop requiring gradients after the wrap (line {self.tree.line(switch.node)}"
+                        + (f", in `{function.name.value}`" if function is not None and function is not found.function else "")
+                        + "): DDP would wait for their gradients"
+                    )
+
     def _model_of(self, node: cst.CSTNode, root: cst.BaseExpression | None):
         """The wrapped model whose parameters `root` (`model.backbone`) holds, as (root, model):
         (None, None) when it is no wrapped model's (before the wrap, which sees it)."""
@@ -349,6 +375,38 @@ class WrapModel(Transform):
                 ))
                 self.change(call, f"`{held}` takes rank 0's buffers after each pass: the running statistics it averages differ per rank")
                 break
+            for copied in self._copies_run_in(loop):  # `teacher = copy.deepcopy(student)`, run on each batch (Mean Teacher)
+                buffer = next(n for n in ("buffer", "copy_buffer", "ema_buffer") if not self.program.binds(loop.function, n))
+                self.plan.insert_after(loop.loop, statements(
+                    f"for {buffer} in {copied}.buffers():  # its forwards on each rank's batches moved its BatchNorm statistics: rank 0's, on every rank\n"
+                    f"    dist.broadcast({buffer}, 0)\n"
+                ))
+                self.change(loop.loop, f"`{copied}`, a copy of the model run on this rank's batches, takes rank 0's buffers after each pass")
+
+    def _copies_run_in(self, loop) -> list[str]:
+        """Names bound to a copy of a trained model (`teacher = copy.deepcopy(student)`) that the
+        training loop runs on its batches: outside DDP, each rank's forwards move the copy's
+        BatchNorm statistics by its own shard, and an evaluation of it (an early stop) differs."""
+        found = []
+        for call in self.tree.calls(loop.loop.body):
+            name = call.func.value if type(call.func) is cst.Name else None
+            if name is None or name in found:
+                continue
+            values = [v for v, i in self.program.assignments(loop.function, name) if i is None]
+            if values and all(
+                self.tree.is_call_to(v, {"copy.deepcopy"}) and v.args and self._with_buffers(dotted(unchained(v.args[0].value)), loop.function)  # type: ignore[union-attr]
+                for v in values
+            ):
+                found.append(name)
+        return found
+
+    def _with_buffers(self, ref: str | None, function: cst.FunctionDef | None) -> bool:
+        """A trained model that may hold buffers: BatchNorm layers, buffers it registers, or a
+        part that is not in this file."""
+        if ref is None or ref not in self.facts.model_refs.get(function, set()):
+            return False
+        models = [m for m in self.facts.models if m.ref == ref]
+        return not models or any(m.batch_norms is None or m.batch_norms or m.registers_buffers for m in models)
 
     def _own_buffers_shared_after_each_pass(self) -> None:
         """A model wrapped with `broadcast_buffers = False` (forwarded again before backward) keeps
