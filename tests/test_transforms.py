@@ -173,6 +173,18 @@ def test_data_parallel_is_replaced_by_ddp(model: str) -> None:
     assert "DDP(model, device_ids=[torch.cuda.current_device()] if next(model.parameters()).is_cuda else None)" in output
 
 
+def test_a_gpu_count_that_sized_the_batch_for_data_parallel_counts_one_gpu() -> None:
+    """run_glue: `n_gpu = torch.cuda.device_count()`, `batch = per_gpu * max(1, n_gpu)` split over
+    DataParallel's GPUs. Without DataParallel each rank loaded n_gpu times the batch sized per GPU."""
+    body = (
+        f"{DEVICE}\nn_gpu = torch.cuda.device_count()\nds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+        "loader = DataLoader(ds, batch_size=8 * max(1, n_gpu), shuffle=True)\nmodel = nn.Linear(4, 1).to(device)\n"
+        f"if n_gpu > 1:\n    model = nn.DataParallel(model)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    )
+    output = convert(script(body)).output
+    assert "n_gpu = min(torch.cuda.device_count(), 1)" in output and "nn.DataParallel" not in output
+
+
 def test_wrap_goes_after_every_change_to_the_weights() -> None:
     """DDP broadcasts rank 0's weights when it wraps: loads, init and freezing come before it."""
     model = (
@@ -546,6 +558,138 @@ def test_iterators_made_at_the_top_of_an_epoch_function_start_a_new_pass() -> No
     output = convert(script(body, helpers)).output
     assert output.count("loader.sampler.set_epoch(loader.sampler.epoch + 1)") == 2
     assert "    loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new pass shuffles differently\n    batches = iter(loader)\n" in output
+
+
+def test_a_loader_a_helper_builds_per_call_gets_no_set_epoch_in_the_caller() -> None:
+    """EWC's Fisher helper, a training pass per call over a loader it builds: the caller's epoch
+    loop has no name for that loader (`loader.sampler.set_epoch(epoch)` there raised NameError
+    on every rank and in the plain run). It is sharded, and the reused order is warned about."""
+    helpers = (
+        "def train_pass(model, opt, dataset):\n    loader = DataLoader(dataset, batch_size=16, shuffle=True)\n    for x, y in loader:\n"
+        "        loss = nn.functional.mse_loss(model(x), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+    )
+    body = f"{DEVICE}\nds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nmodel = nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(3):\n    train_pass(model, opt, ds)\n"
+    result = convert(script(body, helpers))
+    assert "sampler=DistributedSampler(dataset, shuffle=True)" in result.output
+    assert "set_epoch" not in result.output
+    assert any("`loader` is built anew in each call of `train_pass`" in w for w in warnings(result))
+
+
+@pytest.mark.parametrize(
+    ("keyword", "reason"),
+    [
+        pytest.param("sparse=True", "makes sparse gradients, which NCCL cannot all-reduce", id="sparse"),
+        pytest.param("max_norm=1.0", "rescales the rows each batch looks up in place", id="max-norm"),
+    ],
+)
+def test_embeddings_ddp_cannot_keep_in_step_are_refused(keyword: str, reason: str) -> None:
+    """SparseAdam over `nn.Embedding(sparse=True)` passed verify on gloo and died at the first
+    backward on a GPU (NCCL); `max_norm` rescaled each rank's rows apart (helper corpus AG)."""
+    helpers = f"class MF(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.u = nn.Embedding(50, 8, {keyword})\n\n    def forward(self, u):\n        return self.u(u).sum(-1)\n"
+    loop = LOOP.replace("model(x)", "model(x.long().clamp(0, 49)[:, 0])").replace(", y)", ", y[:, 0])")
+    result = convert(script(f"{DEVICE}\n{LOADER}\nmodel = MF().to(device)\noptimizer = torch.optim.Adam(model.parameters(), lr=0.1)\n{loop}", helpers))
+    assert result.status == "unchanged" and reason in result.reason and "(line 9)" in result.reason
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        pytest.param("tr_loss += loss.item()\ncontrol = cb.on_step_end(control, tr_loss)\ntr_loss = 0.0\n", id="callback"),
+        pytest.param("tr_loss += loss.item()\nif tr_loss < 1.0:\n    control.should_training_stop = True\ntr_loss = 0.0\n", id="inline"),
+    ],
+)
+def test_a_stop_flag_set_from_a_window_total_is_decided_together(step: str) -> None:
+    """The HF mini-Trainer: `tr_loss` adds up this rank's losses and is reset every step, and a
+    flag set from it stops the loop. One rank stopped alone and the other hung in backward()."""
+    helpers = (
+        "class Control:\n    should_training_stop = False\n\n\nclass Threshold:\n    def on_step_end(self, control, loss):\n"
+        "        if loss < 1.0:\n            control.should_training_stop = True\n        return control\n"
+    )
+    loop = "control, cb = Control(), Threshold()\ntr_loss = 0.0\nfor epoch in range(2):\n    for x, y in loader:\n" + textwrap.indent(
+        "loss = nn.functional.mse_loss(model(x), y)\noptimizer.zero_grad()\nloss.backward()\noptimizer.step()\n" + step + "if control.should_training_stop:\n    break\n", "        "
+    )
+    output = convert(standard(loop=loop).replace("def main():", helpers + "\n\ndef main():")).output
+    assert "if any_rank(control.should_training_stop):" in output
+
+
+def test_a_vector_total_written_as_an_assignment_is_summed() -> None:
+    """`s = s + xb.sum(0)` in a mean/std pass over the sharded loader: summed like `s += ...`
+    (only `n` was, so the mean was rank 0's half-sum over the global count). A running average
+    whose step reads itself (`avg = avg + (x - avg) / k`) is no total."""
+    helpers = (
+        "def mean_std(loader):\n    s, sq, n = 0.0, 0.0, 0\n    avg = 0.0\n    for k, (xb, _) in enumerate(loader):\n"
+        "        s = s + xb.sum(0)\n        sq = (xb ** 2).sum(0) + sq\n        n += xb.size(0)\n        avg = avg + (xb.mean() - avg) / (k + 1)\n"
+        "    mean = s / n\n    print(avg)\n    return mean, (sq / n - mean ** 2).sqrt()\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmean, std = mean_std(loader)\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    output = convert(script(body, helpers)).output
+    assert "dist.all_reduce(s)" in output and "dist.all_reduce(sq)" in output and "dist.all_reduce(avg)" not in output
+
+
+def test_a_layer_picked_by_an_index_the_forward_computes_needs_find_unused() -> None:
+    """A top-1 mixture of experts, `self.experts[int(scores.mean(0).argmax())](x)`: the other
+    experts get no gradient, and DDP without find_unused_parameters fails at the second step."""
+    helpers = (
+        "class MoE(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.gate = nn.Linear(4, 2)\n"
+        "        self.experts = nn.ModuleList([nn.Linear(4, 1) for _ in range(2)])\n\n    def forward(self, x):\n"
+        "        scores = self.gate(x)\n        pick = int(scores.mean(0).argmax())\n        return self.experts[pick](x) * scores.softmax(-1)[:, pick:pick + 1]\n"
+    )
+    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = MoE().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers)).output
+    assert "DDP(model, find_unused_parameters=True)" in output
+
+
+def test_a_copy_of_the_model_run_on_each_batch_takes_rank_0s_buffers() -> None:
+    """Mean Teacher: `teacher = copy.deepcopy(student)`, run on each rank's batch in train mode and
+    moved by a plain EMA function, folds each rank's BatchNorm statistics in; its evaluation (and
+    an early stop on it) differed per rank and one rank left alone."""
+    helpers = (
+        "def update_ema(model, ema, alpha):\n    for e, p in zip(ema.parameters(), model.parameters()):\n"
+        "        e.data.mul_(alpha).add_(p.data, alpha=1 - alpha)\n"
+    )
+    loop = (
+        "teacher = copy.deepcopy(model)\nfor epoch in range(2):\n    for x, y in loader:\n        with torch.no_grad():\n"
+        "            target = teacher(x)\n        loss = nn.functional.mse_loss(model(x), y) + nn.functional.mse_loss(model(x), target)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n        update_ema(model, teacher, 0.9)\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
+    output = convert(script(body, helpers, imports="import copy\n")).output
+    assert "        for buffer in teacher.buffers():" in output and "            dist.broadcast(buffer, 0)" in output
+
+
+@pytest.mark.parametrize(
+    ("label", "gathered"),
+    [
+        pytest.param("labels.append(y)", True, id="batch-labels-on-the-cpu"),
+        pytest.param("labels.append(y.to(device))", False, id="labels-maybe-on-a-gpu"),
+    ],
+)
+def test_lists_collected_side_by_side_are_gathered_alike(label: str, gathered: bool) -> None:
+    """`extract(model, loader)` collects embeddings and labels over the sharded loader: gathering
+    only the embeddings left the labels one rank's, and recall@k indexed them out of range."""
+    helpers = (
+        "def extract(model, loader, device):\n    embs, labels = [], []\n    with torch.no_grad():\n        for x, y in loader:\n"
+        f"            embs.append(model(x).cpu())\n            {label}\n    return torch.cat(embs), torch.cat(labels)\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}e, l = extract(model, loader, device)\nprint(e.shape, l.shape)\n"
+    result = convert(script(body, helpers))
+    assert result.output.count("dist.all_gather_object(") == (2 if gathered else 0)
+    if not gathered:
+        assert any("`embs` is collected beside `labels`" in w for w in warnings(result))
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_part_of_the_model_frozen_after_the_wrap_needs_find_unused(whole: bool) -> None:
+    """A fine-tuning function handed the wrapped model freezes its encoder, then trains the head:
+    DDP waited for encoder gradients and the second step failed, also as one plain process. A
+    model switched off as a whole (a GAN's critic) fires no hook and is left as it is."""
+    frozen = "model" if whole else "model[0]"
+    helpers = (
+        f"def finetune(model, loader, optimizer):\n    for p in {frozen}.parameters():\n        p.requires_grad = False\n"
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfinetune(model, loader, optimizer)\n"
+    output = convert(script(body, helpers)).output
+    assert ("model = DDP(model, find_unused_parameters=True)" in output) is not whole
 
 
 def test_positional_shuffle_and_trailing_comma_layout() -> None:

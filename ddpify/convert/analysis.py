@@ -25,6 +25,10 @@ from ddpify.program import Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value, unchained
 
 ENTRY_NAMES = ("local_rank", "rank", "world_size", "backend")
+# What picks one layer of several from the data in a forward (`self.experts[int(scores.argmax())]`).
+CHOOSERS = {"argmax", "argmin", "multinomial", "randint", "item", "max", "min"}
+# Embedding layers and lookups whose keywords DDP cannot keep in step (`sparse=True`, `max_norm=`).
+EMBEDDINGS = {"torch.nn.Embedding", "torch.nn.EmbeddingBag", "torch.nn.functional.embedding", "torch.nn.functional.embedding_bag"}
 SEPARATE_OUTPUTS = ": a loss that uses only some leaves parameters without gradients"
 # Optimizer classes outside torch.optim, by name: SAM(model.parameters(), ...), FusedAdam, Lion.
 OPTIMIZER_NAMES = re.compile(
@@ -894,6 +898,7 @@ class Analyzer:
         for cls in classes:
             for part in self._parts(cls):  # type: ignore[arg-type]
                 self._warn_buffer_queues(model, part)
+                self._refuse_embeddings(part)
         reasons = [
             "" if (reason := self._forward_may_skip(cls)).endswith(SEPARATE_OUTPUTS) and self._reads_every_output(model, cls) else reason
             for cls in sorted(classes, key=self.tree.line)  # type: ignore[arg-type]
@@ -1189,12 +1194,30 @@ class Analyzer:
                     index = chooser.slice[0].slice
                     if type(index) is cst.Index and type(index.value) is cst.Name and index.value.value in params:
                         return f"`{cls.name.value}.forward` runs one of `{code(chooser.value)}`, chosen by `{index.value.value}` (line {self.tree.line(call)})"
+                    if type(index) is cst.Index and self._chosen_from_data(index.value, method):  # `self.experts[int(scores.argmax())]`
+                        return f"`{cls.name.value}.forward` runs one of `{code(chooser.value)}`, chosen by `{code(index.value)}` (line {self.tree.line(call)})"
         for node in self.program.scope_nodes(forward):
             if isinstance(node, cst.Return) and (values := self._output_fields(node.value)) is not None and len(values) > 1:
                 reached = [self._layers_behind(v, forward, methods, set()) for v in values]
                 if not any(layers == set().union(*reached) for layers in reached):
                     return f"`{cls.name.value}.forward` returns outputs of separate layers{SEPARATE_OUTPUTS}"
         return ""
+
+    def _chosen_from_data(self, index: cst.BaseExpression, method: cst.FunctionDef) -> bool:
+        """An index worked out in the forward from what it computes (`int(scores.mean(0).argmax())`,
+        or a name bound to that): not a number written down, nor a loop's counter over every layer."""
+        if type(index) in (cst.Integer, cst.SimpleString) or type(index) is cst.UnaryOperation:
+            return False
+        if type(index) is cst.Name:
+            if index.value in self.program.loop_targets(method):
+                return False
+            values = [v for v, _ in self.program.assignments(method, index.value)]
+            return bool(values) and any(self._chosen_from_data(v, method) for v in values)
+        return any(
+            (found := s.method_call(n)) is not None and found[1] in CHOOSERS or (self.tree.qname(n.func) or "").rsplit(".", 1)[-1] in CHOOSERS
+            for n in self.tree.walk(index)
+            if type(n) is cst.Call
+        )
 
     def _output_fields(self, value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
         """The separate outputs a forward returns: of a tuple, a dict, or a record of this file
@@ -1205,6 +1228,33 @@ class Analyzer:
         if type(value) is cst.Call and type(value.func) is cst.Name and self._is_record(value.func.value):
             return [a.value for a in value.args]
         return None
+
+    def _refuse_embeddings(self, cls: cst.ClassDef) -> None:
+        """Embeddings DDP cannot keep in step: `sparse=True` makes sparse gradients, which NCCL
+        cannot all-reduce (the first backward fails on a GPU, though gloo on the CPU passes), and
+        `max_norm=` renormalizes the rows a batch looks up in place during the forward, outside
+        the optimizer: each rank rescales its own batch's rows and the replicas drift apart."""
+        for method in self.program.class_methods(cls).values():
+            for call in self.program.calls_in(method):
+                name = self.tree.qname(call.func) or ""
+                if name not in EMBEDDINGS:
+                    continue
+                line = self.tree.line(call)
+                for a in call.args:
+                    if a.keyword is None:
+                        continue
+                    if a.keyword.value == "sparse" and code(a.value) == "True":
+                        raise NotConvertible(
+                            f"`{code(call.func)}(..., sparse=True)` (line {line}) makes sparse gradients, which NCCL cannot all-reduce: "
+                            "DDP fails at the first backward() on a GPU; use dense gradients (sparse=False, and a dense optimizer such as Adam "
+                            "instead of SparseAdam), then convert"
+                        )
+                    if a.keyword.value == "max_norm" and code(a.value) != "None":
+                        raise NotConvertible(
+                            f"`{code(call.func)}(..., max_norm=...)` (line {line}) rescales the rows each batch looks up in place, outside the "
+                            "optimizer: every rank rescales its own batch's rows and the replicas drift apart under DDP; drop max_norm (or "
+                            "renormalize the whole table after each optimizer step, alike on every rank), then convert"
+                        )
 
     def _refuse_dataclass_outputs(self, classes: set[cst.ClassDef]) -> None:
         """A forward returning a dataclass, from a model that may leave parameters unused: DDP
@@ -1986,6 +2036,16 @@ class Analyzer:
                 if receiver is None:
                     continue
                 spelled, loader_node_caller = (loader_code if receiver == "self" else receiver + loader_code[4:]), loader_node
+            elif type(loader_node) is cst.Name and self.program.assignments(function, loader_node.value):
+                # built in each call of the function: the caller has no name for it
+                if not self.program.called_repeatedly(function):
+                    break  # one pass, one call: epoch 0 is its order
+                self.warnings.append((loader_node, (
+                    f"`{loader_code}` is built anew in each call of `{function.name.value}`: its DistributedSampler starts at epoch 0 "
+                    f"every call, so every call visits this rank's shard in the same order; hand the caller's epoch in and call "
+                    f"`{self.program.sampler_owner(loader_node, function, loader_code)}.sampler.set_epoch(epoch)` before iterating it"
+                )))
+                break
             else:
                 loader_node_caller = loader_node
             found += self._epoch_start(call, spelled, loader_node_caller, caller, seen)
