@@ -175,11 +175,10 @@ class StopTogether(Transform):
     def _per_rank_helper(self, test: cst.BaseExpression, depth: int = 2) -> bool:
         """`if out_of_time(): break`, `while not out_of_time():`, `if aug.should_attack():`: a
         same-file function or method whose value reads this rank's clock or an unseeded draw."""
-        for call in self.tree.calls(test):
-            target = self.program.callee(call, self.tree.function(call))
-            if target is None:
-                continue
-            callee = target[0]
+        function = self.tree.function(test)
+        called = [target[0] for call in self.tree.calls(test) if (target := self.program.callee(call, function)) is not None]
+        called += [prop for n in self.tree.walk(test) if type(n) is cst.Attribute and (prop := self._property(n, function)) is not None]
+        for callee in called:  # `timer.out_of_time()`, or the property `timer.out_of_time`
             clocks = clock_names(self.tree, self.program, callee) | self._draw_names(callee)
             for value in self.program.returns(callee):
                 if reads(self.tree, value, clocks) or reads_clock(self.tree, value) or self._unseeded_draw(value):
@@ -187,6 +186,14 @@ class StopTogether(Transform):
                 if depth > 0 and self._per_rank_helper(value, depth - 1):
                     return True
         return False
+
+    def _property(self, node: cst.Attribute, function: cst.FunctionDef | None) -> cst.FunctionDef | None:
+        """The same-file `@property` an attribute read runs (`timer.out_of_time`)."""
+        cls = self.program.instance_of(node.value, function)
+        method = self.program.class_methods(cls).get(node.attr.value) if cls is not None else None
+        if method is None or not any(type(d.decorator) is cst.Name and d.decorator.value == "property" for d in method.decorators):
+            return None
+        return method
 
     def _while_tests(self, loop: TrainLoop, local: set[str], reduced: set[str], clocks: set[str], rewritten: set[int]) -> bool:
         """`while time.time() - t0 < budget:` around the training loop (or as it), `while not
@@ -402,8 +409,11 @@ class StopTogether(Transform):
         read where the epochs are counted. Returns whether all_ranks and any_rank were used."""
         if loop.function is None:
             return every, anyone
+        kept = self._own_attributes(loop)
         for call, caller in self.program.call_sites(loop.function):
             clocks = clock_names(self.tree, self.program, caller)
+            receiver = dotted(call.func.value) if type(call.func) is cst.Attribute else None
+            seen = {receiver + attr[4:] for attr in kept} if receiver is not None and receiver != "self" else set()  # `trainer.history`
             for outer in self.tree.loops(call):
                 if self.tree.function(outer) is not caller:
                     continue
@@ -413,13 +423,39 @@ class StopTogether(Transform):
                 for node in self.tree.walk(outer.body):
                     if type(node) is not cst.If or id(node) in rewritten or self.tree.function(node) is not caller:
                         continue
-                    if not leaves(self.tree, self.program, node, [outer]) or not self._per_rank(node.test, set(), clocks):
+                    if not leaves(self.tree, self.program, node, [outer]):
+                        continue
+                    if not (self._per_rank(node.test, set(), clocks) or _reads_dotted(self.tree, node.test, seen)):
                         continue
                     rewritten.add(id(node))
                     self.plan.replace(node.test, cst.parse_expression(f"any_rank({code(node.test)})"))
                     self.change(node, f"`{code(node.test)}` is this rank's own: every rank leaves the loop when any rank would (any_rank)")
                     anyone = True
         return every, anyone
+
+    def _own_attributes(self, loop: TrainLoop) -> set[str]:
+        """Attributes a training method keeps this rank's numbers in (`self.last_loss =
+        loss.item()`, `self.history.append(self.last_loss)`): a caller deciding on them
+        (`if trainer.history[-1] < target: break`) decides per rank."""
+        if self.program.owner_class(loop.function) is None:
+            return set()
+        local = self._after_the_loop(loop, self._local_names(loop) - self.plan.reduced.get(id(loop.loop), set()))
+        kept: set[str] = set()
+        grown = True
+        while grown:
+            grown = False
+            for node in self.program.scope_nodes(loop.function):
+                target = value = None
+                if type(node) is cst.Assign and len(node.targets) == 1:
+                    target, value = dotted(node.targets[0].target), node.value
+                elif (found := method_call(node)) and found[1] in COLLECTS and node.args:  # type: ignore[union-attr]
+                    target, value = dotted(found[0]), node.args[0].value  # type: ignore[union-attr]
+                if target is None or not target.startswith("self.") or target.count(".") != 1 or target in kept:
+                    continue
+                if reads(self.tree, value, local) or _reads_dotted(self.tree, value, kept):
+                    kept.add(target)
+                    grown = True
+        return kept
 
     def _sets_rate(self, function: cst.FunctionDef, depth: int = 1) -> bool:
         """It sets a learning rate (`g["lr"] *= 0.5`), itself or through a same-file call."""
@@ -469,6 +505,8 @@ class StopTogether(Transform):
             values = [node.value]
             if type(node.value) in (cst.Dict, cst.Tuple):  # `return {"loss": loss.item(), "acc": acc}`: each number of this rank's
                 values = [e.value for e in node.value.elements if type(e) in (cst.DictElement, cst.Element)]  # type: ignore[union-attr]
+            elif type(node.value) is cst.Call and type(node.value.func) is cst.Name and node.value.func.value in self.program.classes:
+                values = [a.value for a in node.value.args if not a.star]  # a record of this file: `EpochResult(mean, last=loss.item())`
             for value in values:
                 if not reads(self.tree, value, local) or not self._number(value, loop.function):
                     continue
@@ -522,3 +560,8 @@ class StopTogether(Transform):
         return self.tree.inside(node, loop.loop.body) and any(
             is_optimizer_step(self.tree, self.program, c, loop.function) for c in self.tree.calls(node.body)
         )
+
+
+def _reads_dotted(tree, node: cst.CSTNode, names: set[str]) -> bool:
+    """Whether `node` reads one of the dotted `names` (`trainer.history` in `trainer.history[-1]`)."""
+    return bool(names) and any(type(n) is cst.Attribute and dotted(n) in names for n in tree.walk(node))
