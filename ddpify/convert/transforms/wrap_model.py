@@ -101,6 +101,7 @@ class WrapModel(Transform):
                 )
         self.plan.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
         self._rewrap_after_unfreezing()
+        self._rewrap_after_surgery()
         self._bare_parameters()
         self._averaged_copies()
         self._own_buffers_shared_after_each_pass()
@@ -262,6 +263,74 @@ class WrapModel(Transform):
             ))
             self.change(node, f"`{model.ref}` wrapped again after its parameters start requiring gradients: the first wrap left them out of the gradient averaging")
 
+    def _rewrap_after_surgery(self) -> None:
+        """A layer replaced after the wrap (`model.fc = nn.Linear(...)`, or a method of the model's
+        class doing it: `model.grow(2)` between continual-learning tasks): DDP knows only the
+        parameters it wrapped, so the new layer's were never averaged and the old one's waited
+        for gradients ("Expected to have finished reduction", also as one process). The model
+        is wrapped again once the change is done and moved (`model.to(device)` after it)."""
+        for model in self.facts.models:
+            if model.element is not None or model.optional is not None:
+                continue
+            cls = self._model_class(model)
+            wrapped = self.tree.order(model.anchor)
+            for node in self.program.scope_nodes(model.function):
+                if type(node) not in (cst.Assign, cst.Call) or self.tree.order(node) <= wrapped or self.tree.inside(node, model.anchor):
+                    continue
+                if type(node) is cst.Assign:
+                    targets = [dotted(t.target) or "" for t in node.targets]
+                    if not any(t.startswith(model.ref + ".") for t in targets) or not self._builds_a_layer(node.value, None):
+                        continue
+                    what = f"`{targets[0]}` replaced"
+                else:
+                    found = s.method_call(node)
+                    if found is None or dotted(found[0]) != model.ref or cls is None:
+                        continue
+                    method = self.program.class_methods(cls).get(found[1])
+                    if method is None or not self._replaces_a_layer(method):
+                        continue
+                    what = f"`{code(node.func)}(...)` replaces a layer"
+                statement = self._after_its_move(self.tree.statement(node), model.ref)
+                flag = ", find_unused_parameters=True" if model.unused_parameters else ""
+                self.plan.insert_after(statement, statements(
+                    f"{model.ref} = DDP({model.ref}.module{flag})  # again: DDP averages only the parameters it wrapped, and a layer was replaced\n"
+                ))
+                self.change(node, f"{what} after the wrap: `{model.ref}` wrapped again, since DDP knows only the parameters it wrapped")
+
+    def _model_class(self, model) -> cst.ClassDef | None:
+        values = [v for v, _ in self.program.assignments(model.function, model.ref)]
+        return next((cls for v in values if (cls := self.program.instance_of(unchained(v) if type(v) is cst.Call else v, model.function)) is not None), None)
+
+    def _builds_a_layer(self, value: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`nn.Linear(...)`, `nn.Sequential(...)` or a same-file class: a module with new parameters."""
+        value = unchained(value) if type(value) is cst.Call else value
+        if type(value) is not cst.Call:
+            return False
+        name = self.tree.qname(value.func) or ""
+        return name.startswith("torch.nn.") and name[9:10].isupper() or (type(value.func) is cst.Name and value.func.value in self.program.classes)
+
+    def _replaces_a_layer(self, method: cst.FunctionDef) -> bool:
+        return any(
+            type(node) is cst.Assign
+            and any((t := dotted(target.target)) is not None and t.startswith("self.") and t.count(".") == 1 for target in node.targets)
+            and self._builds_a_layer(node.value, method)
+            for node in self.program.scope_nodes(method)
+        )
+
+    def _after_its_move(self, statement: cst.BaseStatement, ref: str) -> cst.BaseStatement:
+        """`statement`, or the `model.to(device)` / `model.cuda()` right after it in its block."""
+        block = self.tree.parent(statement)
+        body = list(getattr(block, "body", ()))
+        if statement not in body:
+            return statement
+        last = statement
+        for following in body[body.index(statement) + 1:]:
+            text = code(following)
+            if not (type(following) is cst.SimpleStatementLine and (f"{ref}.to(" in text or f"{ref}.cuda(" in text)):
+                break
+            last = following
+        return last
+
     def _frozen_after_the_wrap(self) -> None:
         """`for p in model.encoder.parameters(): p.requires_grad = False` after the wrap, also in a
         function handed the wrapped model (fine-tuning only the head): DDP waits for gradients of
@@ -420,8 +489,8 @@ class WrapModel(Transform):
             for loop in self.facts.train_loops:
                 if loop.function is not model.function and model.ref not in self.facts.model_refs.get(loop.function, set()):
                     continue
-                if not any(dotted(c.func) == model.ref for c in self.tree.calls(loop.loop.body)):
-                    continue
+                if not any(dotted(c.func) == model.ref or any(dotted(a.value) == model.ref for a in c.args) for c in self.tree.calls(loop.loop.body)):
+                    continue  # neither run in the loop nor handed to a helper there (`loss = step(model, x, y)`)
                 buffer = next(n for n in ("buffer", "model_buffer", "own_buffer") if not self.program.binds(loop.function, n))
                 self.plan.insert_after(loop.loop, statements(
                     f"for {buffer} in {self.plain(model.ref, loop.loop)}.buffers():  # kept per rank since the wrap (broadcast_buffers off): rank 0's, on every rank\n"
