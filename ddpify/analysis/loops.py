@@ -246,6 +246,10 @@ class TrainLoops:
             drawn = self._next_loaders(loops[0].body, function, depth=2)
             if drawn:
                 return [TrainLoop(loops[0], loader, where, "next", external) for loader, where, external in drawn]
+            for outer in loops[1:]:  # a window drawn before its micro-steps: `batches = [next(it) for _ in range(k)]`, `for x, y in batches:`
+                drawn = self._next_loaders(outer.body, function, depth=2, before=self._steps(outer, function))
+                if drawn:
+                    return [TrainLoop(outer, loader, where, "next", external) for loader, where, external in drawn]
             for loop in loops:
                 if isinstance(loop, cst.For) and (external := self.external_loader(loop.iter, function)) is not None:
                     return [TrainLoop(loop, external, function, "for", True)]
