@@ -692,6 +692,94 @@ def test_part_of_the_model_frozen_after_the_wrap_needs_find_unused(whole: bool) 
     assert ("model = DDP(model, find_unused_parameters=True)" in output) is not whole
 
 
+def test_a_stop_on_what_a_trainer_keeps_of_its_loss_is_decided_together() -> None:
+    """`self.last_loss = loss.item()`, `self.history.append(self.last_loss)` in the method that
+    trains an epoch, and the caller's `if trainer.history[-1] < 20.0: break`: one rank left."""
+    helpers = (
+        "class Trainer:\n    def __init__(self, model, opt):\n        self.model, self.opt = model, opt\n        self.history = []\n\n"
+        "    def run_epoch(self, loader):\n        for x, y in loader:\n            loss = nn.functional.mse_loss(self.model(x), y)\n"
+        "            self.opt.zero_grad()\n            loss.backward()\n            self.opt.step()\n            self.last_loss = loss.item()\n"
+        "        self.history.append(self.last_loss)\n"
+    )
+    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "trainer = Trainer(model, optimizer)\nfor epoch in range(5):\n    trainer.run_epoch(loader)\n    if trainer.history[-1] < 20.0:\n        break\n")
+    assert "if any_rank(trainer.history[-1] < 20.0):" in convert(script(body, helpers)).output
+
+
+def test_a_time_budget_read_through_a_property_is_decided_together() -> None:
+    """`if timer.out_of_time: break` with `out_of_time` a property reading the clock: the method
+    form `timer.out_of_time()` got any_rank, the property did not (helper corpus AJ, repro 09)."""
+    helpers = (
+        "class Timer:\n    def __init__(self, budget):\n        self.start, self.budget = time.time(), budget\n\n"
+        "    @property\n    def out_of_time(self):\n        return time.time() - self.start > self.budget\n"
+    )
+    loop = "timer = Timer(5.0)\n" + LOOP.replace("for epoch in range(2):\n", "for epoch in range(100):\n") + "    if timer.out_of_time:\n        break\n"
+    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers, imports="import time\n")).output
+    assert "if any_rank(timer.out_of_time):" in output
+
+
+@pytest.mark.parametrize(
+    ("change", "method"),
+    [
+        pytest.param("model.fc = nn.Linear(4, 1)", "", id="assigned"),
+        pytest.param("model.grow()", "    def grow(self):\n        self.fc = nn.Linear(4, 1)\n\n", id="by-a-method"),
+    ],
+)
+def test_a_layer_replaced_after_the_wrap_gets_the_model_wrapped_again(change: str, method: str) -> None:
+    """A head grown between continual-learning tasks, after the wrap: DDP knew only the old head,
+    and the first step of the next task failed, also as one process (helper corpus AI, repro 02).
+    The wrap comes again after the change and the move that follows it."""
+    helpers = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n"
+        f"        self.fc = nn.Linear(4, 1)\n\n{method}    def forward(self, x):\n        return self.fc(self.body(x))\n"
+    )
+    loop = ("model = Net().to(device)\nfor task in range(2):\n    if task > 0:\n" + textwrap.indent(change + "\nmodel.to(device)\n", "        ")
+            + "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + textwrap.indent(LOOP, "    "))
+    output = convert(script(f"{DEVICE}\n{LOADER}\n{loop}", helpers)).output
+    assert "            model.to(device)\n            model = DDP(model.module)  # again:" in output
+
+
+def test_buffers_of_a_model_run_twice_in_a_helper_are_shared_after_each_pass() -> None:
+    """A BatchNorm model run on two views inside a step helper before one backward gets
+    broadcast_buffers off; rank 0's buffers after each pass were promised only when the loop
+    called the model itself, and an early stop on its evaluation left one rank alone (AI 05)."""
+    helpers = (
+        "def step(model, optimizer, x, y):\n    a, b = model(x), model(x + 0.1)\n    loss = nn.functional.mse_loss(a, y) + nn.functional.mse_loss(b, y)\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    loop = "for epoch in range(2):\n    for x, y in loader:\n        step(model, optimizer, x, y)\n"
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
+    output = convert(script(body, helpers)).output
+    assert "model.broadcast_buffers = False" in output and "    for buffer in model.module.buffers():" in output
+
+
+def test_a_window_of_batches_drawn_before_its_micro_steps_is_sharded() -> None:
+    """transformers' Trainer: `batches = [next(it) for _ in range(accum)]`, then `for x, y in
+    batches:` forward and backward. It was refused: "does not come from a DataLoader"."""
+    loop = (
+        "for epoch in range(2):\n    it = iter(loader)\n    for update in range(len(loader) // 2):\n        batches = [next(it) for _ in range(2)]\n"
+        "        for x, y in batches:\n            loss = nn.functional.mse_loss(model(x), y) / 2\n            loss.backward()\n"
+        "        optimizer.step()\n        optimizer.zero_grad()\n"
+    )
+    result = convert(standard(loop=loop))
+    assert result.status == "converted", result.reason
+    assert "sampler=DistributedSampler(" in result.output and "loader.sampler.set_epoch(" in result.output
+
+
+def test_a_record_a_training_function_returns_holds_the_mean_over_ranks() -> None:
+    """`return EpochResult(mean, last=loss.item())`, a dataclass of this file: a callback stopping
+    on `result.last` decided per rank (helper corpus AJ, repro 03), as for a returned dict."""
+    helpers = (
+        "@dataclass\nclass EpochResult:\n    last: float\n\n\n"
+        "def train_epoch(model, loader, optimizer):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n    return EpochResult(last=loss.item())\n"
+    )
+    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "for epoch in range(5):\n    result = train_epoch(model, loader, optimizer)\n    if result.last < 1.0:\n        break\n")
+    output = convert(script(body, helpers, imports="from dataclasses import dataclass\n")).output
+    assert "return EpochResult(last=rank_mean(loss.item()))" in output
+
+
 def test_positional_shuffle_and_trailing_comma_layout() -> None:
     source = standard(loader="dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(\n    dataset,\n    8,\n    True,\n)")
     output = convert(source).output
