@@ -309,6 +309,31 @@ class Program:
                 held = self._held_function(cls, func.attr.value)  # `self.process_fn(self, batch)`
                 if held is not None:
                     return held, 0
+        if isinstance(func, cst.Subscript):
+            hooked = self._hooked_function(func, caller)  # `self.hooks["after_epoch"](opt, loss)`
+            if hooked is not None:
+                return hooked, 0
+        return None
+
+    def _hooked_function(self, item: cst.Subscript, function: cst.FunctionDef | None) -> cst.FunctionDef | None:
+        """The same-file function a dict of hooks holds under a written key, when the dict is
+        written out where it is bound (`self.hooks = {"after_epoch": shrink_lr}`)."""
+        key = item.slice[0].slice if len(item.slice) == 1 else None
+        if type(key) is not cst.Index or type(key.value) is not cst.SimpleString:
+            return None
+        held = dotted(item.value)
+        if held is None:
+            return None
+        scopes = [function]
+        if held.startswith("self.") and (cls := self.owner_class(function)) is not None:
+            scopes = list(self.methods.get(cls, {}).values())
+        values = [v for scope in scopes for v, i in self.assignments(scope, held) if i is None]
+        if len(values) != 1 or type(values[0]) is not cst.Dict:
+            return None
+        for element in values[0].elements:
+            if type(element) is cst.DictElement and type(element.key) is cst.SimpleString and element.key.value == key.value.value:
+                value = element.value
+                return self.functions.get(value.value) if type(value) is cst.Name else None
         return None
 
     def _passed_function(self, function: cst.FunctionDef | None, param: str) -> cst.FunctionDef | None:

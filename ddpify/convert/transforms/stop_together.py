@@ -482,8 +482,8 @@ class StopTogether(Transform):
             return True
         if self.tree.is_builtin_call(expr, "float"):
             return True
-        if type(expr) is cst.Name:
-            values = [self.program.element(v, i) for v, i in self.program.assignments(function, expr.value)]
+        if type(expr) is cst.Name or (type(expr) is cst.Attribute and (dotted(expr) or "").startswith("self.")):
+            values = [self.program.element(v, i) for v, i in self.program.assignments(function, dotted(expr) or "")]
             bound = [v for v in values if type(v) not in (cst.Integer, cst.Float) and not (type(v) is cst.Name and v.value == "None")]  # `last = 0.0`, `first = None` before the loop
             return bool(bound) and all(self._number(v, function) for v in bound)
         return False
@@ -521,10 +521,14 @@ class StopTogether(Transform):
         (rank_mean), so every rank sets the same rate."""
         local = self._local_names(loop)
         reduced = self.plan.reduced.get(id(loop.loop), set())
-        scopes = [loop.loop.body, *(outer.body for outer in self.tree.loops(loop.loop) if outer is not loop.loop)]
+        outers = [outer for outer in self.tree.loops(loop.loop) if outer is not loop.loop and self.tree.function(outer) is loop.function]
+        scopes = [loop.loop.body, *(outer.body for outer in outers)]
+        end = self.tree.end_order(loop.loop)
+        kept = self._own_attributes(loop)
         changed = False
         for call in self.program.calls_in(loop.function):
-            if not any(self.tree.inside(call, scope) for scope in scopes):
+            after = not outers and loop.function is not None and self.tree.order(call) >= end  # a method training one epoch: after its loop
+            if not (after or any(self.tree.inside(call, scope) for scope in scopes)):
                 continue
             target = self._called(call, loop.function)
             if target is None or not self._sets_rate(target):
@@ -532,7 +536,7 @@ class StopTogether(Transform):
             own = local if self.tree.inside(call, loop.loop.body) else self._after_the_loop(loop, local - reduced)
             for argument in call.args:
                 value = argument.value
-                if reads(self.tree, value, own) and self._number(value, loop.function):
+                if (reads(self.tree, value, own) or _reads_dotted(self.tree, value, kept)) and self._number(value, loop.function):
                     self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
                     self.change(call, f"`{code(value)}` is this rank's own: `{code(call.func)}(...)` sets the learning rate on its mean over ranks (rank_mean), alike on every rank")
                     changed = True
