@@ -508,6 +508,12 @@ class ReduceMetrics(Transform):
         """`meters = {k: AverageMeter() for k in ["cls", "reg"]}` (or the dict written out) before
         the loop: a meter per fixed key (the same keys, in the same order, on every rank)."""
         initial = self._initial_values(loop, name)
+        if len(initial) == 1 and type(initial[0]) is cst.List and initial[0].elements:
+            # `[AverageMeter(), AverageMeter()]`: a meter per fixed position
+            found = [self._meter_of(e.value) for e in initial[0].elements]
+            return found[0] if found[0] is not None and all(f == found[0] for f in found) else None
+        if len(initial) == 1 and type(initial[0]) is cst.ListComp:
+            return self._meter_of(initial[0].elt)  # `[AverageMeter() for _ in range(2)]`
         if len(initial) == 1 and type(initial[0]) is cst.Dict and initial[0].elements:
             # `{"loss": AverageMeter(), "acc": AverageMeter()}`: fixed keys written out
             elements = initial[0].elements
@@ -655,7 +661,10 @@ class ReduceMetrics(Transform):
         outer = [lp for lp in self.tree.loops(loop.loop) if lp is not loop.loop and self.tree.function(lp) is loop.function]
         values = []
         reset = bool(outer) and self._reset_each_pass(loop, outer[0], name)
-        for value, index in self.program.assignments(loop.function, name):
+        bound = [(v, i) for v, i in self.program.assignments(loop.function, name) if self.tree.line(v) < start]
+        if outer and any(self.tree.inside(v, outer[0]) for v, _ in bound):  # `totals = torch.zeros_like(totals)` at the top of each pass
+            bound = [(v, i) for v, i in bound if self.tree.inside(v, outer[0])]
+        for value, index in bound:
             if self.tree.line(value) >= start:
                 continue
             if outer and not self.tree.inside(value, outer[0]) and not reset:
@@ -950,7 +959,10 @@ class ReduceMetrics(Transform):
             found = self._meter_dict_class(loop, name)
             assert found is not None
             meter = self._free(function, "meter", f"{name}_meter")
-            lines.append(f"for {meter} in {name}.values():  # made from the same keys on every rank: reduced in the same order")
+            if type(self._initial_values(loop, name)[0]) in (cst.List, cst.ListComp):
+                lines.append(f"for {meter} in {name}:  # made alike on every rank: reduced in the same order")
+            else:
+                lines.append(f"for {meter} in {name}.values():  # made from the same keys on every rank: reduced in the same order")
             lines += [f"    {line}" for line in self._meter_reduction(*found, meter, function, self._update_calls(loop, name))]
         for name in [n for n, kind in totals.items() if kind == "array"]:
             lines.append(f"dist.all_reduce(torch.from_numpy({name}))  # in place: the tensor shares the array's memory")
