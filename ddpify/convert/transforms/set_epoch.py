@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpify.analysis.loops import TrainLoops
 from ddpify.convert.analysis import PASSES, EpochStart
+from ddpify.syntax import code
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 
@@ -50,6 +52,7 @@ class SetEpoch(Transform):
                 self.plan.prepend(start.loop.body, line)
             shown = f"{start.loader}.sampler.epoch + 1" if start.epoch in (PASSES, None) else start.epoch
             self.change(start.loop, f"`{start.loader}.sampler.set_epoch({shown})` each epoch, so every epoch shuffles differently")
+        self._later_single_passes()
         for call, loader in self.facts.refills():
             statement = self.tree.statement(call)
             self.plan.insert_before(statement, statements(f"{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)  # a new pass shuffles differently\n"))
@@ -61,6 +64,24 @@ class SetEpoch(Transform):
                 set_epoch = f"if isinstance({loader}.sampler, DistributedSampler):\n    {set_epoch}"
             self.plan.insert_after(loop, statements(set_epoch + "\n"))
             self.change(loop, f"each pass over `{loader}` ends with its sampler moving to the next epoch, so the next pass shuffles differently")
+
+    def _later_single_passes(self) -> None:
+        """Two stages that each go once over the same loader, with no epoch loop around either
+        (pretraining, then fine-tuning): the second pass replayed the first one's order. It
+        moves the sampler one epoch on first."""
+        seen: set[tuple[int, str]] = set()
+        for loop in sorted(self.facts.train_loops, key=lambda lp: self.tree.order(lp.loop)):
+            if loop.consumed_by != "for" or type(loop.loop) is not cst.For:
+                continue
+            key = (id(loop.function), code(loop.loader))
+            single = not any(outer is not loop.loop and self.tree.function(outer) is loop.function for outer in self.tree.loops(loop.loop))
+            if key in seen and single and self.program.fact(TrainLoops).zipped_with(loop) == []:
+                owner = self.program.sampler_owner(loop.loader, loop.function)
+                self.plan.insert_before(self.tree.statement(loop.loop), statements(
+                    f"{owner}.sampler.set_epoch({owner}.sampler.epoch + 1)  # another pass over it: a new order\n"
+                ))
+                self.change(loop.loop, f"`{owner}` is iterated again: its sampler moves to the next epoch first")
+            seen.add(key)
 
     def _runs_again(self, loop: cst.For | cst.While, loader: str) -> bool:
         """The epoch loop is in a same-file function called more than once (or in a loop) whose

@@ -41,6 +41,7 @@ class WrapModel(Transform):
 
     def run(self) -> None:
         self._frozen_after_the_wrap()
+        self._built_around_a_wrapped_model()
         for model in self.facts.models:
             # No device_ids: DDP uses the device the model is on, whichever the script picked.
             unused = model.unused_parameters
@@ -330,6 +331,27 @@ class WrapModel(Transform):
                 break
             last = following
         return last
+
+    def _built_around_a_wrapped_model(self) -> None:
+        """`model = Head(encoder)` after `encoder` was pretrained and wrapped (a two-stage recipe):
+        the new module holds the plain encoder (`Head(encoder.module)`; holding the wrapper
+        nested one DDP in another), and it needs find_unused_parameters when the encoder's
+        forward may leave parameters without gradients (its pretraining head, unused now)."""
+        for model in self.facts.models:
+            for value, _ in self.program.assignments(model.function, model.ref):
+                call = unchained(value) if type(value) is cst.Call else value
+                if type(call) is not cst.Call or type(call.func) is not cst.Name or call.func.value not in self.program.classes:
+                    continue
+                if "forward" not in self.program.class_methods(self.program.classes[call.func.value]):
+                    continue  # a trainer or a loss wrapper that runs the wrapped model: it keeps the wrapper
+                for argument in call.args:
+                    held = next((m for m in self.facts.models if m is not model and m.ref == dotted(argument.value)), None)
+                    if held is None or not self.facts.is_model(argument.value, model.function):
+                        continue
+                    self.plan.replace(argument.value, cst.parse_expression(self.plain(held.ref, call)))
+                    self.change(call, f"`{call.func.value}` is built around the plain `{held.ref}` (`.module`): a DDP wrapper inside the model DDP wraps would nest one in the other")
+                    if held.unused_parameters and not model.unused_parameters:
+                        model.unused_parameters = f"it holds `{held.ref}`, and {held.unused_parameters}"
 
     def _frozen_after_the_wrap(self) -> None:
         """`for p in model.encoder.parameters(): p.requires_grad = False` after the wrap, also in a
