@@ -780,6 +780,69 @@ def test_a_record_a_training_function_returns_holds_the_mean_over_ranks() -> Non
     assert "return EpochResult(last=rank_mean(loss.item()))" in output
 
 
+def test_a_rate_hook_from_a_dict_handed_a_kept_loss_gets_the_mean_over_ranks() -> None:
+    """`self.hooks["after_epoch"](self.opt, self.last_loss)` after the batch loop, the hook a
+    same-file function halving the rate: each rank halved at its own epoch and the replicas
+    drifted apart (helper corpus AJ, repro 02)."""
+    helpers = (
+        "def shrink_lr(optimizer, loss_value):\n    if loss_value < 4.0:\n        for g in optimizer.param_groups:\n            g[\"lr\"] *= 0.5\n\n\n"
+        "class Trainer:\n    def __init__(self, model, opt):\n        self.model, self.opt = model, opt\n        self.hooks = {\"after_epoch\": shrink_lr}\n\n"
+        "    def run_epoch(self, loader):\n        for x, y in loader:\n            loss = nn.functional.mse_loss(self.model(x), y)\n"
+        "            self.opt.zero_grad()\n            loss.backward()\n            self.opt.step()\n            self.last_loss = loss.item()\n"
+        "        self.hooks[\"after_epoch\"](self.opt, self.last_loss)\n"
+    )
+    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "trainer = Trainer(model, optimizer)\nfor epoch in range(3):\n    trainer.run_epoch(loader)\n")
+    assert 'self.hooks["after_epoch"](self.opt, rank_mean(self.last_loss))' in convert(script(body, helpers)).output
+
+
+def test_totals_bound_again_at_the_top_of_each_epoch_are_reduced() -> None:
+    """`totals = torch.zeros(2)` once, then `totals = torch.zeros_like(totals)` at the top of each
+    epoch: an epoch's total, reduced like one bound there (helper corpus AJ, repro 05)."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    totals = torch.zeros_like(totals)\n") + (
+        "        totals += torch.tensor([loss.item() * x.size(0), x.size(0)])\n    print(totals[0] / totals[1])\n"
+    )
+    output = convert(standard(loop="totals = torch.zeros(2)\n" + loop)).output
+    assert "dist.all_reduce(totals)" in output
+
+
+def test_a_list_of_meters_updated_by_position_is_reduced() -> None:
+    """`meters = [AverageMeter() for _ in range(2)]`, `meters[i].update(l.item(), n)`: reduced
+    meter by meter, as a dict of meters is (helper corpus AJ, repro 07)."""
+    helpers = (
+        "class AverageMeter:\n    def __init__(self):\n        self.sum, self.count = 0.0, 0\n\n    def update(self, val, n=1):\n"
+        "        self.sum += val * n\n        self.count += n\n\n    @property\n    def avg(self):\n        return self.sum / max(self.count, 1)\n"
+    )
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    meters = [AverageMeter() for _ in range(2)]\n") + (
+        "        for i, l in enumerate([loss, loss.abs()]):\n            meters[i].update(l.item(), x.size(0))\n    print(meters[0].avg, meters[1].avg)\n"
+    )
+    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers)).output
+    assert "for meter in meters:  # made alike on every rank" in output
+
+
+def test_a_model_built_around_a_pretrained_wrapped_one_holds_the_plain_one() -> None:
+    """Pretrain an encoder, then `model = Head(encoder)` and train that: the head held the DDP
+    wrapper (one DDP nested in another) and lacked find_unused_parameters for the encoder's
+    pretraining layer, failing at the second step even as one process (helper corpus AH, 02).
+    The second single pass over the same loader moves its sampler on (AH 06)."""
+    helpers = (
+        "class Encoder(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n        self.out = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x, with_out=False):\n        h = self.body(x)\n        if with_out:\n            return self.out(h)\n        return h\n\n\n"
+        "class Head(nn.Module):\n    def __init__(self, encoder):\n        super().__init__()\n        self.encoder = encoder\n        self.cls = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n        return self.cls(self.encoder(x))\n"
+    )
+    body = (
+        f"{DEVICE}\n{LOADER}\nencoder = Encoder().to(device)\nopt = torch.optim.SGD(encoder.parameters(), lr=0.1)\nfor x, y in loader:\n"
+        "    loss = nn.functional.mse_loss(encoder(x, with_out=True), y)\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+        "model = Head(encoder).to(device)\nopt2 = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in loader:\n"
+        "    loss = nn.functional.mse_loss(model(x), y)\n    opt2.zero_grad()\n    loss.backward()\n    opt2.step()\n"
+    )
+    output = convert(script(body, helpers)).output
+    assert "model = Head(encoder.module).to(device)" in output
+    assert "model = DDP(model, find_unused_parameters=True)" in output
+    assert output.count("loader.sampler.set_epoch(loader.sampler.epoch + 1)  # another pass over it") == 1
+
+
 def test_positional_shuffle_and_trailing_comma_layout() -> None:
     source = standard(loader="dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(\n    dataset,\n    8,\n    True,\n)")
     output = convert(source).output
