@@ -352,6 +352,13 @@ class Facts:
         """Ids of the `DataLoader(...)` calls that get a DistributedSampler where they are built."""
         return {id(plan.call) for plan in self.loader_plans if plan.call is not None and plan.how == "shard"}
 
+    @cached_property
+    def split_loaders(self) -> set[int]:
+        """Ids of the `DataLoader(...)` calls that give each rank its own part of the data: a
+        DistributedSampler, a weighted sampler drawing each rank's share, or a SubsetRandomSampler
+        split by rank. A statistics pass over one sees this rank's part only."""
+        return {id(plan.call) for plan in self.loader_plans if plan.call is not None and plan.how in ("shard", "generator", "subset")}
+
     def generator_passes(self) -> list[tuple[cst.For, str, bool]]:
         """The `for` loops of same-file generators the training steps draw sharded batches from
         (`def cycle(loader): while True: for b in loader: yield b`), each with the generator's

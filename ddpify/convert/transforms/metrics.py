@@ -157,7 +157,7 @@ class ReduceMetrics(Transform):
         """Loops without backward() over the sharded training loader in the entry function (or
         the module): a pass before training that counts its classes or takes its mean sees this
         rank's shard only (`for _, y in train_loader: counts += torch.bincount(y)`)."""
-        sharded = self.facts.sharded_loaders
+        sharded = self.facts.split_loaders
         training = {id(loop.loop) for loop in self.facts.train_loops}
         found = []
         for function in {None, self.facts.entry.function}:
@@ -204,7 +204,7 @@ class ReduceMetrics(Transform):
         caller fills with the sharded training loader (`check_accuracy(train_loader, model)`),
         and whether every caller does. Only functions that take part in collectives anyway (a
         forward through DDP): their calls already run on every rank, never under a rank guard."""
-        sharded = self.facts.sharded_loaders
+        sharded = self.facts.split_loaders
         training = {id(loop.loop) for loop in self.facts.train_loops}
         found = []
         for function in self.program.all_functions:
@@ -280,6 +280,7 @@ class ReduceMetrics(Transform):
         concatenated: dict[str, list[cst.BaseExpression]] = {}  # name -> tensors of `name = torch.cat([name, t])`
         class_totals: set[str] = set()  # `Stats.seen += len(x)`: said, once each
         listed: dict[str, list[cst.BaseExpression]] = {}  # name -> appended values of `name[k].append(v)`, `name.setdefault(k, []).append(v)`
+        marked: set[str] = set()  # `seen[u, i] = True`
         for node in self.tree.walk(loop.loop.body):
             if (
                 isinstance(node, cst.AugAssign)
@@ -298,6 +299,12 @@ class ReduceMetrics(Transform):
                     f"`{code(node.target)}` is a class attribute that keeps adding up this rank's shard: what it reports covers one "
                     "rank's part of the data; reduce it over ranks (dist.all_reduce) before reporting it"
                 ))
+            if (
+                type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Subscript
+                and type(node.targets[0].target.value) is cst.Name and type(node.value) in (cst.Name, cst.Integer, cst.Float)
+                and code(node.value) in ("True", "1", "1.0") and self._from_batch(loop, node.targets[0].target)
+            ):
+                marked.add(node.targets[0].target.value.value)  # `seen[u, i] = True`: marks what this rank's batches hold
             if type(node) is cst.Assign and len(node.targets) == 1 and (increment := _got_and_added(node)) is not None:
                 keyed.setdefault(node.targets[0].target.value.value, []).append(increment)  # type: ignore[attr-defined]
             if (
@@ -346,6 +353,13 @@ class ReduceMetrics(Transform):
                     self._run_totals.setdefault(id(outer), (outer, loop, []))[2].append(name)  # reduced once, after the run
                     continue
                 warn(loop.loop, f"`{name}` keeps adding up this rank's shard across epochs: reduce or gather it over ranks before reporting it")
+        for name in sorted(marked):
+            if self._initial_values(loop, name) and self._read_after(loop, name):
+                warn(loop.loop, (
+                    f"`{name}` marks what this rank's shard holds (`{name}[...] = ...` from its batches): after the loop it covers "
+                    "1/world_size of the data and differs per rank (a filter or a decision on it differs too); take the maximum "
+                    "over ranks (dist.all_reduce with ReduceOp.MAX, as a uint8 tensor) or build it from the dataset itself"
+                ))
         for name in [n for n, values in added.items() if any(self._clock(v) for v in values)]:
             del added[name]  # `total_time += time.time() - start`: this rank's own wall time, no metric
         for name in [n for n in added if n not in windows and self._declared_global(loop, n) and not self._initial_values(loop, n)]:
