@@ -20,7 +20,7 @@ from ddpify.analysis.loops import TrainLoop
 from ddpify.analysis.splits import seeded_before
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, dotted, method_call, string_value
+from ddpify.syntax import code, dotted, is_backward, method_call, string_value
 
 HELPER = '''
 
@@ -96,6 +96,7 @@ class StopTogether(Transform):
         means = every = any_rank_used = False
         for loop in self.facts.train_loops:
             means = self._gradients_scaled_per_rank(loop) or means
+            self._gradients_read_without_a_step(loop)
             local = self._local_names(loop)  # counters are the same on every rank
             clocks = clock_names(self.tree, self.program, loop.function)
             reduced = self.plan.reduced.get(id(loop.loop), set())  # ReduceMetrics ran: these are shared after the loop
@@ -388,6 +389,25 @@ class StopTogether(Transform):
                 "(rank_mean), which is what one process counting every rank's batches divides by"
             ))
         return changed
+
+    def _gradients_read_without_a_step(self, loop: TrainLoop) -> None:
+        """EWC's Fisher: backward() per sample and `f += p.grad ** 2`, with no optimizer step. The
+        backward goes through DDP, which averages the gradients over ranks before they are read:
+        each "per-sample" gradient is a mean of world_size samples' (the Fisher shrinks by about
+        1/world_size). Said, not changed: run that pass under `model.no_sync()` and sum its totals."""
+        body = loop.loop.body
+        if any((found := method_call(c)) is not None and found[1] == "step" for c in self.tree.calls(body)):
+            return
+        if any(type(c.func) is cst.Attribute and c.func.attr.value == "step" for c in self.program.calls_in(loop.function) if not self.tree.inside(c, body)):
+            return  # stepped after the loop (gradient accumulation over the whole pass)
+        reads = next((n for n in self.tree.walk(body) if type(n) is cst.Attribute and n.attr.value == "grad" and type(self.tree.parent(n)) is not cst.AssignTarget), None)
+        if reads is None or not any(is_backward(c) for c in self.tree.calls(body)):
+            return
+        self.warn(loop.loop, (
+            f"this loop reads gradients (`{code(reads)}`) after each backward() with no optimizer step: through DDP they are "
+            "averaged over ranks first, so a per-sample quantity (a Fisher diagonal, a gradient norm per example) mixes world_size "
+            "ranks' samples; run the pass under `model.no_sync()` and sum what it adds up over ranks"
+        ))
 
     def _parameter_loop(self, node: cst.CSTNode, loop: TrainLoop, divisor: cst.BaseExpression) -> cst.For | None:
         """The loop over the parameters around `node` in the step (`for p in model.parameters():`),
