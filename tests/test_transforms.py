@@ -843,6 +843,39 @@ def test_a_model_built_around_a_pretrained_wrapped_one_holds_the_plain_one() -> 
     assert output.count("loader.sampler.set_epoch(loader.sampler.epoch + 1)  # another pass over it") == 1
 
 
+def test_a_statistics_pass_over_a_loader_split_another_way_is_reduced() -> None:
+    """`mean, std = feature_stats(loader)` over a loader whose WeightedRandomSampler draws each
+    rank's share: each rank normalized with its own part's statistics (helper corpus AH, 03)."""
+    helpers = (
+        "def feature_stats(loader):\n    s = torch.zeros(4)\n    n = 0\n    for x, _ in loader:\n        s += x.sum(0)\n        n += x.shape[0]\n    return s / n\n"
+    )
+    loader = "ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(ds, batch_size=8, sampler=WeightedRandomSampler(torch.ones(64), num_samples=64))"
+    body = f"{DEVICE}\n{loader}\nmean = feature_stats(loader)\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    output = convert(script(body, helpers, imports="from torch.utils.data import WeightedRandomSampler\n")).output
+    assert "generator=torch.Generator().manual_seed(" in output and "dist.all_reduce(s)" in output
+
+
+def test_a_mask_marked_from_the_shard_is_warned_about() -> None:
+    """`seen[u, i] = True` over the sharded training loader (items to filter out of an evaluation):
+    each rank's mask held its own shard only (helper corpus AG, repro 07)."""
+    loop = "seen = torch.zeros(64, dtype=torch.bool)\nfor x, y in loader:\n    seen[(x[:, 0] * 10).long().clamp(0, 63)] = True\nprint(seen.sum())\n" + LOOP
+    result = convert(standard(loop=loop))
+    assert any(w.startswith("`seen` marks what this rank's shard holds") for w in warnings(result))
+
+
+def test_gradients_read_per_sample_without_a_step_are_warned_about() -> None:
+    """EWC's Fisher pass: backward() per sample through DDP, then `f += p.grad ** 2`: the
+    gradients were averaged over ranks before being squared (helper corpus AI, repro 04)."""
+    helpers = (
+        "def fisher(model, dataset):\n    f = [torch.zeros_like(p) for p in model.parameters()]\n    for x, y in DataLoader(dataset, batch_size=1):\n"
+        "        model.zero_grad()\n        nn.functional.mse_loss(model(x), y).backward()\n        for g, p in zip(f, model.parameters()):\n"
+        "            g += p.grad ** 2\n    return f\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}f = fisher(model, loader.dataset)\n"
+    result = convert(script(body, helpers))
+    assert sum(w.startswith("this loop reads gradients (`p.grad`)") for w in warnings(result)) == 1
+
+
 def test_positional_shuffle_and_trailing_comma_layout() -> None:
     source = standard(loader="dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(\n    dataset,\n    8,\n    True,\n)")
     output = convert(source).output
