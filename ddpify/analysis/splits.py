@@ -147,6 +147,9 @@ def unseeded_data(tree: Tree, program: Program, dataset: cst.BaseExpression, fun
                         found.append(node)
                 if type(node.func) is cst.Name and node.func.value in program.classes:
                     found += _drawn_when_built(tree, program, node, scope)
+                elif (target := program.callee(node, scope)) is not None and not program.in_dataset(target[0]):
+                    # `make_blob(c, n)`, a same-file helper returning `np.random.randn(n, 2) + ...`: what it returns
+                    work += [(value, target[0]) for value in program.returns(target[0])]
             elif type(node) is cst.Name and not program.in_dataset(scope):
                 # `xs.append(np.random.randn(n, 8) + c)` class by class, then `np.concatenate(xs)`
                 work += [(a.value, scope) for c in program.calls_in(scope) if (m := s.method_call(c)) is not None and m[1] in ("append", "extend")
