@@ -747,9 +747,17 @@ class Program:
             wrapped = self.loader_wrapper(origin)
             if wrapped is not None and self._wrapped_loaders(origin):
                 return f"{spelled}.{wrapped[0]}"
-            if self.tree.is_call_to(origin.node, s.DATALOADER) and self.tree.is_call_to(getattr(s.arg(origin.node, 4, "batch_sampler"), "value", None), s.BATCH_SAMPLER):
+            if self.tree.is_call_to(origin.node, s.DATALOADER) and self.batch_sampler(getattr(s.arg(origin.node, 4, "batch_sampler"), "value", None), origin.function):
                 return f"{spelled}.batch_sampler"  # its `.sampler` is the one the BatchSampler batches
         return spelled
+
+    def batch_sampler(self, value: cst.BaseExpression | None, function: cst.FunctionDef | None) -> cst.Call | None:
+        """torch's BatchSampler call a `batch_sampler=` value is: made right there, or bound to a
+        name once (`bs = BatchSampler(RandomSampler(ds), 32, False)`)."""
+        if type(value) is cst.Name:
+            bound = [v for v, i in self.assignments(function, value.value) if i is None]
+            value = bound[0] if len(bound) == 1 else None
+        return value if value is not None and self.tree.is_call_to(value, s.BATCH_SAMPLER) else None  # type: ignore[return-value]
 
     # --- following an object through the program ---------------------------------------
 
