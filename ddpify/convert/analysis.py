@@ -28,7 +28,10 @@ ENTRY_NAMES = ("local_rank", "rank", "world_size", "backend")
 # What picks one layer of several from the data in a forward (`self.experts[int(scores.argmax())]`).
 CHOOSERS = {"argmax", "argmin", "multinomial", "randint", "item", "max", "min"}
 # Embedding layers and lookups whose keywords DDP cannot keep in step (`sparse=True`, `max_norm=`).
-EMBEDDINGS = {"torch.nn.Embedding", "torch.nn.EmbeddingBag", "torch.nn.functional.embedding", "torch.nn.functional.embedding_bag"}
+EMBEDDINGS = {
+    "torch.nn.Embedding", "torch.nn.EmbeddingBag", "torch.nn.functional.embedding", "torch.nn.functional.embedding_bag",
+    "torch.nn.Embedding.from_pretrained", "torch.nn.EmbeddingBag.from_pretrained",
+}  # fmt: skip
 SEPARATE_OUTPUTS = ": a loss that uses only some leaves parameters without gradients"
 # Optimizer classes outside torch.optim, by name: SAM(model.parameters(), ...), FusedAdam, Lion.
 OPTIMIZER_NAMES = re.compile(
@@ -1247,16 +1250,22 @@ class Analyzer:
                 if name not in EMBEDDINGS:
                     continue
                 line = self.tree.line(call)
-                for a in call.args:
-                    if a.keyword is None:
-                        continue
-                    if a.keyword.value == "sparse" and code(a.value) == "True":
+                keywords = [(a.keyword.value, a.value) for a in call.args if a.keyword is not None]
+                for a in call.args:  # `**{"max_norm": 1.0}`, or `**EMB_CFG` bound to one: keywords written in a dict
+                    spread = a.value if a.star == "**" else None
+                    if type(spread) is cst.Name:
+                        bound = [v for v, i in self.program.assignments(method, spread.value) or self.program.assignments(None, spread.value) if i is None]
+                        spread = bound[0] if len(bound) == 1 else None
+                    if type(spread) is cst.Dict:
+                        keywords += [(string_value(e.key), e.value) for e in spread.elements if type(e) is cst.DictElement and string_value(e.key)]
+                for keyword, value in keywords:
+                    if keyword == "sparse" and code(value) == "True":
                         raise NotConvertible(
                             f"`{code(call.func)}(..., sparse=True)` (line {line}) makes sparse gradients, which NCCL cannot all-reduce: "
                             "DDP fails at the first backward() on a GPU; use dense gradients (sparse=False, and a dense optimizer such as Adam "
                             "instead of SparseAdam), then convert"
                         )
-                    if a.keyword.value == "max_norm" and code(a.value) != "None":
+                    if keyword == "max_norm" and code(value) != "None":
                         raise NotConvertible(
                             f"`{code(call.func)}(..., max_norm=...)` (line {line}) rescales the rows each batch looks up in place, outside the "
                             "optimizer: every rank rescales its own batch's rows and the replicas drift apart under DDP; drop max_norm (or "
@@ -1807,7 +1816,7 @@ class Analyzer:
         line = self.tree.line(call)
         batch_sampler = s.arg(call, 4, "batch_sampler")
         if batch_sampler is not None:
-            inner = batch_sampler.value
+            inner = self.program.batch_sampler(batch_sampler.value, origin.function) or batch_sampler.value  # also `bs = BatchSampler(...)` before
             advice = "give each rank its own batches in it, or use a sampler"
             if self.tree.is_call_to(inner, s.BATCH_SAMPLER) and inner.args:  # type: ignore[union-attr]
                 sampler = inner.args[0].value  # type: ignore[union-attr]
