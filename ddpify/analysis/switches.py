@@ -60,6 +60,16 @@ class GradSwitches:
             if target is None:
                 continue
             helper = target[0]
+            for inner in self.program.calls_in(helper):  # `module.requires_grad_(flag)` on what it is handed
+                method = method_call(inner)
+                if method is None or method[1] != "requires_grad_" or _root_name(method[0]) not in self.program.param_names(helper):
+                    continue
+                handed = self.program.argument_for(call, helper, _root_name(method[0]))  # type: ignore[arg-type]
+                flag = inner.args[0].value if inner.args else None
+                if type(flag) is cst.Name and flag.value in self.program.all_param_names(helper):
+                    flag = self.program.argument_for(call, helper, flag.value) or self.program.default(helper, flag.value)
+                if handed is not None and dotted(method[0]) == _root_name(method[0]):
+                    found.append(GradSwitch(call, call, handed, not (type(flag) is cst.Name and flag.value == "False")))
             for loop in (n for n in self.program.scope_nodes(helper) if type(n) is cst.For):
                 switch = self._loop(loop, helper, call)
                 subject = _root_name(switch.module) if switch is not None else None
