@@ -35,6 +35,10 @@ TRAINING_WORDS = ("train", "fit", "tune", "step", "update", "backward", "optim",
 PARAMETER_WRITES = {"copy_", "fill_", "add_", "sub_", "mul_", "index_copy_", "index_fill_", "masked_fill_", "masked_scatter_", "scatter_"}
 
 
+# What adds a layer to a container module in place: `heads.append(nn.Linear(...))`, `add_module(...)`.
+LAYER_ADDS = {"append", "extend", "insert", "add_module", "update"}
+
+
 class WrapModel(Transform):
     name = "wrap"
     DESCRIPTION = "DDP(model) once the model is on its device and its weights are final"
@@ -284,13 +288,16 @@ class WrapModel(Transform):
                         continue
                     what = f"`{targets[0]}` replaced"
                 else:
-                    found = s.method_call(node)
-                    if found is None or dotted(found[0]) != model.ref or cls is None:
+                    found = s.method_call(node) or (cst.Name("_"), "")
+                    held = dotted(found[0]) or ""
+                    if found[1] in LAYER_ADDS and held.startswith(model.ref + ".") and any(self._builds_a_layer(a.value, None) for a in node.args):
+                        what = f"`{code(node.func)}(...)` adds a layer"  # `model.heads.append(nn.Linear(...))`
+                    elif held == model.ref and cls is not None and (method := self.program.class_methods(cls).get(found[1])) is not None and self._replaces_a_layer(method):
+                        what = f"`{code(node.func)}(...)` replaces a layer"
+                    elif self._helper_changes_layers(node, model):
+                        what = f"`{code(node.func)}(...)` changes the layers of the `{model.ref}` it is handed"
+                    else:
                         continue
-                    method = self.program.class_methods(cls).get(found[1])
-                    if method is None or not self._replaces_a_layer(method):
-                        continue
-                    what = f"`{code(node.func)}(...)` replaces a layer"
                 statement = self._after_its_move(self.tree.statement(node), model.ref)
                 flag = ", find_unused_parameters=True" if model.unused_parameters else ""
                 self.plan.insert_after(statement, statements(
@@ -298,12 +305,35 @@ class WrapModel(Transform):
                 ))
                 self.change(node, f"{what} after the wrap: `{model.ref}` wrapped again, since DDP knows only the parameters it wrapped")
 
+    def _helper_changes_layers(self, call: cst.Call, model) -> bool:
+        """`add_task(model, device)`, a same-file function that appends a layer to (or replaces one
+        of) the model it is handed: `model.heads.append(nn.Linear(...))` in its body."""
+        target = self.program.callee(call, model.function)
+        if target is None:
+            return False
+        helper = target[0]
+        handed = [self.program.parameter_for(call, helper, a.value) for a in call.args if dotted(a.value) == model.ref]
+        params = {name for name in handed if name is not None}
+        for node in self.program.scope_nodes(helper):
+            if type(node) is cst.Assign and any((dotted(t.target) or "").split(".")[0] in params and "." in (dotted(t.target) or "") for t in node.targets):
+                if self._builds_a_layer(node.value, helper):
+                    return True
+            found = s.method_call(node) if type(node) is cst.Call else None
+            if found is not None and found[1] in LAYER_ADDS and (dotted(found[0]) or "").split(".")[0] in params and "." in (dotted(found[0]) or ""):
+                if any(self._builds_a_layer(a.value, helper) for a in node.args):  # type: ignore[attr-defined]
+                    return True
+        return False
+
     def _model_class(self, model) -> cst.ClassDef | None:
         values = [v for v, _ in self.program.assignments(model.function, model.ref)]
         return next((cls for v in values if (cls := self.program.instance_of(unchained(v) if type(v) is cst.Call else v, model.function)) is not None), None)
 
     def _builds_a_layer(self, value: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
-        """`nn.Linear(...)`, `nn.Sequential(...)` or a same-file class: a module with new parameters."""
+        """`nn.Linear(...)`, `nn.Sequential(...)` or a same-file class: a module with new parameters
+        (also listed: `[nn.Linear(4, 2) for _ in range(k)]`)."""
+        if type(value) in (cst.List, cst.ListComp, cst.Tuple):
+            elements = [value.elt] if type(value) is cst.ListComp else [e.value for e in value.elements]  # type: ignore[union-attr]
+            return any(self._builds_a_layer(e, function) for e in elements)
         value = unchained(value) if type(value) is cst.Call else value
         if type(value) is not cst.Call:
             return False
