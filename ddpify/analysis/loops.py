@@ -154,10 +154,17 @@ class TrainLoops:
         node = loop.loop.iter
         while type(node) is cst.Call and node.args and self.tree.qname(node.func) in ITERABLE_WRAPPERS:
             if self.tree.qname(node.func) == "builtins.zip":
-                others = [a.value for a in node.args[1:] if not a.star]
+                others = [self._through_generator(a.value, loop.function) for a in node.args[1:] if not a.star]
                 return [found for other in others if (found := self.program.loader(other, loop.function)) is not None]
             node = node.args[0].value
         return []
+
+    def _through_generator(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression:
+        """`forever(lab_loader)`, a same-file generator that yields from the loader it is handed:
+        the loader."""
+        if type(expr) is cst.Call and expr.args and self.yields_from_argument(expr, function):
+            return expr.args[0].value
+        return expr
 
     def external_loader(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
         """A loader built outside this file (a parameter its callers pass in from another module, a
@@ -238,7 +245,11 @@ class TrainLoops:
         loops = self.tree.loops(node)
         for loop in loops:
             if isinstance(loop, cst.For):
-                loader = self.program.loader(loop.iter, function)
+                iterable = loop.iter
+                if type(iterable) is cst.Call and self.tree.qname(iterable.func) == "builtins.zip" and iterable.args:
+                    first = self._through_generator(iterable.args[0].value, function)  # `zip(forever(lab), unl)`
+                    iterable = first if first is not iterable.args[0].value else iterable
+                loader = self.program.loader(iterable, function)
                 if loader is not None:  # and the loaders its steps draw from with next() (FixMatch's labeled batch)
                     drawn = self._next_loaders(loop.body, function, depth=2, before=self._steps(loop, function))
                     return [TrainLoop(loop, loader, function), *(TrainLoop(loop, other, where, "next", external) for other, where, external in drawn)]
