@@ -124,6 +124,9 @@ def forward_through_ddp(facts: Facts, finished: bool) -> Check:
             "model": label,
             **{key: {str(rank): m[key] for rank, m in per_rank.items()} for key in _FORWARD_COUNTS},
         })  # fmt: skip
+        if all(m.get("superseded") and m["forward_grad"] == 0 for m in per_rank.values()):
+            parts.append(f"{label}: wrapped again before it ran (the later wrapper trains it)")
+            continue
         never = [rank for rank, m in per_rank.items() if m["forward_grad"] == 0]
         bypassed = [rank for rank, m in per_rank.items() if m["forward_grad"] and m["bypassed_backward"]]
         if never:

@@ -126,6 +126,7 @@ class Facts:
             "forward_grad": entry["forward_grad"],
             "direct_forward_grad": entry["direct_forward_grad"],
             "bypassed_backward": entry["bypassed_backward"],
+            "superseded": entry.get("superseded", False),
             "first_input": entry["first_input"],
             "params": [fingerprint_param(name, p) for name, p in entry["params"]],
         }
@@ -340,6 +341,9 @@ def patch_ddp(facts):
                 "_ddp_since_backward": False,
                 "_direct_since_backward": False,
             }
+            earlier = facts.inner_by_id.get(id(module))
+            if earlier is not None:  # wrapped again (after unfreezing or a new layer): the earlier wrapper is done
+                earlier["superseded"] = True
             facts.ddp.append(entry)
             facts.ddp_by_id[id(self)] = entry
             facts.inner_by_id[id(module)] = entry
