@@ -489,6 +489,16 @@ def test_a_step_function_chosen_per_call_is_not_followed() -> None:
     assert program.callee(call, fit) == (program.functions["train_step"], 0)
 
 
+def test_a_batch_sampler_bound_to_a_name_before_its_loader_is_sharded() -> None:
+    """`bs = BatchSampler(RandomSampler(ds), 8, False)` then `DataLoader(ds, batch_sampler=bs)`
+    was refused as a custom batch_sampler; written inside the call it converted (AH 05)."""
+    loader = "ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nbs = BatchSampler(RandomSampler(ds), 8, False)\nloader = DataLoader(ds, batch_sampler=bs)"
+    result = convert(standard(loader=loader).replace("from torch.utils.data import DataLoader, TensorDataset", "from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset"))
+    assert result.status == "converted", result.reason
+    assert "bs = BatchSampler(DistributedSampler(ds, shuffle=True), 8, False)" in result.output
+    assert "loader.batch_sampler.sampler.set_epoch(epoch)" in result.output
+
+
 def test_batches_drawn_with_next_are_sharded() -> None:
     loop = "batches = iter(loader)\nfor step in range(4):\n    x, y = next(batches)\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
     output = convert(standard(loop=loop)).output
@@ -874,6 +884,74 @@ def test_gradients_read_per_sample_without_a_step_are_warned_about() -> None:
     body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}f = fisher(model, loader.dataset)\n"
     result = convert(script(body, helpers))
     assert sum(w.startswith("this loop reads gradients (`p.grad`)") for w in warnings(result)) == 1
+
+
+def test_data_a_same_file_helper_draws_unseeded_is_warned_about() -> None:
+    """`parts = [make_blob(c, 40) for c in range(3)]` with `make_blob` returning an unseeded
+    numpy draw: every rank built its own data set (helper corpus AJ, repro 08)."""
+    helpers = "def make_blob(c, n):\n    return np.random.randn(n, 4) + c\n"
+    loader = ("X = torch.tensor(np.concatenate([make_blob(c, 32) for c in range(2)]), dtype=torch.float32)\n"
+              "loader = DataLoader(TensorDataset(X, torch.randn(64, 1)), batch_size=8, shuffle=True)")
+    result = convert(script(f"{DEVICE}\n{loader}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers, imports="import numpy as np\n"))
+    assert any(n.message.startswith("the training data is drawn here") and "numpy" in n.message for n in result.warnings)
+
+
+def test_entries_kept_per_sample_of_the_shard_are_warned_about() -> None:
+    """`stats[uid] = x.mean().item()` over the sharded loader, dumped after the pass: the file held
+    half the utterances on 2 ranks (helper corpus AH, repro 04)."""
+    loop = "stats = {}\nfor x, y in loader:\n    stats[float(y[0])] = x.mean().item()\nprint(len(stats))\n" + LOOP
+    result = convert(standard(loop=loop))
+    assert any(w.startswith("`stats` keeps an entry per sample of this rank's shard") for w in warnings(result))
+
+
+def test_a_module_frozen_by_a_helper_calling_requires_grad_is_a_switch() -> None:
+    """`set_trainable(model[0], False)` with the helper calling `module.requires_grad_(flag)`:
+    frozen after the wrap, as the loop form in a helper is (helper corpus AL, repro 03)."""
+    helpers = (
+        "def set_trainable(module, flag):\n    module.requires_grad_(flag)\n\n\n"
+        "def train(model, loader, optimizer):\n    set_trainable(model[0], False)\n" + textwrap.indent(LOOP.replace("x.to(device), y.to(device)", "x, y"), "    ")
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, loader, optimizer)\n"
+    assert "model = DDP(model, find_unused_parameters=True)" in convert(script(body, helpers)).output
+
+
+def test_a_layer_a_helper_appends_after_the_wrap_gets_the_model_wrapped_again() -> None:
+    """`add_task(model)` appending a head to `model.heads` (an nn.ModuleList) per task after the
+    wrap: the new heads trained apart on every rank (helper corpus AL, repro 04)."""
+    helpers = (
+        "class MultiHead(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n        self.heads = nn.ModuleList()\n\n"
+        "    def forward(self, x, task):\n        return self.heads[task](self.body(x))\n\n\n"
+        "def add_task(model, device):\n    model.heads.append(nn.Linear(4, 1).to(device))\n"
+    )
+    loop = (
+        "model = MultiHead().to(device)\nfor task in range(2):\n    add_task(model, device)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x, task), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    output = convert(script(f"{DEVICE}\n{LOADER}\n{loop}", helpers)).output
+    assert "        add_task(model, device)\n        model = DDP(model.module, find_unused_parameters=True)  # again:" in output
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        pytest.param("nn.Embedding.from_pretrained(torch.randn(50, 8), sparse=True)", id="from-pretrained"),
+        pytest.param('nn.Embedding(50, 8, **{"max_norm": 1.0})', id="keywords-in-a-dict"),
+    ],
+)
+def test_embeddings_spelled_other_ways_are_refused_too(layer: str) -> None:
+    helpers = f"class MF(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.u = {layer}\n\n    def forward(self, u):\n        return self.u(u).sum(-1)\n"
+    loop = LOOP.replace("model(x)", "model(x.long().clamp(0, 49)[:, 0])").replace(", y)", ", y[:, 0])")
+    result = convert(script(f"{DEVICE}\n{LOADER}\nmodel = MF().to(device)\noptimizer = torch.optim.Adam(model.parameters(), lr=0.1)\n{loop}", helpers))
+    assert result.status == "unchanged" and "(line 9)" in result.reason
+
+
+def test_a_loader_zipped_through_a_same_file_generator_is_sharded() -> None:
+    """`zip(unl_loader, forever(lab_loader))`, `forever` yielding from the loader it is handed:
+    the labeled loader kept its plain shuffle on every rank (helper corpus AL, repro 01)."""
+    helpers = "def forever(loader):\n    while True:\n        for batch in loader:\n            yield batch\n"
+    loop = "    for (u,), (x, y) in zip(unl_loader, forever(lab_loader)):\n"
+    result = convert(script(SEMI_SUPERVISED + loop + SEMI_STEP, helpers))
+    assert result.output.count("sampler=DistributedSampler(") == 2
 
 
 def test_positional_shuffle_and_trailing_comma_layout() -> None:

@@ -122,6 +122,17 @@ def test_backward_after_module_forwards_only_is_a_bypass() -> None:
     assert "4 backward() call(s) on every rank followed forwards of Net (wrapped at train.py:10)'s module" in check.detail
 
 
+def test_a_wrapper_superseded_before_it_ran_is_no_bypass() -> None:
+    """`model = DDP(model.module)` again after a new layer (or an unfreeze) before training: the
+    first wrapper never runs, the second does. Only a wrapper nobody replaced must have run."""
+    first = {**ddp_model(param("w", 1.0), forward_grad=0), "superseded": True}
+    facts = {r: rank_facts(ddp=[first, ddp_model(param("w", 1.0))]) for r in (0, 1)}
+    check = checks.forward_through_ddp(facts, finished=True)
+    assert check.status == OK and "wrapped again before it ran" in check.detail
+    facts = {r: rank_facts(ddp=[{**first, "superseded": False}, ddp_model(param("w", 1.0))]) for r in (0, 1)}
+    assert checks.forward_through_ddp(facts, finished=True).status == FAIL
+
+
 def test_forward_through_ddp_without_backward_is_info() -> None:
     facts = {r: rank_facts(backward=0, ddp=[ddp_model(param("w", 1.0), forward_grad=0)]) for r in (0, 1)}
     assert checks.forward_through_ddp(facts, finished=True).status == INFO
