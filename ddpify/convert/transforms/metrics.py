@@ -281,6 +281,7 @@ class ReduceMetrics(Transform):
         class_totals: set[str] = set()  # `Stats.seen += len(x)`: said, once each
         listed: dict[str, list[cst.BaseExpression]] = {}  # name -> appended values of `name[k].append(v)`, `name.setdefault(k, []).append(v)`
         marked: set[str] = set()  # `seen[u, i] = True`
+        stored: set[str] = set()  # `stats[uid] = value`
         for node in self.tree.walk(loop.loop.body):
             if (
                 isinstance(node, cst.AugAssign)
@@ -305,6 +306,12 @@ class ReduceMetrics(Transform):
                 and code(node.value) in ("True", "1", "1.0") and self._from_batch(loop, node.targets[0].target)
             ):
                 marked.add(node.targets[0].target.value.value)  # `seen[u, i] = True`: marks what this rank's batches hold
+            elif (
+                type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Subscript
+                and type(node.targets[0].target.value) is cst.Name and self._from_batch(loop, node.targets[0].target)
+                and self._from_batch(loop, node.value)
+            ):
+                stored.add(node.targets[0].target.value.value)  # `stats[uid] = x.mean().item()`: an entry per sample of this rank
             if type(node) is cst.Assign and len(node.targets) == 1 and (increment := _got_and_added(node)) is not None:
                 keyed.setdefault(node.targets[0].target.value.value, []).append(increment)  # type: ignore[attr-defined]
             if (
@@ -359,6 +366,13 @@ class ReduceMetrics(Transform):
                     f"`{name}` marks what this rank's shard holds (`{name}[...] = ...` from its batches): after the loop it covers "
                     "1/world_size of the data and differs per rank (a filter or a decision on it differs too); take the maximum "
                     "over ranks (dist.all_reduce with ReduceOp.MAX, as a uint8 tensor) or build it from the dataset itself"
+                ))
+        for name in sorted(stored - marked - set(keyed)):
+            if self._initial_values(loop, name) and self._read_after(loop, name):
+                warn(loop.loop, (
+                    f"`{name}` keeps an entry per sample of this rank's shard (`{name}[...] = ...` from its batches): after the loop "
+                    "it holds 1/world_size of them, and what is written or reported from it covers one rank; gather it over ranks "
+                    "(dist.all_gather_object) first"
                 ))
         for name in [n for n, values in added.items() if any(self._clock(v) for v in values)]:
             del added[name]  # `total_time += time.time() - start`: this rank's own wall time, no metric
