@@ -763,15 +763,17 @@ def test_buffers_of_a_model_run_twice_in_a_helper_are_shared_after_each_pass() -
     assert "model.broadcast_buffers = False" in output and "    for buffer in model.module.buffers():" in output
 
 
-def test_a_window_of_batches_drawn_before_its_micro_steps_is_sharded() -> None:
-    """transformers' Trainer: `batches = [next(it) for _ in range(accum)]`, then `for x, y in
-    batches:` forward and backward. It was refused: "does not come from a DataLoader"."""
+@pytest.mark.parametrize("window", ["[next(it) for _ in range(2)]", "list(itertools.islice(it, 2))"])
+def test_a_window_of_batches_drawn_before_its_micro_steps_is_sharded(window: str) -> None:
+    """transformers' Trainer: `batches = [next(it) for _ in range(accum)]` (or an islice of the
+    iterator), then `for x, y in batches:` forward and backward. It was refused: "does not come
+    from a DataLoader" (helper corpora AK 01, AL 11)."""
     loop = (
-        "for epoch in range(2):\n    it = iter(loader)\n    for update in range(len(loader) // 2):\n        batches = [next(it) for _ in range(2)]\n"
+        f"for epoch in range(2):\n    it = iter(loader)\n    for update in range(len(loader) // 2):\n        batches = {window}\n"
         "        for x, y in batches:\n            loss = nn.functional.mse_loss(model(x), y) / 2\n            loss.backward()\n"
         "        optimizer.step()\n        optimizer.zero_grad()\n"
     )
-    result = convert(standard(loop=loop))
+    result = convert(standard(loop=loop).replace("import torch\n", "import itertools\nimport torch\n", 1))
     assert result.status == "converted", result.reason
     assert "sampler=DistributedSampler(" in result.output and "loader.sampler.set_epoch(" in result.output
 

@@ -302,7 +302,8 @@ class TrainLoops:
         for call in self.tree.calls(node):
             if before is not None and not self._feeds(call, before):
                 continue
-            if self.tree.is_builtin_call(call, "next") and call.args:
+            drawn = self.tree.is_builtin_call(call, "next") or (self.tree.qname(call.func) == "itertools.islice" and len(call.args) >= 2)
+            if drawn and call.args:  # `next(it)`, or a window of it: `list(itertools.islice(it, k))`
                 if self.tree.grad_disabled(call):
                     continue  # a validation batch drawn under no_grad between training steps
                 for origin in self.program.origins(call.args[0].value, function):
