@@ -664,6 +664,9 @@ def test_a_copy_of_the_model_run_on_each_batch_takes_rank_0s_buffers() -> None:
     body = f"{DEVICE}\n{LOADER}\nmodel = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
     output = convert(script(body, helpers, imports="import copy\n")).output
     assert "        for buffer in teacher.buffers():" in output and "            dist.broadcast(buffer, 0)" in output
+    made = "teacher = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)).to(device)\nteacher.load_state_dict(model.state_dict())\n"
+    output = convert(script(body.replace("teacher = copy.deepcopy(model)\n", made), helpers)).output  # a copy made by hand (AL 02)
+    assert "        for buffer in teacher.buffers():" in output
 
 
 @pytest.mark.parametrize(

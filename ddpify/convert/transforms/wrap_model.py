@@ -519,7 +519,21 @@ class WrapModel(Transform):
                 for v in values
             ):
                 found.append(name)
+            elif values and name not in self.facts.model_refs.get(loop.function, set()) and self._loaded_from_a_model(name, loop):
+                found.append(name)  # `teacher = make_net()`, then `teacher.load_state_dict(student.state_dict())`
         return found
+
+    def _loaded_from_a_model(self, name: str, loop) -> bool:
+        """`name.load_state_dict(model.state_dict())` in the function, `model` a trained model that
+        may hold buffers: a copy of it made by hand."""
+        for call in self.program.calls_in(loop.function):
+            found = s.method_call(call)
+            if found is None or found[1] != "load_state_dict" or dotted(found[0]) != name or not call.args:
+                continue
+            inner = s.method_call(call.args[0].value) if type(call.args[0].value) is cst.Call else None
+            if inner is not None and inner[1] == "state_dict" and self._with_buffers(dotted(inner[0]), loop.function):
+                return True
+        return False
 
     def _with_buffers(self, ref: str | None, function: cst.FunctionDef | None) -> bool:
         """A trained model that may hold buffers: BatchNorm layers, buffers it registers, or a
