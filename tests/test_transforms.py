@@ -959,6 +959,23 @@ def test_a_loader_zipped_through_a_same_file_generator_is_sharded() -> None:
     assert result.output.count("sampler=DistributedSampler(") == 2
 
 
+def test_an_iterator_a_method_makes_again_moves_the_sampler_on() -> None:
+    """A trainer method drawing labeled batches from `self.lab_iter`, made in `__init__` and again
+    in its `except StopIteration:`: every pass over the labeled shard had the same order (AL 12)."""
+    helpers = (
+        "class Trainer:\n    def __init__(self, model, lab_loader, unl_loader):\n        self.model, self.lab_loader, self.unl_loader = model, lab_loader, unl_loader\n"
+        "        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)\n        self.lab_iter = iter(self.lab_loader)\n\n"
+        "    def _next_labeled(self):\n        try:\n            return next(self.lab_iter)\n        except StopIteration:\n"
+        "            self.lab_iter = iter(self.lab_loader)\n            return next(self.lab_iter)\n\n"
+        "    def train_epoch(self):\n        for (u,) in self.unl_loader:\n            x, y = self._next_labeled()\n"
+        "            loss = nn.functional.cross_entropy(self.model(x), y) + self.model(u).pow(2).mean()\n"
+        "            self.opt.zero_grad()\n            loss.backward()\n            self.opt.step()\n"
+    )
+    body = SEMI_SUPERVISED.replace("opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(2):\n", "trainer = Trainer(model, lab_loader, unl_loader)\nfor epoch in range(2):\n    trainer.train_epoch()\n")
+    output = convert(script(body, helpers)).output
+    assert "            self.lab_loader.sampler.set_epoch(self.lab_loader.sampler.epoch + 1)  # a new pass shuffles differently" in output
+
+
 def test_positional_shuffle_and_trailing_comma_layout() -> None:
     source = standard(loader="dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(\n    dataset,\n    8,\n    True,\n)")
     output = convert(source).output

@@ -403,9 +403,15 @@ class Facts:
             spelled = code(loop.loader)
             epochs = [start.loop for start in self.epoch_starts if start.loader == spelled and start.epoch not in (None, PASSES)]
             again = loop.function is not None and self.program.called_repeatedly(loop.function)
-            for call in self.program.calls_in(loop.function):
+            scopes = [loop.function]
+            owner = self.program.owner_class(loop.function)
+            if spelled.startswith("self.") and owner is not None:  # `self.lab_iter = iter(self.lab_loader)` again in another method
+                scopes += [m for m in self.program.methods.get(owner, {}).values() if m is not loop.function]
+            for call in (c for scope in scopes for c in self.program.calls_in(scope)):
                 if not (self.tree.is_builtin_call(call, "iter") and call.args and code(call.args[0].value) == spelled):
                     continue
+                if self.tree.function(call) is not loop.function and not any(isinstance(a, cst.ExceptHandler) for a in self.tree.ancestors(call)):
+                    continue  # another method's: only its `except StopIteration` starts a new pass
                 if not self.tree.inside(call, loop.loop) and any(self.tree.inside(call, epoch.body) for epoch in epochs):
                     continue  # the epoch loop's set_epoch(epoch) came first
                 if again or self.tree.loops(call) or any(isinstance(a, cst.ExceptHandler) for a in self.tree.ancestors(call)):
