@@ -229,6 +229,11 @@ class Program:
             self._assignment_cache[function] = index
         return self._assignment_cache[function].get(target, [])
 
+    def bound_once(self, function: cst.FunctionDef | None, target: str) -> cst.CSTNode | None:
+        """The one value `target` is bound to, whole, in a scope (`bs = BatchSampler(...)`), or None."""
+        values = [value for value, index in self.assignments(function, target) if index is None]
+        return values[0] if len(values) == 1 else None
+
     @staticmethod
     def _targets(target: cst.BaseExpression) -> list[tuple[str, int | None]]:
         """The dotted names an assignment target binds, with their tuple positions."""
@@ -755,8 +760,7 @@ class Program:
         """torch's BatchSampler call a `batch_sampler=` value is: made right there, or bound to a
         name once (`bs = BatchSampler(RandomSampler(ds), 32, False)`)."""
         if type(value) is cst.Name:
-            bound = [v for v, i in self.assignments(function, value.value) if i is None]
-            value = bound[0] if len(bound) == 1 else None
+            value = self.bound_once(function, value.value)  # type: ignore[assignment]
         return value if value is not None and self.tree.is_call_to(value, s.BATCH_SAMPLER) else None  # type: ignore[return-value]
 
     # --- following an object through the program ---------------------------------------

@@ -1260,8 +1260,7 @@ class Analyzer:
                 for a in call.args:  # `**{"max_norm": 1.0}`, or `**EMB_CFG` bound to one: keywords written in a dict
                     spread = a.value if a.star == "**" else None
                     if type(spread) is cst.Name:
-                        bound = [v for v, i in self.program.assignments(method, spread.value) or self.program.assignments(None, spread.value) if i is None]
-                        spread = bound[0] if len(bound) == 1 else None
+                        spread = self.program.bound_once(method, spread.value) or self.program.bound_once(None, spread.value)
                     if type(spread) is cst.Dict:
                         keywords += [(string_value(e.key), e.value) for e in spread.elements if type(e) is cst.DictElement and string_value(e.key)]
                 for keyword, value in keywords:

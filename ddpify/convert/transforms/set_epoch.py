@@ -75,7 +75,7 @@ class SetEpoch(Transform):
                 continue
             key = (id(loop.function), code(loop.loader))
             single = not any(outer is not loop.loop and self.tree.function(outer) is loop.function for outer in self.tree.loops(loop.loop))
-            if key in seen and single and self.program.fact(TrainLoops).zipped_with(loop) == []:
+            if key in seen and single and not self.program.fact(TrainLoops).zipped_with(loop):
                 owner = self.program.sampler_owner(loop.loader, loop.function)
                 self.plan.insert_before(self.tree.statement(loop.loop), statements(
                     f"{owner}.sampler.set_epoch({owner}.sampler.epoch + 1)  # another pass over it: a new order\n"

@@ -400,11 +400,11 @@ class StopTogether(Transform):
             return
         if any(type(c.func) is cst.Attribute and c.func.attr.value == "step" for c in self.program.calls_in(loop.function) if not self.tree.inside(c, body)):
             return  # stepped after the loop (gradient accumulation over the whole pass)
-        reads = next((n for n in self.tree.walk(body) if type(n) is cst.Attribute and n.attr.value == "grad" and type(self.tree.parent(n)) is not cst.AssignTarget), None)
-        if reads is None or not any(is_backward(c) for c in self.tree.calls(body)):
+        grad = next((n for n in self.tree.walk(body) if type(n) is cst.Attribute and n.attr.value == "grad" and type(self.tree.parent(n)) is not cst.AssignTarget), None)
+        if grad is None or not any(is_backward(c) for c in self.tree.calls(body)):
             return
         self.warn(loop.loop, (
-            f"this loop reads gradients (`{code(reads)}`) after each backward() with no optimizer step: through DDP they are "
+            f"this loop reads gradients (`{code(grad)}`) after each backward() with no optimizer step: through DDP they are "
             "averaged over ranks first, so a per-sample quantity (a Fisher diagonal, a gradient norm per example) mixes world_size "
             "ranks' samples; run the pass under `model.no_sync()` and sum what it adds up over ranks"
         ))

@@ -284,15 +284,15 @@ class WrapModel(Transform):
                     continue
                 if type(node) is cst.Assign:
                     targets = [dotted(t.target) or "" for t in node.targets]
-                    if not any(t.startswith(model.ref + ".") for t in targets) or not self._builds_a_layer(node.value, None):
+                    if not any(t.startswith(model.ref + ".") for t in targets) or not self._builds_a_layer(node.value):
                         continue
                     what = f"`{targets[0]}` replaced"
                 else:
-                    found = s.method_call(node) or (cst.Name("_"), "")
-                    held = dotted(found[0]) or ""
-                    if found[1] in LAYER_ADDS and held.startswith(model.ref + ".") and any(self._builds_a_layer(a.value, None) for a in node.args):
+                    found = s.method_call(node)
+                    held, name = (dotted(found[0]) or "", found[1]) if found is not None else ("", "")
+                    if name in LAYER_ADDS and held.startswith(model.ref + ".") and any(self._builds_a_layer(a.value) for a in node.args):
                         what = f"`{code(node.func)}(...)` adds a layer"  # `model.heads.append(nn.Linear(...))`
-                    elif held == model.ref and cls is not None and (method := self.program.class_methods(cls).get(found[1])) is not None and self._replaces_a_layer(method):
+                    elif held == model.ref and cls is not None and (method := self.program.class_methods(cls).get(name)) is not None and self._replaces_a_layer(method):
                         what = f"`{code(node.func)}(...)` replaces a layer"
                     elif self._helper_changes_layers(node, model):
                         what = f"`{code(node.func)}(...)` changes the layers of the `{model.ref}` it is handed"
@@ -316,11 +316,11 @@ class WrapModel(Transform):
         params = {name for name in handed if name is not None}
         for node in self.program.scope_nodes(helper):
             if type(node) is cst.Assign and any((dotted(t.target) or "").split(".")[0] in params and "." in (dotted(t.target) or "") for t in node.targets):
-                if self._builds_a_layer(node.value, helper):
+                if self._builds_a_layer(node.value):
                     return True
             found = s.method_call(node) if type(node) is cst.Call else None
             if found is not None and found[1] in LAYER_ADDS and (dotted(found[0]) or "").split(".")[0] in params and "." in (dotted(found[0]) or ""):
-                if any(self._builds_a_layer(a.value, helper) for a in node.args):  # type: ignore[attr-defined]
+                if any(self._builds_a_layer(a.value) for a in node.args):  # type: ignore[attr-defined]
                     return True
         return False
 
@@ -328,12 +328,12 @@ class WrapModel(Transform):
         values = [v for v, _ in self.program.assignments(model.function, model.ref)]
         return next((cls for v in values if (cls := self.program.instance_of(unchained(v) if type(v) is cst.Call else v, model.function)) is not None), None)
 
-    def _builds_a_layer(self, value: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+    def _builds_a_layer(self, value: cst.BaseExpression) -> bool:
         """`nn.Linear(...)`, `nn.Sequential(...)` or a same-file class: a module with new parameters
         (also listed: `[nn.Linear(4, 2) for _ in range(k)]`)."""
         if type(value) in (cst.List, cst.ListComp, cst.Tuple):
             elements = [value.elt] if type(value) is cst.ListComp else [e.value for e in value.elements]  # type: ignore[union-attr]
-            return any(self._builds_a_layer(e, function) for e in elements)
+            return any(self._builds_a_layer(e) for e in elements)
         value = unchained(value) if type(value) is cst.Call else value
         if type(value) is not cst.Call:
             return False
@@ -344,7 +344,7 @@ class WrapModel(Transform):
         return any(
             type(node) is cst.Assign
             and any((t := dotted(target.target)) is not None and t.startswith("self.") and t.count(".") == 1 for target in node.targets)
-            and self._builds_a_layer(node.value, method)
+            and self._builds_a_layer(node.value)
             for node in self.program.scope_nodes(method)
         )
 
