@@ -1206,6 +1206,8 @@ class Analyzer:
             params = set(self.program.param_names(method))
             for call in self.program.calls_in(method):
                 chooser = call.func
+                if self.tree.is_builtin_call(chooser, "getattr") and len(chooser.args) >= 2 and code(chooser.args[0].value) == "self" and type(chooser.args[1].value) is not cst.SimpleString:  # type: ignore[union-attr]
+                    return f"`{cls.name.value}.forward` runs a layer chosen by name as it runs, `{code(chooser)}` (line {self.tree.line(call)})"
                 if type(chooser) is cst.Subscript and (dotted(chooser.value) or "").startswith("self.") and len(chooser.slice) == 1:
                     index = chooser.slice[0].slice
                     if type(index) is cst.Index and type(index.value) is cst.Name and index.value.value in params:
