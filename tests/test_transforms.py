@@ -634,6 +634,9 @@ def test_a_vector_total_written_as_an_assignment_is_summed() -> None:
     body = f"{DEVICE}\n{LOADER}\nmean, std = mean_std(loader)\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
     output = convert(script(body, helpers)).output
     assert "dist.all_reduce(s)" in output and "dist.all_reduce(sq)" in output and "dist.all_reduce(avg)" not in output
+    tupled = helpers.replace("        s = s + xb.sum(0)\n        sq = (xb ** 2).sum(0) + sq\n", "        s, sq = torch.add(s, xb.sum(0)), sq + (xb ** 2).sum(0)\n")
+    output = convert(script(body, tupled)).output  # `s, sq = torch.add(s, ...), sq + ...` (helper corpus AL, repro 05)
+    assert "dist.all_reduce(s)" in output and "dist.all_reduce(sq)" in output
 
 
 def test_a_layer_picked_by_an_index_the_forward_computes_needs_find_unused() -> None:
@@ -645,6 +648,13 @@ def test_a_layer_picked_by_an_index_the_forward_computes_needs_find_unused() -> 
         "        scores = self.gate(x)\n        pick = int(scores.mean(0).argmax())\n        return self.experts[pick](x) * scores.softmax(-1)[:, pick:pick + 1]\n"
     )
     output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = MoE().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", helpers)).output
+    assert "DDP(model, find_unused_parameters=True)" in output
+    by_name = helpers.replace("self.experts[pick](x)", 'getattr(self, f"expert_{pick}")(x)').replace(  # experts made with setattr (AL 07)
+        "        self.experts = nn.ModuleList([nn.Linear(4, 1) for _ in range(2)])\n",
+        '        for k in range(2):\n            setattr(self, f"expert_{k}", nn.Linear(4, 1))\n',
+    )
+    assert "setattr" in by_name
+    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = MoE().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}", by_name)).output
     assert "DDP(model, find_unused_parameters=True)" in output
 
 

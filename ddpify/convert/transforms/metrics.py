@@ -321,10 +321,11 @@ class ReduceMetrics(Transform):
                 and not isinstance(node.value, (cst.Integer, cst.Float))  # counters agree on every rank
             ):
                 added.setdefault(node.target.value, []).append(node.value)
-            if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
-                increment = _added_to_itself(self.tree, node.value, node.targets[0].target.value)  # `s = s + xb.sum(0)`: `s += xb.sum(0)`
+            for name, value in _assigned_pairs(node):
+                increment = _added_to_itself(self.tree, value, name)  # `s = s + xb.sum(0)`: `s += xb.sum(0)`; also `s, ss = ..., ...`
                 if increment is not None and not isinstance(increment, (cst.Integer, cst.Float)):
-                    added.setdefault(node.targets[0].target.value, []).append(increment)
+                    added.setdefault(name, []).append(increment)
+            if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
                 grown = self._concatenated(node.value, node.targets[0].target.value)  # `errs = torch.cat([errs, err])`
                 if grown is not None:
                     concatenated.setdefault(node.targets[0].target.value, []).append(grown)
@@ -1132,15 +1133,31 @@ def _sizes(node: cst.BaseExpression) -> bool:
     return type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == "len"
 
 
+def _assigned_pairs(node: cst.CSTNode) -> list[tuple[str, cst.BaseExpression]]:
+    """The names an assignment binds with their values: `s = v`, and `s, ss = v, w` element by element."""
+    if type(node) is not cst.Assign or len(node.targets) != 1:
+        return []
+    target, value = node.targets[0].target, node.value
+    if type(target) is cst.Name:
+        return [(target.value, value)]
+    if type(target) is cst.Tuple and type(value) is cst.Tuple and len(target.elements) == len(value.elements):
+        return [(t.value.value, v.value) for t, v in zip(target.elements, value.elements) if type(t.value) is cst.Name]
+    return []
+
+
 def _added_to_itself(tree: Tree, value: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
-    """What `name = name + x` (or `x + name`) adds: `x`; not a running average, whose step reads
-    `name` again (`avg = avg + (x - avg) / n`)."""
-    if type(value) is not cst.BinaryOperation or type(value.operator) is not cst.Add:
+    """What `name = name + x` (or `x + name`, `torch.add(name, x)`) adds: `x`; not a running
+    average, whose step reads `name` again (`avg = avg + (x - avg) / n`)."""
+    if type(value) is cst.Call and tree.qname(value.func) == "torch.add" and len(value.args) == 2 and not any(a.keyword for a in value.args):
+        left, right = value.args[0].value, value.args[1].value
+    elif type(value) is cst.BinaryOperation and type(value.operator) is cst.Add:
+        left, right = value.left, value.right
+    else:
         return None
-    if type(value.left) is cst.Name and value.left.value == name:
-        added = value.right
-    elif type(value.right) is cst.Name and value.right.value == name:
-        added = value.left
+    if type(left) is cst.Name and left.value == name:
+        added = right
+    elif type(right) is cst.Name and right.value == name:
+        added = left
     else:
         return None
     return None if reads(tree, added, {name}) else added
