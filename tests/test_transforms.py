@@ -805,6 +805,21 @@ def test_a_record_a_training_function_returns_holds_the_mean_over_ranks() -> Non
     assert "return EpochResult(last=rank_mean(loss.item()))" in output
 
 
+def test_a_callback_keeping_the_trainer_saves_the_plain_model() -> None:
+    """`on_fit_start(self, trainer): self.trainer = trainer`, later `torch.save(self.trainer.model
+    .state_dict(), p)`: the checkpoint had `module.` keys (helper corpus AJ, repro 03)."""
+    helpers = (
+        "class Saver:\n    def on_fit_start(self, trainer):\n        self.trainer = trainer\n\n    def on_epoch_end(self):\n"
+        "        torch.save(self.trainer.model.state_dict(), \"last.pt\")\n\n\n"
+        "class Trainer:\n    def __init__(self, model, loader, opt, callbacks):\n        self.model, self.loader, self.opt, self.callbacks = model, loader, opt, callbacks\n\n"
+        "    def fit(self, epochs):\n        for cb in self.callbacks:\n            cb.on_fit_start(self)\n        for epoch in range(epochs):\n"
+        "            for x, y in self.loader:\n                loss = nn.functional.mse_loss(self.model(x), y)\n                self.opt.zero_grad()\n"
+        "                loss.backward()\n                self.opt.step()\n            for cb in self.callbacks:\n                cb.on_epoch_end()\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nTrainer(model, loader, optimizer, [Saver()]).fit(2)\n"
+    assert "torch.save(self.trainer.model.module.state_dict(), \"last.pt\")" in convert(script(body, helpers)).output
+
+
 def test_a_rate_hook_from_a_dict_handed_a_kept_loss_gets_the_mean_over_ranks() -> None:
     """`self.hooks["after_epoch"](self.opt, self.last_loss)` after the batch loop, the hook a
     same-file function halving the rate: each rank halved at its own epoch and the replicas

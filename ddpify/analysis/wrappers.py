@@ -64,11 +64,16 @@ def _instance_attributes(program: Program, refs: Refs) -> list[Seed]:
         if program.owner_class(function) in held:
             continue  # its methods reach it as `self.model`
         for node in program.scope_nodes(function):
-            if type(node) is not cst.Attribute or type(node.value) is not cst.Name or node.value.value == "self":
+            if type(node) is not cst.Attribute:
                 continue
-            classes = {program.instance_of(o.node, o.function) for o in program.origins(node.value, function)} or _handed_by_name(program, node.value.value, function)
+            if type(node.value) is cst.Name and node.value.value != "self":
+                classes = {program.instance_of(o.node, o.function) for o in program.origins(node.value, function)} or _handed_by_name(program, node.value.value, function)
+            elif (kept := dotted(node.value)) is not None and kept.startswith("self.") and kept.count(".") == 1:
+                classes = _kept_from_a_handed(program, kept, function)  # `self.trainer.model`, `self.trainer = trainer` in on_fit_start
+            else:
+                continue
             if len(classes) == 1 and (cls := classes.pop()) in held and node.attr.value in held[cls]:  # type: ignore[operator]
-                seed = (f"{node.value.value}.{node.attr.value}", function)
+                seed = (f"{dotted(node.value)}.{node.attr.value}", function)
                 if seed not in found:
                     found.append(seed)
     return found
@@ -88,6 +93,18 @@ def _handed_by_name(program: Program, param: str, function: cst.FunctionDef | No
                 continue
             positional = [a for a in call.args if a.keyword is None and not a.star]
             found.add(program.instance_of(positional[index].value, caller) if 0 <= index < len(positional) else None)
+    return found
+
+
+def _kept_from_a_handed(program: Program, kept: str, function: cst.FunctionDef | None) -> set[cst.ClassDef | None]:
+    """The classes of what a callback keeps from a method's parameter (`def on_fit_start(self,
+    trainer): self.trainer = trainer`), by what the calls of that method hand it."""
+    cls = program.owner_class(function)
+    found: set[cst.ClassDef | None] = set()
+    for method in program.methods.get(cls, {}).values() if cls is not None else ():
+        value = program.bound_once(method, kept)
+        if type(value) is cst.Name and value.value in program.param_names(method):
+            found |= _handed_by_name(program, value.value, method)
     return found
 
 
