@@ -41,7 +41,8 @@ class BatchSize(Transform):
         CLIP, triplet mining: `sim = z @ z.t()` with `torch.arange` targets) now sees only this
         rank's batch: world_size times fewer negatives, another objective. Warned about once."""
         for function in [None, *self.program.all_functions]:
-            nodes = [n for n in self.program.scope_nodes(function) if type(n) in (cst.Call, cst.BinaryOperation)]
+            # not under no_grad: mining or evaluating with a similarity matrix trains nothing (AG 05)
+            nodes = [n for n in self.program.scope_nodes(function) if type(n) in (cst.Call, cst.BinaryOperation) and not self.tree.grad_disabled(n)]
             products = [n for n in nodes if self._compares_rows(n)]
             distances = [n for n in nodes if self._distances_within(n)]  # batch-hard triplet mining
             products = products if any(self.tree.is_call_to(n, BATCH_INDEX) for n in nodes) else []
@@ -74,6 +75,14 @@ class BatchSize(Transform):
             left, right = node.left, node.right
         elif self.tree.is_call_to(node, MATMUL) and len(node.args) == 2:  # type: ignore[union-attr]
             left, right = node.args[0].value, node.args[1].value  # type: ignore[union-attr]
+        elif (found := s.method_call(node)) is not None and found[1] in ("mm", "matmul") and len(node.args) == 1:  # type: ignore[union-attr]
+            left, right = found[0], node.args[0].value  # type: ignore[union-attr]  # `q.mm(d.t())`
+        elif self.tree.is_call_to(node, PAIRWISE) and len(node.args) >= 2:  # type: ignore[union-attr]
+            left, right = node.args[0].value, node.args[1].value  # type: ignore[union-attr]  # `F.linear(q, d)`, `torch.cdist(q, d)`
+            return type(left) is cst.Name and type(right) is cst.Name
+        elif self.tree.is_call_to(node, {"torch.einsum"}) and len(node.args) == 3:  # type: ignore[union-attr]
+            spec = s.string_value(node.args[0].value)  # type: ignore[union-attr]  # `torch.einsum("id,jd->ij", q, d)`
+            return spec is not None and _pairs_rows(spec) and all(type(a.value) is cst.Name for a in node.args[1:])  # type: ignore[union-attr]
         else:
             return False
         return type(left) is cst.Name and _transposed_name(right)
@@ -82,6 +91,19 @@ class BatchSize(Transform):
 # Calls that build per-sample targets or masks over a batch (`torch.arange(n)`, `torch.eye(n)`).
 BATCH_INDEX = {"torch.arange", "torch.eye"}
 MATMUL = {"torch.mm", "torch.matmul"}
+# Every row of one set against every row of another: `F.linear(q, d)` is `q @ d.T`.
+PAIRWISE = {"torch.nn.functional.linear", "torch.cdist"}
+
+
+def _pairs_rows(spec: str) -> bool:
+    """An einsum that pairs every row of its first operand with every row of its second:
+    `id,jd->ij`, `bd,kd->bk` (the shared index summed away, one index of each kept)."""
+    inputs, _, output = spec.replace(" ", "").partition("->")
+    operands = inputs.split(",")
+    if len(operands) != 2 or len(output) != 2 or any(len(o) != 2 for o in operands):
+        return False
+    (a, shared), (b, other) = operands
+    return shared == other and a != b and output == a + b
 
 
 def _transposed_name(node: cst.BaseExpression) -> bool:
