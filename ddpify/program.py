@@ -224,7 +224,7 @@ class Program:
                 else:
                     continue
                 for target_node, value in pairs:
-                    for name, position in self._targets(target_node):
+                    for name, position in self.targets(target_node):
                         index.setdefault(name, []).append((value, position))
             self._assignment_cache[function] = index
         return self._assignment_cache[function].get(target, [])
@@ -235,7 +235,7 @@ class Program:
         return values[0] if len(values) == 1 else None
 
     @staticmethod
-    def _targets(target: cst.BaseExpression) -> list[tuple[str, int | None]]:
+    def targets(target: cst.BaseExpression) -> list[tuple[str, int | None]]:
         """The dotted names an assignment target binds, with their tuple positions."""
         name = dotted(target)
         if name is not None:
