@@ -651,10 +651,14 @@ class ReduceMetrics(Transform):
         times more slowly. Warned about: the fix (gather the keys first) is the script's."""
         start = self.tree.order(loop.loop)
         for node in self.tree.walk(loop.loop.body):
-            if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Subscript:
+            if type(node) is not cst.Assign or len(node.targets) != 1:
                 continue
-            held = node.targets[0].target.value
-            if type(held) is not cst.Name:
+            target = node.targets[0].target
+            if type(target) is cst.Name and self._kept_window(node.value, target.value):
+                held = target  # `mem = torch.cat([mem, emb.detach()])[-K:]`: a queue kept by rebinding (XBM)
+            elif type(target) is cst.Subscript and type(target.value) is cst.Name:
+                held = target.value
+            else:
                 continue
             made = [v for v, _ in self.program.assignments(loop.function, held.value) if self.tree.order(v) < start]
             if not made or not any(type(c) is cst.Call and self.tree.qname(c.func) in s.TENSOR_FACTORIES for v in made for c in self.tree.walk(v)):
@@ -666,6 +670,19 @@ class ReduceMetrics(Transform):
                 f"own shard's, so the ranks train against different `{held.value}`; gather the values over ranks (dist.all_gather) before storing them"
             ))
             return
+
+    def _kept_window(self, value: cst.BaseExpression, name: str) -> bool:
+        """`torch.cat([name, new])[-K:]` (or `[:K]`): `name` grown by new values and cut to a size."""
+        if type(value) is not cst.Subscript or len(value.slice) != 1 or type(value.slice[0].slice) is not cst.Slice:
+            return False
+        return self._concatenated(value.value, name) is not None or self._concatenated_first(value.value, name)
+
+    def _concatenated_first(self, value: cst.BaseExpression, name: str) -> bool:
+        """`torch.cat([new, name])`: new values put in front."""
+        if not self.tree.is_call_to(value, {"torch.cat"}) or not value.args or type(value.args[0].value) not in (cst.List, cst.Tuple):  # type: ignore[union-attr]
+            return False
+        pieces = value.args[0].value.elements  # type: ignore[union-attr]
+        return len(pieces) == 2 and type(pieces[1].value) is cst.Name and pieces[1].value.value == name
 
     def _from_batch(self, loop: TrainLoop, value: cst.CSTNode) -> bool:
         """Something of this rank's batch, or what another module computed over the sharded
@@ -1134,15 +1151,15 @@ def _sizes(node: cst.BaseExpression) -> bool:
 
 
 def _assigned_pairs(node: cst.CSTNode) -> list[tuple[str, cst.BaseExpression]]:
-    """The names an assignment binds with their values: `s = v`, and `s, ss = v, w` element by element."""
+    """The plain names an assignment binds with their values: `s = v`, and `s, ss = v, w` element
+    by element (Program's reading of assignment targets)."""
     if type(node) is not cst.Assign or len(node.targets) != 1:
         return []
-    target, value = node.targets[0].target, node.value
-    if type(target) is cst.Name:
-        return [(target.value, value)]
-    if type(target) is cst.Tuple and type(value) is cst.Tuple and len(target.elements) == len(value.elements):
-        return [(t.value.value, v.value) for t, v in zip(target.elements, value.elements) if type(t.value) is cst.Name]
-    return []
+    return [
+        (name, Program.element(node.value, index))  # type: ignore[misc]
+        for name, index in Program.targets(node.targets[0].target)
+        if "." not in name and (index is None or type(node.value) is cst.Tuple)
+    ]
 
 
 def _added_to_itself(tree: Tree, value: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
