@@ -3877,6 +3877,22 @@ def test_a_loss_over_in_batch_negatives_is_warned_about() -> None:
     assert not any("compares each sample" in w for w in warnings(convert(script(body + LOOP, helpers=layer))))
 
 
+@pytest.mark.parametrize(
+    "product",
+    ['torch.einsum("id,jd->ij", z, w)', "z.mm(w.t())", "nn.functional.linear(z, w)"],
+)
+def test_in_batch_negatives_spelled_other_ways_are_warned_about(product: str) -> None:
+    """Two-tower retrieval: `torch.einsum("id,jd->ij", q, d)`, `q.mm(d.t())` or `F.linear(q, d)`
+    with `arange` targets trained on 1/N of the negatives, unwarned (helper corpus AG, repro 04)."""
+    helpers = f"def two_tower(z, w):\n    sim = {product}\n    return nn.functional.cross_entropy(sim, torch.arange(z.size(0)))\n"
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = two_tower(model(x), model(x + 1))")
+    result = convert(script(body + loop, helpers=helpers))
+    assert any(w.startswith(f"`{product}` compares each sample with the rest of its batch") for w in warnings(result))
+    evaluated = helpers.replace("    sim = ", "    with torch.no_grad():\n        sim = ")  # ranking under no_grad trains nothing (AG 05)
+    assert not any("compares each sample" in w for w in warnings(convert(script(body + loop, helpers=evaluated))))
+
+
 def test_a_choice_on_being_a_data_parallel_keeps_its_other_branch() -> None:
     """Helper corpus J: `net.module.state_dict() if isinstance(net, nn.DataParallel) else
     net.state_dict()` became two identical branches once DataParallel was removed."""
@@ -5766,6 +5782,9 @@ def test_a_queue_of_batch_values_kept_across_steps_is_warned_about() -> None:
         "        optimizer.step()\n", "        optimizer.step()\n        queue[ptr:ptr + len(x)] = x.detach()\n        ptr = (ptr + len(x)) % 16\n"
     )
     found = [w for w in warnings(convert(script(body + loop))) if "a queue of keys" in w]
+    assert found and found[0].startswith("`queue` keeps values of this rank's batches from step to step")
+    rebound = loop.replace("queue[ptr:ptr + len(x)] = x.detach()", "queue = torch.cat([queue, x.detach()])[-16:]")  # XBM's form (AG 03)
+    found = [w for w in warnings(convert(script(body + rebound))) if "a queue of keys" in w]
     assert found and found[0].startswith("`queue` keeps values of this rank's batches from step to step")
 
 
