@@ -41,9 +41,10 @@ def script(body: str, helpers: str = "", imports: str = "") -> str:
 
 
 def standard(
-    model: str = "model = nn.Linear(4, 1).to(device)", device: str = DEVICE, loop: str = LOOP, after: str = "", loader: str = LOADER
+    model: str = "model = nn.Linear(4, 1).to(device)", device: str = DEVICE, loop: str = LOOP, after: str = "", loader: str = LOADER,
+    helpers: str = "", imports: str = "",
 ) -> str:
-    return script(f"{device}\n{loader}\n{model}\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}{after}")
+    return script(f"{device}\n{loader}\n{model}\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}{after}", helpers, imports)
 
 
 def convert(source: str, **options):
@@ -551,7 +552,7 @@ def test_a_batch_sampled_after_the_step_is_not_training_data() -> None:
             "for epoch in range(2):\n    for i, (x, y) in enumerate(loader):\n        loss = nn.functional.mse_loss(model(x), y)\n"
             "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n        if i % 4 == 0:\n"
             "            sample(model, val_loader)\n            xv, _ = next(iter(val_loader))\n")
-    result = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers))
+    result = convert(standard(loop=loop, helpers=helpers))
     assert result.status == "converted", result.reason
     assert result.output.count("sampler=DistributedSampler(") == 1 and "val_loader.sampler" not in result.output
 
@@ -737,7 +738,7 @@ def test_a_time_budget_read_through_a_property_is_decided_together() -> None:
         "    @property\n    def out_of_time(self):\n        return time.time() - self.start > self.budget\n"
     )
     loop = "timer = Timer(5.0)\n" + LOOP.replace("for epoch in range(2):\n", "for epoch in range(100):\n") + "    if timer.out_of_time:\n        break\n"
-    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers, imports="import time\n")).output
+    output = convert(standard(loop=loop, helpers=helpers, imports="import time\n")).output
     assert "if any_rank(timer.out_of_time):" in output
 
 
@@ -856,7 +857,7 @@ def test_a_list_of_meters_updated_by_position_is_reduced() -> None:
     loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    meters = [AverageMeter() for _ in range(2)]\n") + (
         "        for i, l in enumerate([loss, loss.abs()]):\n            meters[i].update(l.item(), x.size(0))\n    print(meters[0].avg, meters[1].avg)\n"
     )
-    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers)).output
+    output = convert(standard(loop=loop, helpers=helpers)).output
     assert "for meter in meters:  # made alike on every rank" in output
 
 
@@ -1061,7 +1062,7 @@ def test_output_is_guarded_and_merged_into_one_if() -> None:
 def test_output_that_runs_the_model_is_hoisted_before_the_guard() -> None:
     helpers = "def evaluate(model, x):\n    with torch.no_grad():\n        return model(x).mean().item()\n"
     after = 'print(f"val {evaluate(model, torch.randn(4, 4)):.3f}")\n'
-    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}{after}", helpers)).output
+    output = convert(standard(after=after, helpers=helpers)).output
     assert "    evaluate_result = evaluate(model, torch.randn(4, 4))\n    if rank == 0:\n        print(f\"val {evaluate_result:.3f}\")" in output
 
 
@@ -2207,7 +2208,7 @@ def test_batches_from_a_generator_that_cycles_a_loader_are_sharded() -> None:
                 yield batch
     """
     loop = "batches = cycle(loader)\nfor step in range(8):\n    x, y = next(batches)\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
-    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers)
+    source = standard(loop=loop, helpers=helpers)
     assert "sampler=DistributedSampler(train_dataset, shuffle=True)" in convert(source).output
 
 
@@ -5450,11 +5451,11 @@ def test_a_model_read_back_whole_is_reached_both_ways_only_after_the_read() -> N
         'torch.save(model.state_dict(), "last.pt")\nprint(evaluate(model))\n'
         'model = torch.load("best.pt", weights_only=False)\nprint(evaluate(model))\n'
     )
-    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}{after}", helpers)).output
+    output = convert(standard(after=after, helpers=helpers)).output
     assert 'torch.save(model.module.state_dict(), "last.pt")' in output
     assert 'return getattr(net, "module", net).weight.sum()' in output
     loop = LOOP + '    torch.save(model.state_dict(), "last.pt")\n    if epoch == 1:\n        model = torch.load("last.pt", weights_only=False)\n'
-    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}")).output
+    output = convert(standard(loop=loop)).output
     assert 'torch.save(getattr(model, "module", model).state_dict(), "last.pt")' in output  # the second epoch's save follows the read
 
 
@@ -5498,7 +5499,7 @@ def test_two_syncing_calls_in_one_output_get_two_names() -> None:
         return total / len(loader.dataset)
     """
     after = 'test_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8)\nprint("train", evaluate(model, loader), "test", evaluate(model, test_loader))\n'
-    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}{after}", helpers)).output
+    output = convert(standard(after=after, helpers=helpers)).output
     assert "    evaluate_result = evaluate(model, loader)\n    evaluate_result2 = evaluate(model, test_loader)\n" in output
     assert 'print("train", evaluate_result, "test", evaluate_result2)' in output
 
@@ -5717,7 +5718,7 @@ def test_a_dict_of_meters_over_fixed_keys_is_reduced_meter_by_meter(made: str, u
     loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    meters = {made}\n").replace(
         "        optimizer.step()\n", f"        optimizer.step()\n        {update}\n"
     ) + "    print({k: m.avg for k, m in meters.items()})\n"
-    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", helpers)).output
+    output = convert(standard(loop=loop, helpers=helpers)).output
     assert (
         "        for meter in meters.values():  # made from the same keys on every rank: reduced in the same order\n"
         "            meter_totals = torch.tensor([meter.sum, meter.count], dtype=torch.float64)\n"
@@ -5873,7 +5874,7 @@ def test_a_numpy_count_array_added_as_a_whole_is_reduced_in_place() -> None:
     loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    seen = np.zeros(2)\n").replace(
         "        optimizer.step()\n", "        optimizer.step()\n        seen += np.bincount((y > 0).long().numpy().ravel(), minlength=2)\n"
     ) + "    print(seen.tolist())\n"
-    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}", imports="import numpy as np\n")).output
+    output = convert(standard(loop=loop, imports="import numpy as np\n")).output
     assert "        dist.all_reduce(torch.from_numpy(seen))  # in place: the tensor shares the array's memory\n" in output
     assert "dist.all_reduce(seen)" not in output
 

@@ -1224,7 +1224,7 @@ class Analyzer:
     def _chosen_from_data(self, index: cst.BaseExpression, method: cst.FunctionDef) -> bool:
         """An index worked out in the forward from what it computes (`int(scores.mean(0).argmax())`,
         or a name bound to that): not a number written down, nor a loop's counter over every layer."""
-        if type(index) in (cst.Integer, cst.SimpleString) or type(index) is cst.UnaryOperation:
+        if type(index) in (cst.Integer, cst.SimpleString, cst.UnaryOperation):
             return False
         if type(index) is cst.Name:
             if index.value in self.program.loop_targets(method):

@@ -20,7 +20,7 @@ from ddpify.analysis.loops import TrainLoop
 from ddpify.analysis.splits import seeded_before
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code, dotted, is_backward, method_call, string_value
+from ddpify.syntax import Tree, code, dotted, is_backward, method_call, string_value
 
 HELPER = '''
 
@@ -586,6 +586,6 @@ class StopTogether(Transform):
         )
 
 
-def _reads_dotted(tree, node: cst.CSTNode, names: set[str]) -> bool:
+def _reads_dotted(tree: Tree, node: cst.CSTNode, names: set[str]) -> bool:
     """Whether `node` reads one of the dotted `names` (`trainer.history` in `trainer.history[-1]`)."""
     return bool(names) and any(type(n) is cst.Attribute and dotted(n) in names for n in tree.walk(node))
