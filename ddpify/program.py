@@ -381,6 +381,10 @@ class Program:
         when it is made right there (`Trainer(model).fit(...)`)."""
         if type(obj) is cst.Call and type(obj.func) is cst.Name and obj.func.value in self.classes:
             return self.classes[obj.func.value]
+        if type(obj) is cst.Attribute and obj.attr.value == "module":  # `model.module`: the model a DDP wrapper holds
+            inner = self.instance_of(obj.value, function)
+            if inner is not None and not any(self.assignments(m, "self.module") for m in self.methods.get(inner, {}).values()):
+                return inner
         held = dotted(obj) if type(obj) is cst.Attribute else None
         if held is not None and held.startswith("self.") and held.count(".") == 1 and function is not None:
             cls = self.owner_class(function)  # `self.stopper = EarlyStopping()` in a method of the class
@@ -396,6 +400,8 @@ class Program:
         scope = function if function is not None and self.assignments(function, obj.value) else None
         for value, index in self.assignments(scope, obj.value):
             value = unchained(value)  # `model = Net().to(device)`
+            if index is None and isinstance(value, cst.Call) and self.tree.qname(value.func) in s.DDP and value.args:
+                value = unchained(value.args[0].value)  # `model = DDP(Net().to(device), ...)`: `model.module` is a Net
             if index is None and isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes:
                 return self.classes[value.func.value]
         return None
