@@ -256,6 +256,45 @@ def test_a_custom_method_whose_output_is_detached_does_not_train(returns: str, r
         assert "model.module.forward_target(x)" in result.output
 
 
+MAML_NET = """
+class Learner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x, params=None):
+        params = dict(self.named_parameters()) if params is None else params
+        return nn.functional.linear(x, params["fc.weight"], params["fc.bias"])
+"""
+MAML_STEP = """params = dict(model.named_parameters())
+inner = nn.functional.mse_loss(FORWARD(x, params), y)
+grads = torch.autograd.grad(inner, list(params.values()), create_graph=True)
+fast = {name: p - 0.1 * g for (name, p), g in zip(params.items(), grads)}
+loss = nn.functional.mse_loss(FORWARD(x, fast), y)
+"""
+
+
+def test_maml_forward_with_parameters_handed_to_the_model_converts() -> None:
+    """Helper corpus AI, repro 06: `model(x, params)` with `params = dict(model.named_parameters())`
+    runs DDP's forward; named_parameters() runs no layer, yet it was refused as a training forward
+    outside DDP. It goes through `.module` (the wrapper's names would gain a `module.` prefix)."""
+    step = textwrap.indent(MAML_STEP.replace("FORWARD(", "model("), " " * 8)
+    loop = LOOP.replace("        loss = nn.functional.mse_loss(model(x), y)\n", step)
+    result = convert(standard(model="model = Learner().to(device)", loop=loop, helpers=MAML_NET))
+    assert result.status == "converted", result.reason
+    assert "params = dict(model.module.named_parameters())" in result.output
+
+
+def test_functional_call_of_the_model_in_training_is_refused() -> None:
+    """`torch.func.functional_call(model, params, (x,))` calls the module's forward, not DDP's: the
+    gradients would not be averaged (and the wrapper has no `fc` to look up). Refused, naming it."""
+    step = textwrap.indent(MAML_STEP.replace("FORWARD(x, params)", "torch.func.functional_call(model, params, (x,))").replace("FORWARD(x, fast)", "torch.func.functional_call(model, fast, (x,))"), " " * 8)
+    loop = LOOP.replace("        loss = nn.functional.mse_loss(model(x), y)\n", step)
+    result = convert(standard(model="model = Learner().to(device)", loop=loop, helpers=MAML_NET))
+    assert result.status == "unchanged"
+    assert result.reason.startswith("`torch.func.functional_call(model, ...)` (line 26) runs the model's forward with parameters handed in")
+
+
 HELPERS = """
 class Net(nn.Module):
     def __init__(self):

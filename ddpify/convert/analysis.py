@@ -43,6 +43,8 @@ DISTRIBUTED_MARKERS = ("init_process_group", "DistributedDataParallel", "Distrib
 # What `next()` draws batches through: an iterator over a loader.
 # Method names that set up state rather than run the layers (`init_hidden`, `reset_states`).
 STATE_METHOD_PREFIXES = ("init_", "reset", "get_", "set_", "num_", "count_", "zero_", "detach_", "repackage")
+# Forwards with parameters handed in (MAML's inner loop): they call the module's forward, not DDP's.
+FUNCTIONAL_CALLS = {"torch.func.functional_call", "torch.nn.utils.stateless.functional_call", "torch.func.stateless.functional_call"}
 MOVE_METHODS = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
 # What SyncBatchNorm.convert_sync_batchnorm converts: subclasses of torch.nn.modules.batchnorm._BatchNorm.
 BATCH_NORMS = {
@@ -2348,6 +2350,17 @@ class Analyzer:
                     "forward(), so DDP would not average its gradients across ranks: call the model itself "
                     "(its forward) in the training loop, then convert"
                 )
+        for function in facts.model_refs:
+            for call in self.program.calls_in(function):
+                if (
+                    self.tree.qname(call.func) in FUNCTIONAL_CALLS and call.args and facts.is_model(call.args[0].value, function)
+                    and self._feeds_backward(call, function)
+                ):
+                    raise NotConvertible(
+                        f"`{code(call.func)}({code(call.args[0].value)}, ...)` (line {self.tree.line(call)}) runs the model's forward "
+                        "with parameters handed in, outside DDP's forward, so DDP would not average its gradients across ranks: "
+                        "average them by hand (dist.all_reduce on each gradient before the step) or call the model itself"
+                    )
 
     def _check_aliases(self, facts: Facts) -> None:
         """`net = model.to(device)` before the wrap, then `net(x)` in training: `net` stays the
@@ -2434,6 +2447,8 @@ class Analyzer:
         if cls is None:
             return True
         methods = self.program.class_methods(cls)
+        if method in s.MODULE_METHODS and method not in methods:
+            return False  # nn.Module's own `named_parameters()`, `modules()`: they run no layer
         if method in methods and self._returns_detached(methods[method]):
             return False  # MoCo's `forward_momentum`: a frozen copy's output, `.detach()`ed: no gradient to average
         seen: set[str] = set()
