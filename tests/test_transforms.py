@@ -11,7 +11,7 @@ import libcst as cst
 import pytest
 
 from ddpify.convert import ConvertOptions, convert_source
-from ddpify.lint import lint_source
+from ddpify.lint import Selection, lint_source
 from ddpify.program import Program
 from ddpify.syntax import Tree
 
@@ -1495,6 +1495,29 @@ for epoch in range(2):
     output = convert(standard(loop=loop)).output
     assert "            with contextlib.nullcontext() if (i + 1) % 4 == 0 else model.no_sync():\n                loss = nn" in output
     assert "import contextlib" in output
+
+
+def test_gradient_accumulation_over_two_models_keeps_both_from_syncing() -> None:
+    """Helper corpus AF, repro 04: two students trained by one optimizer; only the first went under
+    no_sync, so the second all-reduced on every micro-step. Both do, on one `with`; lint agrees."""
+    loop = """\
+for epoch in range(2):
+    for i, (x, y) in enumerate(loader):
+        x, y = x.to(device), y.to(device)
+        loss = (nn.functional.mse_loss(model(x), y) + nn.functional.mse_loss(peer(x), y)) / 4
+        loss.backward()
+        if (i + 1) % 4 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+    source = standard(model="model = nn.Linear(4, 1).to(device)\npeer = nn.Linear(4, 1).to(device)", loop=loop).replace(
+        "torch.optim.SGD(model.parameters(), lr=0.1)", "torch.optim.SGD([*model.parameters(), *peer.parameters()], lr=0.1)"
+    )
+    output = convert(source).output
+    assert "model = DDP(model)" in output and "peer = DDP(peer)" in output
+    condition = "contextlib.nullcontext() if (i + 1) % 4 == 0 else"
+    assert f"            with {condition} model.no_sync(), {condition} peer.no_sync():\n                loss = (" in output
+    assert lint_source(output, "converted.py", Selection(("DDP404",))) == []
 
 
 def test_gradient_accumulation_stepping_before_the_backward_syncs_every_backward() -> None:

@@ -38,7 +38,11 @@ class Span:
 
     statements: list[cst.BaseStatement]
     condition: str  # the step's test: the micro-step that updates syncs
-    model: str  # the forward's callee, as spelled
+    models: tuple[str, ...]  # the distributed models the micro-step forwards, as spelled, first forward first
+
+    @property
+    def model(self) -> str:
+        return self.models[0]
 
 
 class Accumulations:
@@ -98,7 +102,7 @@ class Accumulations:
             return self._inner_loop_span(found, body[forwards[0][0] : end + 1] if forwards else [], forwards)
         if not forwards or (not nested and any(self.tree.inside(step, st) for st in body[forwards[0][0] : end + 1])):
             return "forward and backward are in different blocks; wrap them in `model.no_sync()` on micro-steps by hand"
-        start, forward = forwards[0]
+        start = forwards[0][0]
         span = body[start : end + 1]
         # the condition must mean the same before the forward as at the step
         rest = body[end + 1 :]
@@ -117,7 +121,7 @@ class Accumulations:
                     "step cannot be told here: the micro-steps keep syncing; sync the last one too if you wrap them in `model.no_sync()`"
                 )
             condition = f"{condition} or {last}"
-        return Span(span, condition, code(forward.func))
+        return Span(span, condition, _callees(forwards))
 
     def _flushed_after(self, loop: cst.For | cst.While, function) -> bool:
         """An optimizer step after `loop`, in the statements that follow it in its block."""
@@ -162,7 +166,7 @@ class Accumulations:
         if (read | {counter}) & self._assigned(list(loop.body.body)):  # type: ignore[attr-defined]
             return by_hand
         last = str(int(count.value) - 1) if isinstance(count, cst.Integer) else f"{code(count)} - 1"
-        return Span(span, f"{counter} == {last}", code(forwards[0][1].func))
+        return Span(span, f"{counter} == {last}", _callees(forwards))
 
     def model(self, found: Accumulation) -> str:
         """How the micro-step's forward spells the model (for messages)."""
@@ -270,3 +274,8 @@ def is_optimizer_step(tree: Tree, program: Program, call: cst.CSTNode, function:
     if "sched" in code(receiver).lower():
         return False
     return not any((tree.call_name(o.node) or "").startswith(SCHEDULER_PREFIX) for o in program.origins(receiver, function))
+
+
+def _callees(forwards: list[tuple[int, cst.Call]]) -> tuple[str, ...]:
+    """Each model a micro-step forwards, once (two students trained together need both under no_sync)."""
+    return tuple(dict.fromkeys(code(call.func) for _, call in forwards))

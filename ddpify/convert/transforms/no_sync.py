@@ -32,11 +32,10 @@ class GradientSync(Transform):
                 if not isinstance(span, Span):
                     self.warn(found.step or backward, f"gradient accumulation: {span}")
                     continue
-                condition = span.condition
-                if self.facts.may_be_plain(span.model, span.statements[0]):
-                    condition += f" or not isinstance({span.model}, DDP)"  # it may hold the plain model here
-                wrap_micro_steps(self.plan, span.statements, span.model, condition)
-                self.change(
-                    span.statements[0],
-                    f"micro-steps run under `{span.model}.no_sync()` until `{span.condition}`: one all-reduce per optimizer step",
-                )
+                conditions = [
+                    (model, span.condition + (f" or not isinstance({model}, DDP)" if self.facts.may_be_plain(model, span.statements[0]) else ""))
+                    for model in span.models  # `or not isinstance(...)`: it may hold the plain model here
+                ]
+                wrap_micro_steps(self.plan, span.statements, conditions)
+                under = ", ".join(f"`{model}.no_sync()`" for model in span.models)
+                self.change(span.statements[0], f"micro-steps run under {under} until `{span.condition}`: one all-reduce per optimizer step")

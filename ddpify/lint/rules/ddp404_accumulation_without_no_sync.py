@@ -84,5 +84,5 @@ class AccumulationWithoutNoSync(Rule):
         return Accumulations(self.tree, self.program, self.script.forwards_ddp, self.script.syncing_functions)
 
     def _no_sync(self, plan: Plan, span: Span) -> str | None:
-        wrap_micro_steps(plan, span.statements, span.model, span.condition)
+        wrap_micro_steps(plan, span.statements, [(model, span.condition) for model in span.models])
         return f"micro-steps run under `{span.model}.no_sync()` unless `{span.condition}`"
