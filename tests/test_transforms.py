@@ -186,6 +186,20 @@ def test_a_gpu_count_that_sized_the_batch_for_data_parallel_counts_one_gpu() -> 
     assert "n_gpu = min(torch.cuda.device_count(), 1)" in output and "nn.DataParallel" not in output
 
 
+def test_a_gpu_count_written_inline_into_the_batch_size_counts_one_gpu() -> None:
+    """Helper corpus AL, repro 10: `per_gpu * max(1, torch.cuda.device_count())` written inline.
+    A test of the count (`if torch.cuda.device_count() > 1:`) or a log line keeps the real count."""
+    body = (
+        f"{DEVICE}\nbatch_size = 8 * max(1, torch.cuda.device_count())\nds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+        "loader = DataLoader(ds, batch_size=batch_size, shuffle=True)\nmodel = nn.Linear(4, 1).to(device)\n"
+        'print("GPUs:", torch.cuda.device_count())\n'
+        f"if torch.cuda.device_count() > 1:\n    model = nn.DataParallel(model)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    )
+    output = convert(script(body)).output
+    assert "batch_size = 8 * max(1, min(torch.cuda.device_count(), 1))" in output and "nn.DataParallel" not in output
+    assert 'print("GPUs:", torch.cuda.device_count())' in output
+
+
 def test_wrap_goes_after_every_change_to_the_weights() -> None:
     """DDP broadcasts rank 0's weights when it wraps: loads, init and freezing come before it."""
     model = (

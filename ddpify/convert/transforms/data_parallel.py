@@ -54,6 +54,22 @@ class RemoveDataParallel(Transform):
                 f"`{code(node.targets[0].target)}` counts the GPUs this process drives: one under DDP (each rank has its own), "
                 "so batch sizes and tests sized by it for nn.DataParallel stay per GPU"
             ))
+        for call in self.tree.calls():
+            if self.tree.is_call_to(call, {"torch.cuda.device_count"}) and self._scales(call):
+                self.plan.replace(call, lambda updated: cst.parse_expression(f"min({code(updated)}, 1)"))
+                self.change(call, (
+                    "the GPU count that scales this value is the one this process drives, one under DDP: "
+                    "a batch sized per GPU for nn.DataParallel stays per GPU on each rank"
+                ))
+
+    def _scales(self, call: cst.Call) -> bool:
+        """`per_gpu * max(1, torch.cuda.device_count())`: the count multiplies (or divides) a value
+        written inline, such as a batch size, through `max`/`min`/`int` at most."""
+        node: cst.CSTNode = call
+        parent = self.tree.parent(node)
+        while type(parent) is cst.Arg and any(self.tree.is_builtin_call(grand := self.tree.parent(parent), f) for f in ("max", "min", "int")):
+            node, parent = grand, self.tree.parent(grand)
+        return type(parent) is cst.BinaryOperation and type(parent.operator) in (cst.Multiply, cst.FloorDivide, cst.Divide)
 
     def _never_data_parallel(self, model: cst.BaseExpression) -> None:
         """`a if isinstance(net, nn.DataParallel) else b`: `net` is never a DataParallel now, so
