@@ -1511,6 +1511,50 @@ for epoch in range(2):
     assert "import contextlib" in output
 
 
+REPTILE = """\
+for epoch in range(2):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        fast = copy.deepcopy(model)
+        inner = torch.optim.SGD(fast.parameters(), lr=0.1)
+        loss = nn.functional.mse_loss(fast(x), y)
+        inner.zero_grad()
+        loss.backward()
+        inner.step()
+        optimizer.zero_grad()
+        for p, q in zip(model.parameters(), fast.parameters()):
+            p.grad = p.data - q.data
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("loop", "reason"),
+    [
+        pytest.param(REPTILE, "`p.grad = p.data - q.data` (line 23) sets the gradients of `model` by hand, not by backward()", id="reptile"),
+        pytest.param(
+            LOOP.replace("        loss.backward()\n", "        loss.backward()\n        grads = torch.autograd.grad(nn.functional.l1_loss(model(x), y), list(model.parameters()))\n"
+                         "        for p, g in zip(model.parameters(), grads):\n            p.grad = p.grad + g\n"),
+            "", id="adds-to-backward",
+        ),
+        pytest.param(
+            LOOP.replace("        loss.backward()\n", "        grads = torch.autograd.grad(loss, list(model.parameters()))\n        for p, g in zip(model.parameters(), grads):\n            p.grad = g\n"),
+            "nothing DDP can average: the gradients come from `torch.autograd.grad` (line 17), and no backward() runs", id="autograd-only",
+        ),
+    ],
+)
+def test_gradients_set_by_hand_are_refused(loop: str, reason: str) -> None:
+    """Helper corpus AI, repro 03 and s07 (Reptile): the meta-gradient written into `p.grad` is no
+    gradient DDP averaged; it wrapped every per-task copy instead and trained on a mixture of the
+    ranks' tasks. Refused, as is a step on what torch.autograd.grad returns. A gradient made from
+    what backward() left (`p.grad + g`) is averaged already: converted."""
+    result = convert(standard(loop=loop, imports="import copy\n"))
+    if not reason:
+        assert result.status == "converted", result.reason
+        return
+    assert result.status == "unchanged" and result.reason.startswith(reason), result.reason
+
+
 def test_gradient_accumulation_over_two_models_keeps_both_from_syncing() -> None:
     """Helper corpus AF, repro 04: two students trained by one optimizer; only the first went under
     no_sync, so the second all-reduced on every micro-step. Both do, on one `with`; lint agrees."""

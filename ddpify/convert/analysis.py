@@ -60,6 +60,13 @@ BATCH_NORM_MODELS = re.compile(
 NORM_CLASS = re.compile(r"norm(?!ali[sz])", re.IGNORECASE)  # `FrozenBN`? no: `LayerNorm2d`, `MyBatchNorm`, not `Normalize`
 
 
+def _is_grad_target(target: cst.BaseExpression) -> bool:
+    """`p.grad` (or `p.grad.data`) as an assignment target."""
+    while type(target) is cst.Attribute and target.attr.value == "data":
+        target = target.value
+    return type(target) is cst.Attribute and target.attr.value == "grad"
+
+
 class NotConvertible(Exception):
     """The script is returned unchanged; the message says why."""
 
@@ -557,6 +564,7 @@ class Analyzer:
         facts.taken = self._check_names(entry)
         self._check_custom_methods(facts)
         self._check_aliases(facts)
+        self._check_hand_set_gradients(facts)
         return facts
 
     # --- should we touch this script at all? -------------------------------------------
@@ -629,6 +637,13 @@ class Analyzer:
                 "ddpify rewrites one file, and this layout needs both: here the DDP wrap, a DistributedSampler with set_epoch and "
                 f"rank-0 output; in `{name.rsplit('.', 1)[0]}` the reduction of what it measures. Make those changes by hand "
                 "(ddpify lint checks the result)"
+            )
+        autograd = next((c for c in self.tree.calls() if self.tree.qname(c.func) == "torch.autograd.grad"), None)
+        if autograd is not None and any(self._is_optimizer_call(c) for c in self.tree.calls()):  # a step on what autograd.grad returns
+            raise NotConvertible(
+                f"nothing DDP can average: the gradients come from `{code(autograd.func)}` (line {self.tree.line(autograd)}), and no "
+                "backward() runs; DDP averages only what backward() accumulates, so each rank would step with its own gradients: "
+                "average them over ranks by hand (dist.all_reduce, then divide by the world size)"
             )
         raise NotConvertible("nothing to train: no `.backward()` call in this file")
 
@@ -2361,6 +2376,82 @@ class Analyzer:
                         "with parameters handed in, outside DDP's forward, so DDP would not average its gradients across ranks: "
                         "average them by hand (dist.all_reduce on each gradient before the step) or call the model itself"
                     )
+
+    def _check_hand_set_gradients(self, facts: Facts) -> None:
+        """`p.grad = p.data - fast_p.data` (Reptile's meta-gradient) or a gradient from
+        `torch.autograd.grad` stored for the step: DDP averages what backward() accumulates, not
+        what the script writes into `.grad`, so each rank would step with its own gradient and the
+        replicas drift apart. A value made from the gradients backward() left (`p.grad / n`, a
+        projection of them) is the same on every rank, and so is an empty start (`None`, zeros)."""
+        for function in facts.model_refs:
+            for node in self.program.scope_nodes(function):
+                if type(node) is not cst.Assign or not any(_is_grad_target(t.target) for t in node.targets):
+                    continue
+                target = next(t.target for t in node.targets if _is_grad_target(t.target))
+                model = self._parameters_of(target, function, facts)
+                if model is None or self._empty_gradient(node.value):
+                    continue
+                source = self._gradient_source(node.value, function)
+                if source == "backward":
+                    continue
+                made = "computed by `torch.autograd.grad`, which DDP does not average" if source == "autograd" else "not by backward()"
+                raise NotConvertible(
+                    f"`{code(target)} = {code(node.value)}` (line {self.tree.line(node)}) sets the gradients of `{model}` by hand, "
+                    f"{made}: DDP averages only the gradients backward() accumulates, so each rank would step with its own and the "
+                    "replicas would drift apart; average them over ranks (dist.all_reduce, then divide by the world size) before the "
+                    "optimizer step"
+                )
+
+    def _parameters_of(self, target: cst.BaseExpression, function: cst.FunctionDef | None, facts: Facts) -> str | None:
+        """The trained model whose parameter `target` (`p.grad`) is: `p` is bound by a loop over
+        `model.parameters()` (or `named_parameters()`, also zipped with something else)."""
+        while type(target) is cst.Attribute and target.attr.value in ("grad", "data"):
+            target = target.value
+        if type(target) is not cst.Name:
+            return None
+        for loop in self.tree.loops(target):
+            if type(loop) is not cst.For or target.value not in self.program.names_in(loop.target):
+                continue
+            for call in self.tree.calls(loop.iter):
+                found = s.method_call(call)
+                if found is not None and found[1] in ("parameters", "named_parameters") and facts.is_model(found[0], function):
+                    return code(found[0])
+        return None
+
+    def _empty_gradient(self, value: cst.BaseExpression) -> bool:
+        """`None`, or zeros to accumulate into (`torch.zeros_like(p)`, `p.new_zeros(...)`)."""
+        if type(value) is cst.Name and value.value == "None":
+            return True
+        if type(value) is not cst.Call:
+            return False
+        found = s.method_call(value)
+        name = found[1] if found is not None else (self.tree.qname(value.func) or "").rsplit(".", 1)[-1]
+        return name in ("zeros_like", "zeros", "new_zeros", "zero_")
+
+    def _gradient_source(self, value: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
+        """Where a hand-set gradient comes from, through the local names it reads: "backward"
+        when it reads a `.grad` (what backward() left, averaged), "autograd" for
+        `torch.autograd.grad`, else None (made by hand: a difference of weights)."""
+        names, seen, values = [value], set(), []
+        loops = {target: loop for loop in self.program.scope_nodes(function) if type(loop) is cst.For for target in self.program.names_in(loop.target)}
+        while names:
+            expr = names.pop()
+            values.append(expr)
+            for n in self.tree.walk(expr):
+                if type(n) is not cst.Name or n.value in seen:
+                    continue
+                seen.add(n.value)
+                names += [v for v, _ in self.program.assignments(function, n.value)] + self.program.augmented(function, n.value)
+                if n.value in loops:
+                    names.append(loops[n.value].iter)
+        found = None
+        for expr in values:
+            for n in self.tree.walk(expr):
+                if type(n) is cst.Attribute and n.attr.value == "grad" and self.tree.qname(n) != "torch.autograd.grad":
+                    return "backward"
+                if type(n) is cst.Call and self.tree.qname(n.func) == "torch.autograd.grad":
+                    found = "autograd"
+        return found
 
     def _check_aliases(self, facts: Facts) -> None:
         """`net = model.to(device)` before the wrap, then `net(x)` in training: `net` stays the
