@@ -2255,6 +2255,45 @@ def test_metrics_are_summed_or_averaged_by_their_use(accumulate: str, report: st
         assert f"        {line}\n" in output, output
 
 
+INDEXED = """\
+x, y = torch.randn(64, 4), torch.randn(64, 1)
+mask = x[:, 0] > -9
+train_idx = mask.nonzero().squeeze(1)
+loader = DataLoader(train_idx.tolist(), batch_size=8, shuffle=True)
+"""
+INDEXED_LOOP = """\
+for epoch in range(2):
+    total = 0.0
+    for i, idx in enumerate(loader):
+        loss = nn.functional.mse_loss(model(x[idx].to(device)), y[idx].to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    print(REPORT)
+"""
+
+
+@pytest.mark.parametrize(
+    ("report", "summed"),
+    [
+        pytest.param("total / train_idx.numel()", True, id="numel-of-the-served-indices"),
+        pytest.param("total / len(train_idx)", True, id="len-of-the-served-indices"),
+        pytest.param("total / train_idx.size(0)", True, id="size-of-the-served-indices"),
+        pytest.param("total / int(mask.sum())", True, id="count-of-the-mask-they-came-from"),
+        pytest.param("total / x.size(0)", True, id="size-of-the-indexed-tensor"),
+        pytest.param("total / len(loader)", False, id="a-ranks-batches"),
+        pytest.param("total / (i + 1)", False, id="a-ranks-steps"),
+    ],
+)
+def test_a_total_over_a_size_of_the_data_is_summed(report: str, summed: bool) -> None:
+    """Helper corpus AR, repro 01 and s02 (graph scripts): a total over the batches divided by
+    the size of the data the loader serves, spelled other than `len(loader.dataset)`, was averaged
+    over ranks: accuracy and loss printed at 1/world_size of the truth."""
+    output = convert(standard(loader=INDEXED, loop=INDEXED_LOOP.replace("REPORT", report))).output
+    assert ("total = totals.item()\n" in output) is summed and ("total = (totals / world_size).item()\n" in output) is not summed, output
+
+
 @pytest.mark.parametrize(
     ("init", "report", "expected"),
     [

@@ -183,6 +183,7 @@ class Facts:
     # `data = np.load(download_or_prepare(root))`: a helper that makes data files when they are
     # missing, whose value every rank keeps: rank 0 calls it first, then the others find them
     prepared_calls: list[cst.Call] = field(default_factory=list)
+    _data_names_cache: dict[int, set[str]] = field(default_factory=dict)
 
     # --- scopes ------------------------------------------------------------------------
 
@@ -485,6 +486,55 @@ class Facts:
             ):
                 return True
         return False
+
+    def sizes_data(self, expr: cst.BaseExpression, loop: TrainLoop, depth: int = 2) -> bool:
+        """A size of the data the training loop reads, taken before it and the same on every rank:
+        `len(train_idx)` or `train_idx.numel()` of the indices its loader serves, `x.size(0)` of
+        the tensor its steps index, `int(mask.sum())`, or a name bound to one (`n = len(idx) // bs`
+        too). Not a loader's or sampler's length (a rank's own), nor a size of a batch."""
+        function = loop.function
+        data = self._data_names(loop)
+        for node in self.tree.walk(expr):
+            sized = _measured(self.tree, node) or _first_size(node) or _counted(node)
+            root = sized
+            while type(root) in (cst.Attribute, cst.Subscript, cst.Call):
+                root = root.func if type(root) is cst.Call else root.value  # type: ignore[union-attr]
+            if type(root) is cst.Name and root.value in data:
+                return True
+            if depth > 0 and type(node) is cst.Name and node.value not in data:
+                scope = function if function is not None and self.program.assignments(function, node.value) else None
+                values = [v for v, i in self.program.assignments(scope, node.value) if i is None]
+                if len(values) == 1 and not self.tree.inside(values[0], loop.loop) and self.sizes_data(values[0], loop, depth - 1):  # type: ignore[arg-type]
+                    return True
+        return False
+
+    def _data_names(self, loop: TrainLoop) -> set[str]:
+        """The names of the data a training loop reads, bound before it: what its steps index
+        (`x[idx]`) and what its loader's dataset is made of (`train_idx`, and the `mask` that made
+        it); not the loader itself, nor what the loop binds."""
+        cached = self._data_names_cache.get(id(loop.loop))
+        if cached is not None:
+            return cached
+        bound = set(self.program.names_in(loop.loop.target)) if type(loop.loop) is cst.For else set()
+        for node in self.tree.walk(loop.loop.body):
+            if type(node) is cst.Assign:
+                bound |= {name for t in node.targets for name in self.program.names_in(t.target)}
+            elif type(node) in (cst.AugAssign, cst.AnnAssign):
+                bound |= set(self.program.names_in(node.target))  # type: ignore[attr-defined]
+        found = {
+            n.value for n in self.tree.walk(loop.loop.body)
+            if type(n) is cst.Name and type(parent := self.tree.parent(n)) is cst.Subscript and parent.value is n
+        }  # `x[idx]`: the tensors the steps index
+        for origin in self.program.dataloaders(loop.loader, loop.function):
+            dataset = s.arg(origin.node, 0, "dataset") if type(origin.node) is cst.Call else None
+            names = {n.value for n in self.tree.walk(dataset.value) if type(n) is cst.Name} if dataset is not None else set()
+            for name in list(names):
+                for value, _ in self.program.assignments(origin.function, name):
+                    names |= {n.value for n in self.tree.walk(value) if type(n) is cst.Name}
+            found |= names
+        found -= bound | {n.value for n in self.tree.walk(loop.loader) if type(n) is cst.Name}
+        self._data_names_cache[id(loop.loop)] = found
+        return found
 
     def custom_method_calls(self) -> list[tuple[cst.Call, cst.FunctionDef | None]]:
         """Calls of the wrapped model's own methods (`model.generate(...)`): DDP has none of them."""
@@ -2734,6 +2784,12 @@ def _first_size(node: cst.CSTNode) -> cst.BaseExpression | None:
         index = node.slice[0].slice
         return node.value.value if type(index) is cst.Index and code(index.value) == "0" else None
     return None
+
+
+def _counted(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """What `x.numel()` counts the elements of, or `mask.sum()` the true entries of: `x`, `mask`."""
+    found = s.method_call(node) if type(node) is cst.Call else None
+    return found[0] if found is not None and found[1] in ("numel", "sum", "count_nonzero") and not node.args else None  # type: ignore[attr-defined]
 
 
 def _measured(tree: Tree, node: cst.CSTNode) -> cst.BaseExpression | None:

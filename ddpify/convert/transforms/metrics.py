@@ -1065,7 +1065,7 @@ class ReduceMetrics(Transform):
                 modes.add("sum")  # `total_loss / total_num`: the count a ratio of totals divides by is summed too
             if _numerator_names(self.tree, divided) & aliases:
                 by_total = any(isinstance(n, cst.Name) and n.value in totals for n in self.tree.walk(denominator))
-                by_dataset = self.facts.counts_whole_dataset(denominator, loop.function)
+                by_dataset = self.facts.counts_whole_dataset(denominator, loop.function) or self.facts.sizes_data(denominator, loop)
                 modes.add("sum" if by_dataset or by_total else "average")
         if not modes:  # an array or tensor of counts (a confusion matrix) is summed
             return totals[name] in ("count", "dict count", "list count", "array") or name in self._count_tensors
