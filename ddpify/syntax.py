@@ -375,6 +375,30 @@ class Tree:
     def is_call_to(self, node: cst.CSTNode, names: set[str]) -> bool:
         return type(node) is cst.Call and self.qname(node.func) in names
 
+    def gpu_string(self, node: cst.SimpleString | cst.FormattedString) -> cst.BaseExpression | None:
+        """The expression naming one GPU that a string literal starts: `"cuda:0"`, `f"cuda:{gpu}"`,
+        `"cuda:%d" % gpu`, `"cuda:{}".format(gpu)` or `"cuda:" + str(gpu)`; None for any other."""
+        parent = self.parent(node)
+        if type(parent) is cst.ConcatenatedString:
+            return None
+        if type(node) is cst.FormattedString:
+            parts = node.parts
+            named = len(parts) == 2 and type(parts[0]) is cst.FormattedStringText and parts[0].value == "cuda:"
+            return node if named and type(parts[1]) is cst.FormattedStringExpression else None
+        value = string_value(node)
+        if value is None or not value.startswith("cuda:"):
+            return None
+        index = value[5:]
+        if index.isdigit():
+            return node
+        operation = type(parent.operator) if type(parent) is cst.BinaryOperation and parent.left is node else None
+        if (index in ("%d", "%s", "%i") and operation is cst.Modulo) or (index == "" and operation is cst.Add):
+            return parent  # type: ignore[return-value]
+        holder = self.parent(parent) if type(parent) is cst.Attribute and parent.attr.value == "format" else None
+        if index in ("{}", "{0}", "{:d}") and type(holder) is cst.Call and holder.func is parent:
+            return holder
+        return None
+
     def is_builtin_call(self, node: cst.CSTNode, name: str) -> bool:
         return (
             type(node) is cst.Call

@@ -73,6 +73,9 @@ def warnings(result) -> list[str]:
         pytest.param("model = nn.Linear(4, 1).to(f'cuda:{gpu}')", "model = nn.Linear(4, 1).to('cuda')", id="f-string"),
         pytest.param("model = nn.Linear(4, 1).to(0)", 'model = nn.Linear(4, 1).to("cuda")', id="to-int"),
         pytest.param('model = nn.Linear(4, 1).to(torch.device("cuda", 0))', 'model = nn.Linear(4, 1).to(torch.device("cuda"))', id="torch-device-index"),
+        pytest.param('model = nn.Linear(4, 1).to("cuda:%d" % gpu)', 'model = nn.Linear(4, 1).to("cuda")', id="percent-format"),
+        pytest.param('model = nn.Linear(4, 1).to("cuda:{}".format(gpu))', 'model = nn.Linear(4, 1).to("cuda")', id="format-method"),
+        pytest.param('model = nn.Linear(4, 1).to("cuda:" + str(gpu))', 'model = nn.Linear(4, 1).to("cuda")', id="concatenated"),
         pytest.param("model = nn.Linear(4, 1).cuda(args_gpu)", "model = nn.Linear(4, 1).cuda()", id="gpu-id-name"),
     ],
 )

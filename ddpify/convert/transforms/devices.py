@@ -138,19 +138,12 @@ class Devices(Transform):
     # --- other spellings -------------------------------------------------------------
 
     def _gpu_string(self, node: cst.SimpleString | cst.FormattedString) -> None:
-        """"cuda:0" and f"cuda:{gpu}" name one GPU for every rank: "cuda" is this rank's."""
-        if isinstance(node, cst.SimpleString):
-            value = string_value(node)
-            if value is None or not value.startswith("cuda:") or not value[5:].isdigit():
-                return
-        else:
-            parts = node.parts
-            if not (len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) and parts[0].value == "cuda:"):
-                return
-        if isinstance(self.tree.parent(node), cst.ConcatenatedString):
+        """"cuda:0", f"cuda:{gpu}" and `"cuda:%d" % gpu` name one GPU for every rank: "cuda" is this rank's."""
+        whole = self.tree.gpu_string(node)
+        if whole is None:
             return
         quote = node.start[-1] if isinstance(node, cst.FormattedString) else node.quote
-        self.plan.replace(node, cst.SimpleString(f"{quote}cuda{quote}"))
+        self.plan.replace(whole, cst.SimpleString(f"{quote}cuda{quote}"))
         self.change(node, '"cuda:N" becomes "cuda": this rank\'s GPU after set_device(local_rank)')
 
     def _visible_devices(self, node: cst.Assign | cst.AnnAssign) -> None:

@@ -71,12 +71,17 @@ class DeviceNotBoundToRank(Rule):
         # one GPU visible per process: "cuda:0" is this rank's GPU
         return not devices_and_output(self.script).visible_devices_per_rank
 
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        self._built_gpu_string(node)
+
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         facts = devices_and_output(self.script)
         index = gpu_index(node)
         if index is not None:
             if facts.placement(node) is not None:
                 self.report(node, f"`{code(node)}` is GPU {index} on every rank; {FIX}")
+            return
+        if self._built_gpu_string(node):
             return
         if string_value(node) != "cuda":
             return
@@ -85,6 +90,16 @@ class DeviceNotBoundToRank(Rule):
             self.report(node, f'`"cuda"` is GPU 0 on every rank: {UNBOUND}')
         elif use == "value" and not facts.set_device_calls and not facts.device_setup_elsewhere:
             self.report(node, '`"cuda"` is GPU 0 on every rank: the script never calls `torch.cuda.set_device(local_rank)`')
+
+    def _built_gpu_string(self, node: cst.SimpleString | cst.FormattedString) -> bool:
+        """`f"cuda:{args.gpu}"`, `"cuda:%d" % args.gpu`: one GPU, the same one on every rank."""
+        whole = self.tree.gpu_string(node)
+        if whole is None or whole is node and type(node) is cst.SimpleString:
+            return False
+        facts = devices_and_output(self.script)
+        if facts.placement(whole) is not None and not facts.mentions_rank(whole, self.tree.function(whole)):
+            self.report(whole, f"`{code(whole)}` is the same GPU on every rank; {FIX}")
+        return True
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.tree.qname(node.func)
