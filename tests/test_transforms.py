@@ -1058,6 +1058,22 @@ def test_an_iterator_a_method_makes_again_moves_the_sampler_on() -> None:
     assert "            self.lab_loader.sampler.set_epoch(self.lab_loader.sampler.epoch + 1)  # a new pass shuffles differently" in output
 
 
+def test_an_epoch_loop_with_no_name_for_a_helper_objects_loader_leaves_it_to_the_refill() -> None:
+    """Helper corpus AQ, repro 16: a stream object drawing from `self.loader`, made again in its
+    `_reset()` method; main()'s epoch loop got `self.loader.sampler.set_epoch(epoch)`, a NameError
+    on every rank. The refill moves the sampler on; main() calls set_epoch only on its own loader."""
+    helpers = (
+        "class Stream:\n    def __init__(self, loader):\n        self.loader = loader\n        self._reset()\n\n"
+        "    def _reset(self):\n        self.it = iter(self.loader)\n\n"
+        "    def draw(self):\n        try:\n            return next(self.it)\n        except StopIteration:\n            self._reset()\n            return next(self.it)\n"
+    )
+    loop = LOOP.replace("        loss = nn.functional.mse_loss(model(x), y)\n", "        xa, ya = aux.draw()\n        loss = nn.functional.mse_loss(model(x), y) + nn.functional.mse_loss(model(xa), ya)\n")
+    aux = "aux = Stream(DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4, shuffle=True))\n"
+    output = convert(standard(loop=loop, helpers=helpers, model=aux + "model = nn.Linear(4, 1).to(device)")).output
+    assert "        self.loader.sampler.set_epoch(self.loader.sampler.epoch + 1)  # a new pass shuffles differently\n" in output
+    assert "        loader.sampler.set_epoch(epoch)\n" in output and output.count("set_epoch(") == 2
+
+
 def test_positional_shuffle_and_trailing_comma_layout() -> None:
     source = standard(loader="dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(\n    dataset,\n    8,\n    True,\n)")
     output = convert(source).output

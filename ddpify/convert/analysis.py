@@ -2101,11 +2101,16 @@ class Analyzer:
         outer = [lp for lp in self.tree.loops(node) if lp is not node]
         if outer:
             loop = outer[0]
+            owner = self.program.sampler_owner(loader_node, function, loader_code)
+            root = owner.split(".", 1)[0].split("[", 1)[0]
+            here = self.tree.function(loop)
+            if not (self.program.binds(here, root) or self.program.binds(None, root)):
+                return []  # `self.loader` of a helper object's method: no name for it here (its refill moves the sampler on)
             if _phase_loop(loop) and len(outer) > 1:
                 # `for phase in ["train", "val"]:` inside the epoch loop: the loader may depend on
                 # the phase, so the call goes in the phase loop; the epoch loop numbers the epochs
-                return [EpochStart(loop, self.program.sampler_owner(loader_node, function, loader_code), self._epoch_counter(outer[1]), node)]
-            return [EpochStart(loop, self.program.sampler_owner(loader_node, function, loader_code), self._epoch_counter(loop), node)]
+                return [EpochStart(loop, owner, self._epoch_counter(outer[1]), node)]
+            return [EpochStart(loop, owner, self._epoch_counter(loop), node)]
         if function is None or function in seen:
             return []
         seen.add(function)
