@@ -146,7 +146,13 @@ DOWNLOADS = {"urllib.request.urlretrieve", "wget.download", "gdown.download", "t
 # (whose forward takes *inputs and broadcasts buffers through the process group). The scripted
 # module they return saves itself (`traced.save(path)`).
 SCRIPTED_EXPORTS = {"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module"}
-MODEL_EXPORTS = SCRIPTED_EXPORTS | {"torch.export.export", "torch.onnx.export", "torch.onnx.dynamo_export"}
+# Post-training quantization makes a new model from the trained one: of the plain model, not its wrapper.
+QUANTIZED_COPIES = {
+    f"{package}.{name}"
+    for package in ("torch.ao.quantization", "torch.quantization")
+    for name in ("quantize_dynamic", "convert", "quantize_fx.convert_fx", "quantize_fx.convert_to_reference_fx")
+}
+MODEL_EXPORTS = SCRIPTED_EXPORTS | QUANTIZED_COPIES | {"torch.export.export", "torch.onnx.export", "torch.onnx.dynamo_export"}
 IMAGE_MAKERS = {"PIL.Image.fromarray", "PIL.Image.new", "PIL.Image.open", "torchvision.transforms.functional.to_pil_image"}
 NO_GRAD = {
     "torch.no_grad",

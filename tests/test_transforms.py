@@ -1074,6 +1074,30 @@ def test_an_epoch_loop_with_no_name_for_a_helper_objects_loader_leaves_it_to_the
     assert "        loader.sampler.set_epoch(epoch)\n" in output and output.count("set_epoch(") == 2
 
 
+def test_a_sequential_walked_after_the_wrap_is_walked_through_module() -> None:
+    """Helper corpus AO, repro 04 and s03 (pruning): `[(m, "weight") for m in model if ...]`,
+    `len(model)` and `enumerate(model)` after the wrap met the DDP wrapper, which is neither
+    iterable nor sized (TypeError on every rank). A walk before the wrap stays as it is."""
+    model = "model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).to(device)\nfor m in model:\n    nn.init.zeros_(m.bias) if isinstance(m, nn.Linear) else None"
+    after = "linears = [m for m in model if isinstance(m, nn.Linear)]\nfor i, layer in enumerate(model):\n    print(i, layer, len(model))\n"
+    output = convert(standard(model=model, after=after)).output
+    assert "    for m in model:\n" in output
+    assert "    linears = [m for m in model.module if isinstance(m, nn.Linear)]\n" in output
+    assert "    for i, layer in enumerate(model.module):\n" in output and "print(i, layer, len(model.module))" in output
+
+
+def test_post_training_quantization_and_copies_take_the_plain_model() -> None:
+    """Helper corpus AO, repro 06 and s05: `quantize_dynamic(model, ...)`, `tq.convert(model.cpu().eval())`
+    and `copy.deepcopy(model.cpu())` were handed the wrapper: `module.` keys, and scripting failed."""
+    after = (
+        "q = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)\n"
+        "c = torch.ao.quantization.convert(model.cpu().eval())\nexport = copy.deepcopy(model.cpu())\n"
+    )
+    output = convert(standard(after=after, imports="import copy\n")).output
+    assert "q = torch.ao.quantization.quantize_dynamic(model.module, {nn.Linear}, dtype=torch.qint8)" in output
+    assert "c = torch.ao.quantization.convert(model.module.cpu().eval())" in output and "export = copy.deepcopy(model.module.cpu())" in output
+
+
 def test_positional_shuffle_and_trailing_comma_layout() -> None:
     source = standard(loader="dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(\n    dataset,\n    8,\n    True,\n)")
     output = convert(source).output

@@ -31,6 +31,9 @@ MONITOR_WORDS = ("stop", "monitor", "callback", "best", "patience")
 TRAINING_WORDS = ("train", "fit", "tune", "step", "update", "backward", "optim", "learn", "epoch")
 
 
+# Builtins that walk or size a container module (`len(model)`, `list(model)`, `enumerate(model)`).
+CONTAINER_READS = ("len", "list", "tuple", "enumerate", "iter", "reversed")
+
 # in-place writes a parameter takes (`model.fc.weight.data.copy_(x)`)
 PARAMETER_WRITES = {"copy_", "fill_", "add_", "sub_", "mul_", "index_copy_", "index_fill_", "masked_fill_", "masked_scatter_", "scatter_"}
 
@@ -178,15 +181,16 @@ class WrapModel(Transform):
                 if isinstance(call.func, cst.Attribute) and self.facts.is_model(call.func.value, function):
                     continue  # the model's own method: `_uses_after_wrap`
                 for a in call.args:
-                    if a.star or not isinstance(a.value, (cst.Name, cst.Attribute)) or not self.facts.is_model(a.value, function):
+                    value = unchained(a.value)  # `copy.deepcopy(model.cpu())`: cpu() returns the wrapper
+                    if a.star or not isinstance(value, (cst.Name, cst.Attribute)) or not self.facts.is_model(value, function):
                         continue
-                    ref = code(a.value)
+                    ref = code(value)
                     last = name.rsplit(".", 1)[-1].lower()
                     if averaging or any(word in last for word in PLAIN_MODEL_USES) or self.tree.grad_disabled(call):
-                        self.plan.replace(a.value, cst.parse_expression(self.plain(ref, call)))
+                        self.plan.replace(value, cst.parse_expression(self.plain(ref, call)))
                         self.change(call, f"`{name}(...)` {self.origin_of(call, function)} gets the plain model (`{ref}.module`): it may read attributes the DDP wrapper does not have")
                     elif self._outside_training(call, function):
-                        self.plan.replace(a.value, cst.parse_expression(self.plain(ref, call)))
+                        self.plan.replace(value, cst.parse_expression(self.plain(ref, call)))
                         self.change(call, (
                             f"`{name}(...)` {self.origin_of(call, function)} gets the plain model (`{ref}.module`): it runs outside the training loop "
                             "and is given no optimizer or loader, so it does not train; a state_dict it saves has the plain model's keys"
@@ -694,6 +698,15 @@ class WrapModel(Transform):
                     continue
                 if type(node) is cst.Call and (self.tree.is_builtin_call(node, "getattr") or self.tree.is_builtin_call(node, "hasattr")):
                     self._attribute_by_name(node, function)
+                    continue
+                walked = node.iter if type(node) in (cst.For, cst.CompFor) else None  # type: ignore[attr-defined]
+                if type(node) is cst.Call and any(self.tree.is_builtin_call(node, f) for f in CONTAINER_READS) and node.args:
+                    walked = node.args[0].value
+                if walked is not None and isinstance(walked, (cst.Name, cst.Attribute)) and self.facts.is_model(walked, function):
+                    # `for m in model`, `len(model)` of an nn.Sequential: the wrapper is neither iterable nor sized
+                    ref = dotted(walked)
+                    self.plan.replace(walked, cst.parse_expression(self.plain(ref, node)))
+                    self.change(node, f"`{ref}`'s layers are walked through the plain model (`.module`): the DDP wrapper is neither iterable nor sized")
                     continue
                 if not isinstance(node, cst.Attribute) or not self.facts.is_model(node.value, function):
                     continue
