@@ -157,6 +157,9 @@ def sharded(first: list[int], second: list[int], **fields) -> dict:
             sharded([5, 5, 9, 1], [7, 2, 2, 8], distributed=False, sampler="WeightedRandomSampler", replacement=True, sampler_len=1000),
             id="replacement-draws-differ",
         ),
+        pytest.param(  # `RandomSampler(ds, num_samples=16)` on each rank: a draw of some, its own per rank (helper corpus AP, repro 01)
+            sharded([3, 7, 9, 1], [7, 2, 5, 8], distributed=False, sampler="RandomSampler", sampler_len=16), id="a-draw-of-some-differs",
+        ),
         pytest.param(
             {rank: rank_facts(loaders=[loader([], iterable=True, first_batch=[{"sum": float(rank)}])]) for rank in (0, 1)},
             id="iterable-batches-differ",
@@ -179,6 +182,10 @@ def test_data_sharding_noop(facts: dict) -> None:
         pytest.param(
             sharded([5, 5, 9, 1], [5, 5, 9, 1], distributed=False, sampler="RandomSampler", replacement=True, sampler_len=1000),
             "draws the same samples on every rank", id="replacement-same-seed",
+        ),
+        pytest.param(
+            sharded([3, 7, 9, 1], [3, 7, 9, 1], distributed=False, sampler="RandomSampler", sampler_len=16),
+            "draws the same samples on every rank", id="a-draw-of-some-the-same",
         ),
         pytest.param(
             sharded([0, 2], [1, 3], passes=2, pass_heads=[[0, 2], [0, 2]]), "set_epoch() is not called", id="no-set-epoch",

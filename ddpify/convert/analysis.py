@@ -1926,6 +1926,8 @@ class Analyzer:
             replacement = s.arg(made, 1, "replacement")
             if replacement is not None and not (isinstance(replacement.value, cst.Name) and replacement.value.value == "False"):
                 return LoaderPlan(call, origin.function, "generator", made)
+            if s.arg(made, 2, "num_samples") is not None:  # `num_samples=K` a pass: a draw of K, which a DistributedSampler does not make
+                return LoaderPlan(call, origin.function, "generator", made)
             return LoaderPlan(call, origin.function, "shard", made)
         if name in s.SEQUENTIAL_SAMPLER:
             return LoaderPlan(call, origin.function, "shard", made)

@@ -224,11 +224,14 @@ def _judge_loader(per_rank: Sequence[Mapping], world: int) -> tuple[str, str, di
         if head["shuffle"] and head["passes"] > 1 and len(head["pass_heads"]) > 1 and head["pass_heads"][0] == head["pass_heads"][1] and never_set:
             return FAIL, "a shuffling DistributedSampler visits the samples in the same order every epoch: set_epoch() is not called", evidence
         return OK, f"{sampler}: disjoint sample indices on {world} ranks", evidence
-    if head["replacement"]:
+    # `RandomSampler(ds, num_samples=k)`: a draw of some samples each epoch, not a pass over all of them
+    some = head["sampler"] == "RandomSampler" and head["sampler_len"] and n and head["sampler_len"] * world <= n
+    if head["replacement"] or some:
         heads = [entry["pass_heads"][0] if entry["pass_heads"] else None for entry in per_rank]
         if all(h == heads[0] for h in heads[1:]):
             return FAIL, f"{sampler} draws the same samples on every rank", evidence
-        return OK, f"{sampler} draws with replacement and the draws differ across ranks (not a partition)", evidence
+        how = "with replacement" if head["replacement"] else f"{head['sampler_len']} of {n} samples a pass on each rank"
+        return OK, f"{sampler} draws {how} and the draws differ across ranks (not a partition)", evidence
     if shared > padding:
         return FAIL, f"{sampler} is not distributed: {of} were trained on by more than one rank", evidence
     if head["sampler_len"] and n and head["sampler_len"] * world > n + world:
