@@ -406,6 +406,11 @@ DATA = "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
             False, id="with-replacement-a-dataset-long",
         ),
         pytest.param(
+            DATA + "loader = DataLoader(data, batch_size=8, sampler=torch.utils.data.RandomSampler(data, num_samples=40))",
+            "sampler=torch.utils.data.RandomSampler(data, num_samples=math.ceil(40 / world_size), generator=torch.Generator().manual_seed(torch.initial_seed() + rank))",
+            False, id="a-draw-of-some-without-replacement",  # helper corpus AP, repro 01: num_samples was dropped
+        ),
+        pytest.param(
             DATA + "train_idx = list(range(48))\nloader = DataLoader(data, batch_size=8, sampler=torch.utils.data.SubsetRandomSampler(train_idx))",
             "sampler=torch.utils.data.SubsetRandomSampler(train_idx[rank : len(train_idx) - len(train_idx) % world_size : world_size])",
             False, id="subset-equal-shards",
@@ -1096,6 +1101,19 @@ def test_post_training_quantization_and_copies_take_the_plain_model() -> None:
     output = convert(standard(after=after, imports="import copy\n")).output
     assert "q = torch.ao.quantization.quantize_dynamic(model.module, {nn.Linear}, dtype=torch.qint8)" in output
     assert "c = torch.ao.quantization.convert(model.module.cpu().eval())" in output and "export = copy.deepcopy(model.module.cpu())" in output
+
+
+def test_files_rank_0_writes_before_training_are_waited_for() -> None:
+    """Helper corpus AP, repro 05: preprocessed parts saved in a loop that also keeps their paths
+    (`np.save(path, part)` went under `if rank == 0:`), then memory-mapped by every rank, which
+    found no file or a half-written one. A barrier follows the loop; a write after training has none."""
+    loader = (
+        "parts = []\nfor k in range(2):\n    path = f'part{k}.pt'\n    torch.save(torch.randn(32, 5), path)\n    parts.append(path)\n"
+        "data = torch.cat([torch.load(p) for p in parts])\nloader = DataLoader(TensorDataset(data[:, :4], data[:, 4:]), batch_size=8, shuffle=True)"
+    )
+    output = convert(standard(loader=loader, after="torch.save(model.state_dict(), 'last.pt')\n")).output
+    assert "        if rank == 0:\n            torch.save(torch.randn(32, 5), path)\n        parts.append(path)\n    dist.barrier()  # rank 0 wrote files" in output
+    assert output.count("dist.barrier()") == 1
 
 
 def test_positional_shuffle_and_trailing_comma_layout() -> None:

@@ -8,12 +8,13 @@ left on every rank, with a warning, because guarding it would hang the other ran
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import cached_property
 
 import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.destinations import private_to_process
-from ddpify.analysis.output import FILE_HANDLERS, FOLDER, TENSORBOARD, TQDM, WRITES
+from ddpify.analysis.output import CHECKPOINT, FILE_HANDLERS, FILE_WRITE, FOLDER, TENSORBOARD, TQDM, WRITES
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted
@@ -54,6 +55,16 @@ class RankZeroGuards(Transform):
         for item in self.tree.of_type(cst.WithItem):
             self._logger_context(item)
         self._exports_of_a_shard()
+        for statement in self._written_before_training:
+            self.plan.insert_after(statement, statements("dist.barrier()  # rank 0 wrote files here that every rank may read next: wait for them\n"))
+            self.change(statement, "files written before training are written by rank 0; the other ranks wait for them at a barrier")
+
+    @cached_property
+    def _written_before_training(self) -> list[cst.BaseStatement]:
+        """Statements of the entry, before its first training loop, holding writes to files made
+        rank 0's (`np.save(part)` in a preprocessing loop): the ranks may read them back next
+        (`np.load(part, mmap_mode="r")`), so a barrier follows. Filled by `_guard`."""
+        return []
 
     def _exports_of_a_shard(self) -> None:
         """`save_feature_vectors(model, train_loader, "train")` after training: a function that
@@ -208,6 +219,21 @@ class RankZeroGuards(Transform):
         else:
             self.plan.guard(statement, condition)
         self.change(statement, f"{what} only on rank 0")
+        if CHECKPOINT in kinds or FILE_WRITE in kinds:
+            self._before_training(statement, function)
+
+    def _before_training(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> None:
+        entry = self.facts.entry
+        if function is not entry.function or entry.kind == "library":
+            return
+        first = min((self.tree.order(loop.loop) for loop in self.facts.train_loops if self.tree.function(loop.loop) is function), default=None)
+        if first is None or self.tree.order(statement) > first:
+            return
+        top = statement
+        while self.tree.parent(top) is not entry.block and self.tree.parent(top) is not None:
+            top = self.tree.statement(self.tree.parent(top))  # type: ignore[arg-type]
+        if self.tree.parent(top) is entry.block and not self.facts.before_setup(function, top) and top not in self._written_before_training:
+            self._written_before_training.append(top)
 
     def _output(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> list[str]:
         """What a statement outputs, when outputting is all it does (else [])."""
