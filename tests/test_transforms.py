@@ -4598,6 +4598,31 @@ def test_a_save_helper_from_another_module_runs_on_rank_0_with_the_plain_model()
     assert "        if rank == 0:\n            save_checkpoint(model.module, optimizer, filename='ckpt.pt')\n" in output
 
 
+@pytest.mark.parametrize(
+    ("signature", "count", "set_in_training", "unused"),
+    [
+        pytest.param("x, depth=3", "depth", "", True, id="a-depth-the-forward-is-handed"),
+        pytest.param("x", "self.active_depth", "model.active_depth = 1 + epoch % 3", True, id="a-depth-set-after-init"),
+        pytest.param("x", "self.active_depth", "", False, id="a-depth-fixed-at-init"),
+        pytest.param("x", "len(self.blocks)", "", False, id="every-block"),
+    ],
+)  # fmt: skip
+def test_a_forward_over_as_many_blocks_as_a_depth_counts(signature: str, count: str, set_in_training: str, unused: bool) -> None:
+    """Helper corpus AO, repro 05 and s09 (elastic depth): `for i in range(depth): x = self.blocks[i](x)`
+    left the later blocks without a gradient in some steps; plain DDP failed ("Expected to have
+    finished reduction"), also as one process."""
+    helpers = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])\n        self.active_depth = 3\n        self.head = nn.Linear(4, 1)\n\n"
+        f"    def forward(self, {signature}):\n        for i in range({count}):\n            x = self.blocks[i](x)\n        return self.head(x)\n"
+    )
+    loop = LOOP.replace("    for x, y in loader:\n", f"    {set_in_training}\n    for x, y in loader:\n") if set_in_training else LOOP
+    result = convert(standard(model="model = Net().to(device)", loop=loop, helpers=helpers))
+    assert ("find_unused_parameters=True" in result.output) is unused, result.output
+    if unused:
+        assert any(f"runs only some of `self.blocks`, as many as `range({count})` counts" in n.message for n in result.notes)
+
+
 def test_a_forward_over_a_slice_of_its_layers_needs_find_unused_parameters() -> None:
     helpers = """\
 class Grow(nn.Module):

@@ -1264,6 +1264,9 @@ class Analyzer:
                 if isinstance(node, cst.For) and (dotted(iterated) or "").startswith("self."):
                     continue  # `for layer in self.layers`: every layer runs
                 if isinstance(node, cst.For) and self.tree.is_builtin_call(node.iter, "range"):
+                    some = self._range_of_some(node, cls, methods)
+                    if some is not None:
+                        return f"`{cls.name.value}.forward` runs only some of `{some}`, as many as `{code(node.iter)}` counts (line {self.tree.line(node)})"
                     continue  # `for i in range(self.steps)`: the same layers in every step of the loop
                 if self._same_layers_either_way(node, set(layers)):
                     continue  # `data_parallel(self.main, x) if ... else self.main(x)`
@@ -1287,6 +1290,37 @@ class Analyzer:
                 if not any(layers == set().union(*reached) for layers in reached):
                     return f"`{cls.name.value}.forward` returns outputs of separate layers{SEPARATE_OUTPUTS}"
         return ""
+
+    def _range_of_some(self, loop: cst.For, cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> str | None:
+        """`for i in range(depth): x = self.blocks[i](x)` with a depth the forward is handed, or one
+        kept in an attribute set after `__init__` (`model.active_depth = 2`, elastic depth): the
+        blocks past it get no gradient in that step. Not `range(len(self.blocks))`, nor a count
+        fixed when the model was built."""
+        args = loop.iter.args  # type: ignore[attr-defined]
+        count = args[-1].value if args and len(args) <= 2 else None
+        counter = loop.target.value if type(loop.target) is cst.Name else None
+        if count is None or counter is None:
+            return None
+        indexed = next((
+            n.value for n in self.tree.walk(loop.body)
+            if type(n) is cst.Subscript and (dotted(n.value) or "").startswith("self.") and len(n.slice) == 1
+            and type(n.slice[0].slice) is cst.Index and code(n.slice[0].slice.value) == counter  # type: ignore[union-attr]
+        ), None)
+        if indexed is None:
+            return None
+        method = self.tree.function(loop)
+        varies = type(count) is cst.Name and method is not None and count.value in self.program.param_names(method)
+        attr = dotted(count) if type(count) is cst.Attribute else None
+        if attr is not None and attr.startswith("self.") and attr.count(".") == 1:
+            name = attr[5:]
+            set_later = any(self.program.assignments(m, attr) for n, m in methods.items() if n != "__init__")
+            varies = set_later or any(t.endswith("." + name) and not t.startswith("self.") for t in self._assigned_attributes)
+        return code(indexed) if varies else None
+
+    @cached_property
+    def _assigned_attributes(self) -> list[str]:
+        """Every attribute an assignment in the file stores, dotted (`model.active_depth = 2`)."""
+        return [name for node in self.tree.of_type(cst.Assign) for t in node.targets if type(t.target) is cst.Attribute and (name := dotted(t.target))]
 
     def _chosen_from_data(self, index: cst.BaseExpression, method: cst.FunctionDef) -> bool:
         """An index worked out in the forward from what it computes (`int(scores.mean(0).argmax())`,
