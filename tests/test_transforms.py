@@ -4623,6 +4623,47 @@ def test_a_forward_over_as_many_blocks_as_a_depth_counts(signature: str, count: 
         assert any(f"runs only some of `self.blocks`, as many as `range({count})` counts" in n.message for n in result.notes)
 
 
+@pytest.mark.parametrize(
+    ("forward", "wrap", "refused"),
+    [
+        pytest.param("for _ in range(2):\n            x = checkpoint(self.block, x, use_reentrant=True)\n        return self.head(x)",
+                     "model = DDP(model, static_graph=True)", "", id="a-shared-block-checkpointed-twice"),
+        pytest.param("x = checkpoint(self.block, x)\n        return self.head(x), self.aux(x)",
+                     "model = DDP(model, static_graph=True)", "", id="separate-heads-under-the-default-reentrant"),
+        pytest.param("x = checkpoint(self.block, x, use_reentrant=False)\n        return self.head(x), self.aux(x)",
+                     "model = DDP(model, find_unused_parameters=True)", "", id="non-reentrant-keeps-find-unused"),
+        pytest.param("x = checkpoint(self.block, x)\n        if x.sum() > 0:\n            x = self.aux(x)\n        return self.head(x)",
+                     "", "is reentrant activation checkpointing, and `Net.forward` runs some layers only under a condition", id="unused-per-step-refused"),
+        pytest.param("for layer in self.layers[:-1]:\n            x = layer(x)\n        return self.head(self.layers[-1](x))",
+                     "model = DDP(model)", "", id="a-slice-and-the-element-it-leaves-out"),
+    ],
+)  # fmt: skip
+def test_reentrant_activation_checkpointing_gets_a_static_graph(forward: str, wrap: str, refused: str) -> None:
+    """Helper corpus AN, repros 02, 03, 03b and 08: find_unused_parameters cannot see into a
+    reentrant checkpoint (it failed 'Expected to mark a variable ready only once'), nor can plain
+    DDP run a block checkpointed twice; static_graph=True does both. Unused parameters that change
+    per step cannot have either: refused with the way out. `self.layers[:-1]` then `self.layers[-1]`
+    runs every layer (it got find_unused for no reason)."""
+    helpers = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.block = nn.Linear(4, 4)\n"
+        "        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])\n        self.head = nn.Linear(4, 1)\n        self.aux = nn.Linear(4, 1)\n\n"
+        f"    def forward(self, x):\n        {forward}\n"
+    )
+    imports = "from torch.utils.checkpoint import checkpoint\n"
+    loop = LOOP.replace("model(x)", "model(x)[0]") if "self.aux(x)\n" in forward else LOOP
+    if "layers" not in forward:
+        helpers = helpers.replace("        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])\n", "")
+    if "aux" not in forward:
+        helpers = helpers.replace("        self.aux = nn.Linear(4, 1)\n", "")
+    if "block" not in forward:
+        helpers = helpers.replace("        self.block = nn.Linear(4, 4)\n", "")
+    result = convert(standard(model="model = Net().to(device)", loop=loop, helpers=helpers, imports=imports))
+    if refused:
+        assert result.status == "unchanged" and refused in result.reason, result.reason
+    else:
+        assert f"    {wrap}\n" in result.output, result.output
+
+
 def test_a_forward_over_a_slice_of_its_layers_needs_find_unused_parameters() -> None:
     helpers = """\
 class Grow(nn.Module):

@@ -43,6 +43,7 @@ DISTRIBUTED_MARKERS = ("init_process_group", "DistributedDataParallel", "Distrib
 # What `next()` draws batches through: an iterator over a loader.
 # Method names that set up state rather than run the layers (`init_hidden`, `reset_states`).
 STATE_METHOD_PREFIXES = ("init_", "reset", "get_", "set_", "num_", "count_", "zero_", "detach_", "repackage")
+CHECKPOINTS = {"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"}
 # Forwards with parameters handed in (MAML's inner loop): they call the module's forward, not DDP's.
 FUNCTIONAL_CALLS = {"torch.func.functional_call", "torch.nn.utils.stateless.functional_call", "torch.func.stateless.functional_call"}
 MOVE_METHODS = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
@@ -101,6 +102,9 @@ class TrainedModel:
     # Why some parameters may get no gradient in a step (DDP then needs find_unused_parameters),
     # "" when the model's forward uses all of them, None when its class is not in this file.
     unused_parameters: str | None = ""
+    # Reentrant activation checkpointing in its forward (`checkpoint(self.block, h)`), as the
+    # report names it: DDP then needs static_graph=True (find_unused_parameters cannot see into it).
+    reentrant: str = ""
     class_name: str | None = None  # the qualified name it is built from, when not a same-file class
     element: str | None = None  # a list of models (`nets`): the name its elements go by (`net`)
     # BatchNorm layers its source builds (`nn.BatchNorm2d`, `torchvision.models.resnet18`), None when
@@ -989,6 +993,25 @@ class Analyzer:
         model.unused_parameters = next((reason for reason in reasons if reason), "")
         if model.unused_parameters:
             self._refuse_dataclass_outputs(classes)  # type: ignore[arg-type]
+        model.reentrant = next((found for cls in classes for part in self._parts(cls) if (found := self._reentrant_checkpoint(part))), "")  # type: ignore[arg-type]
+        if model.reentrant and model.unused_parameters and not (model.unused_parameters.endswith(SEPARATE_OUTPUTS) or " does not use " in model.unused_parameters):
+            raise NotConvertible(
+                f"{model.reentrant} is reentrant activation checkpointing, and {model.unused_parameters}: DDP supports unused parameters "
+                "under reentrant checkpointing only when every step leaves the same ones unused (static_graph=True); pass "
+                "use_reentrant=False to checkpoint, then convert"
+            )
+
+    def _reentrant_checkpoint(self, cls: cst.ClassDef) -> str:
+        """`checkpoint(self.block, h)` or `checkpoint(..., use_reentrant=True)` in a method of `cls`:
+        the reentrant implementation (still the default when the keyword is left out)."""
+        for method in self.program.class_methods(cls).values():
+            for call in self.program.calls_in(method):
+                if self.tree.qname(call.func) not in CHECKPOINTS:
+                    continue
+                reentrant = s.arg(call, None, "use_reentrant")
+                if reentrant is None or code(reentrant.value) == "True":
+                    return f"`{code(call.func)}(...)` (line {self.tree.line(call)})"
+        return ""
 
     def _parts(self, cls: cst.ClassDef, depth: int = 3) -> list[cst.ClassDef]:
         """`cls` and the same-file classes its `__init__` builds (`self.vq = Quantize(...)`), in turn."""
@@ -1259,7 +1282,10 @@ class Analyzer:
         for node in [n for method in sorted(seen, key=self.tree.order) for n in self.program.scope_nodes(method)]:
             if isinstance(node, (cst.If, cst.While, cst.For, cst.IfExp)):
                 iterated = self.program.unwrap_iterable(node.iter) if isinstance(node, cst.For) else None
-                if isinstance(iterated, cst.Subscript) and (dotted(iterated.value) or "").startswith("self.") and not _whole_slice(iterated):
+                if (
+                    isinstance(iterated, cst.Subscript) and (dotted(iterated.value) or "").startswith("self.") and not _whole_slice(iterated)
+                    and not self._rest_indexed(iterated, self.tree.function(node))
+                ):
                     return f"`{cls.name.value}.forward` runs only some of `{code(iterated.value)}` (line {self.tree.line(node)})"
                 if isinstance(node, cst.For) and (dotted(iterated) or "").startswith("self."):
                     continue  # `for layer in self.layers`: every layer runs
@@ -1290,6 +1316,21 @@ class Analyzer:
                 if not any(layers == set().union(*reached) for layers in reached):
                     return f"`{cls.name.value}.forward` returns outputs of separate layers{SEPARATE_OUTPUTS}"
         return ""
+
+    def _rest_indexed(self, item: cst.Subscript, method: cst.FunctionDef | None) -> bool:
+        """`for layer in self.layers[:-1]: ...` and then `self.layers[-1](x)` (or `[1:]` after
+        `self.layers[0]`): the slice and the element left out of it run every layer."""
+        part = item.slice[0].slice if len(item.slice) == 1 else None
+        if type(part) is not cst.Slice or part.step is not None:
+            return False
+        bounds = (code(part.lower) if part.lower is not None else None, code(part.upper) if part.upper is not None else None)
+        rest = {(None, "-1"): "-1", ("1", None): "0"}.get(bounds)
+        held = dotted(item.value)
+        return rest is not None and any(
+            type(n) is cst.Subscript and dotted(n.value) == held and len(n.slice) == 1 and type(n.slice[0].slice) is cst.Index
+            and code(n.slice[0].slice.value) == rest  # type: ignore[union-attr]
+            for n in self.program.scope_nodes(method)
+        )
 
     def _range_of_some(self, loop: cst.For, cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> str | None:
         """`for i in range(depth): x = self.blocks[i](x)` with a depth the forward is handed, or one

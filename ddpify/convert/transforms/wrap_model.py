@@ -14,6 +14,7 @@ from ddpify import syntax as s
 from ddpify.analysis.batches import batch_names, reads
 from ddpify.analysis.switches import GradSwitches
 from ddpify.analysis.splits import seeded_before
+from ddpify.convert.analysis import TrainedModel
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code, dotted, string_value, unchained
@@ -52,14 +53,18 @@ class WrapModel(Transform):
         for model in self.facts.models:
             # No device_ids: DDP uses the device the model is on, whichever the script picked.
             unused = model.unused_parameters
+            flag = self._unused_flag(model)
             if model.element is not None:
-                flag = ", find_unused_parameters=True" if unused else ""
                 wrap = f"{model.ref} = [DDP({model.element}{flag}) for {model.element} in {model.ref}]\n"
                 self.plan.insert_after(model.anchor, statements(wrap))
                 self.change(model.anchor, f"each model in `{model.ref}` wrapped in DistributedDataParallel" + (f" (find_unused_parameters=True: {unused})" if unused else ""))
                 continue
-            flag = ", find_unused_parameters=True" if unused else ""
-            if unused:
+            if model.reentrant:
+                self.change(model.anchor, (
+                    f"static_graph=True: {model.reentrant} is reentrant activation checkpointing, which runs a block's backward "
+                    "apart from the graph DDP walks" + (f"; {unused}, the same ones every step" if unused else "")
+                ))
+            elif unused:
                 self.change(model.anchor, f"find_unused_parameters=True: {unused}")
             keep_buffers = ""
             if model.repeated_forward:
@@ -266,7 +271,7 @@ class WrapModel(Transform):
                     "parameters that required a gradient when it wrapped the model; wrap it again after this change"
                 ))
                 continue
-            flag = ", find_unused_parameters=True" if model.unused_parameters else ""
+            flag = self._unused_flag(model)
             self.plan.insert_after(self.tree.statement(node), statements(
                 f"{model.ref} = DDP({model.ref}.module{flag})  # again: DDP averages only the parameters that required a gradient when it wrapped the model\n"
             ))
@@ -303,7 +308,7 @@ class WrapModel(Transform):
                     else:
                         continue
                 statement = self._after_its_move(self.tree.statement(node), model.ref)
-                flag = ", find_unused_parameters=True" if model.unused_parameters else ""
+                flag = self._unused_flag(model)
                 self.plan.insert_after(statement, statements(
                     f"{model.ref} = DDP({model.ref}.module{flag})  # again: DDP averages only the parameters it wrapped, and a layer was replaced\n"
                 ))
@@ -386,6 +391,13 @@ class WrapModel(Transform):
                     self.change(call, f"`{call.func.value}` is built around the plain `{held.ref}` (`.module`): a DDP wrapper inside the model DDP wraps would nest one in the other")
                     if held.unused_parameters and not model.unused_parameters:
                         model.unused_parameters = f"it holds `{held.ref}`, and {held.unused_parameters}"
+
+    @staticmethod
+    def _unused_flag(model: TrainedModel) -> str:
+        """The keyword DDP needs for parameters some steps leave without a gradient."""
+        if model.reentrant:
+            return ", static_graph=True"
+        return ", find_unused_parameters=True" if model.unused_parameters else ""
 
     def _frozen_after_the_wrap(self) -> None:
         """`for p in model.encoder.parameters(): p.requires_grad = False` after the wrap, also in a
