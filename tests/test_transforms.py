@@ -1116,6 +1116,62 @@ def test_files_rank_0_writes_before_training_are_waited_for() -> None:
     assert output.count("dist.barrier()") == 1
 
 
+TRAINER = """
+class Trainer:
+    def __init__(self, model, loader):
+        self.model = model
+        self.loader = loader
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def reset_optimizer(self, lr):
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                loss = nn.functional.mse_loss(self.model(x), y)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+
+
+def low_rank(layer, r):
+    return nn.Sequential(nn.Linear(layer.in_features, r, bias=False), nn.Linear(r, layer.out_features))
+"""
+
+
+@pytest.mark.parametrize(
+    ("stage", "expected", "refused"),
+    [
+        pytest.param("trainer.reset_optimizer(0.01)\ntrainer.fit(1)", ["trainer.reset_optimizer(0.01)\n"], "", id="a-new-optimizer-is-no-model"),
+        pytest.param(
+            "model.fc1 = low_rank(model.fc1, 2)\nmodel.fc2 = low_rank(model.fc2, 2)\ntrainer.reset_optimizer(0.01)\ntrainer.fit(1)",
+            ["    model.fc2 = low_rank(model.fc2, 2)\n    trainer.model = DDP(trainer.model.module)  # again"], "", id="surgery-on-the-held-model",
+        ),
+        pytest.param(
+            "model.fc1 = low_rank(model.fc1, 2)\ntrainer.optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\ntrainer.fit(1)",
+            [], "`model` is trained both through `Trainer`", id="trained-both-ways",
+        ),
+    ],
+)  # fmt: skip
+def test_a_trainer_object_that_wraps_the_model_it_keeps(stage: str, expected: list[str], refused: str) -> None:
+    """Helper corpus AO, repros 01 and 02 and s06: `trainer.reset_optimizer(lr)` was taken for
+    `model.configure_optimizers()` and the Trainer object itself wrapped in DDP (AttributeError on
+    every rank); a layer replaced in main() on the model the trainer wraps in its __init__ was never
+    wrapped again (the trainer kept a wrapper of the old layers); a model trained both ways got two
+    nested wraps (refused now)."""
+    model = "model = nn.Sequential()\nmodel.fc1, model.fc2 = nn.Linear(4, 4), nn.Linear(4, 1)\nmodel = model.to(device)\ntrainer = Trainer(model, loader)"
+    body = f"{DEVICE}\n{LOADER}\n{model}\ntrainer.fit(2)\n{stage}\n"
+    result = convert(script(body, TRAINER))
+    if refused:
+        assert result.status == "unchanged" and result.reason.startswith(refused), result.reason
+        return
+    assert result.status == "converted" and "trainer = DDP(" not in result.output and "trainer.module" not in result.output
+    assert result.output.count("self.model = DDP(self.model)") == 1
+    for line in expected:
+        assert line in result.output, result.output
+
+
 def test_positional_shuffle_and_trailing_comma_layout() -> None:
     source = standard(loader="dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(\n    dataset,\n    8,\n    True,\n)")
     output = convert(source).output

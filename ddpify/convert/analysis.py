@@ -816,7 +816,7 @@ class Analyzer:
             optional = self._made_only_if(call)
             touched: set[tuple[str, cst.FunctionDef | None]] = set()
             owners = self._parameter_owners(call.args[0].value, function)
-            if not owners and isinstance(call.func, cst.Attribute) and "optim" in call.func.attr.value and self.tree.qname(call.func) is None:
+            if not owners and isinstance(call.func, cst.Attribute) and "optim" in call.func.attr.value and self.tree.qname(call.func) is None and not self._builds_optimizer_of_another(call, function):
                 # `model.configure_optimizers(config)`: the model builds the optimizer over its own parameters
                 ref = dotted(call.func.value)
                 if ref is not None and ref != "self":
@@ -868,7 +868,39 @@ class Analyzer:
                 found[(model.ref, model.function)] = model
         for model in found.values():
             self._check_built_again(model)
+        self._check_held_and_trained_here(list(found.values()))
         return list(found.values())
+
+    def _check_held_and_trained_here(self, models: list[TrainedModel]) -> None:
+        """`trainer = Trainer(model, loader)` wraps `self.model` in its `__init__`, and the caller
+        trains `model` itself too (`trainer.optimizer = SGD(model.parameters())` after a layer is
+        replaced): two wraps, one holding the other (DDP inside DDP), and a rewrap the trainer
+        never sees. Refused with the names until one wrap can serve both."""
+        for held in models:
+            init = held.function
+            if not held.ref.startswith("self.") or init is None or init.name.value != "__init__":
+                continue
+            bound = [v for v, i in self.program.assignments(init, held.ref) if i is None]
+            param = bound[0].value if len(bound) == 1 and type(bound[0]) is cst.Name else None
+            if param is None or param not in self.program.param_names(init):
+                continue
+            for call, caller in self.program.call_sites(init):
+                argument = self.program.argument_for(call, init, param)
+                twin = next((m for m in models if m is not held and m.function is caller and m.ref == dotted(argument)), None) if argument is not None else None
+                if twin is not None:
+                    raise NotConvertible(
+                        f"`{twin.ref}` is trained both through `{code(call.func)}` (line {self.tree.line(call)}), which keeps it as "
+                        f"`{held.ref}` and would wrap it there, and by an optimizer of its own here: one DDP wrap would hold the other; "
+                        f"train it through one of them (or wrap it once, by hand, before `{code(call.func)}` is built)"
+                    )
+
+    def _builds_optimizer_of_another(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """`trainer.reset_optimizer(lr)`: a same-file method that builds an optimizer over what its
+        object holds (`self.model.parameters()`), not over its own parameters: the object is no
+        model (found through the optimizer inside), unlike `model.configure_optimizers(...)`."""
+        target = self.program.callee(call, function)
+        made = [c for c in self.program.calls_in(target[0]) if self._is_optimizer_call(c) and c.args] if target is not None else []
+        return bool(made) and all("self" not in self._parameter_owners(c.args[0].value, target[0]) for c in made)  # type: ignore[index]
 
     def _check_built_again(self, model: TrainedModel) -> None:
         """`model = make_model()` trained in a search, then `model = make_model()` again for the

@@ -8,6 +8,8 @@ forward and its gradient sync).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from ddpify import syntax as s
@@ -286,42 +288,78 @@ class WrapModel(Transform):
         for model in self.facts.models:
             if model.element is not None or model.optional is not None:
                 continue
-            cls = self._model_class(model)
-            wrapped = self.tree.order(model.anchor)
-            for node in self.program.scope_nodes(model.function):
-                if type(node) not in (cst.Assign, cst.Call) or self.tree.order(node) <= wrapped or self.tree.inside(node, model.anchor):
-                    continue
-                if type(node) is cst.Assign:
-                    targets = [dotted(t.target) or "" for t in node.targets]
-                    if not any(t.startswith(model.ref + ".") for t in targets) or not self._builds_a_layer(node.value):
-                        continue
-                    what = f"`{targets[0]}` replaced"
-                else:
-                    found = s.method_call(node)
-                    held, name = (dotted(found[0]) or "", found[1]) if found is not None else ("", "")
-                    if name in LAYER_ADDS and held.startswith(model.ref + ".") and any(self._builds_a_layer(a.value) for a in node.args):
-                        what = f"`{code(node.func)}(...)` adds a layer"  # `model.heads.append(nn.Linear(...))`
-                    elif held == model.ref and cls is not None and (method := self.program.class_methods(cls).get(name)) is not None and self._replaces_a_layer(method):
-                        what = f"`{code(node.func)}(...)` replaces a layer"
-                    elif self._helper_changes_layers(node, model):
-                        what = f"`{code(node.func)}(...)` changes the layers of the `{model.ref}` it is handed"
-                    else:
-                        continue
-                statement = self._after_its_move(self.tree.statement(node), model.ref)
-                flag = self._unused_flag(model)
-                self.plan.insert_after(statement, statements(
-                    f"{model.ref} = DDP({model.ref}.module{flag})  # again: DDP averages only the parameters it wrapped, and a layer was replaced\n"
-                ))
+            again = f"DDP(REF.module{self._unused_flag(model)})  # again: DDP averages only the parameters it wrapped, and a layer was replaced\n"
+            changed = [(node, self._after_its_move(self.tree.statement(node), model.ref), what) for node, what in self._surgeries(model, model.function, model.ref, model.anchor)]
+            for node, statement, what in self._last_of_runs(changed):
+                self.plan.insert_after(statement, statements(f"{model.ref} = " + again.replace("REF", model.ref)))
                 self.change(node, f"{what} after the wrap: `{model.ref}` wrapped again, since DDP knows only the parameters it wrapped")
+            for holder, plain, call, caller in self._holders(model):
+                # `trainer = Trainer(model, loader)` wraps `self.model` in its __init__; main() then replaces a layer of `model`
+                kept = f"{holder}.{model.ref[5:]}"
+                changed = [(node, self.tree.statement(node), what) for node, what in self._surgeries(model, caller, plain, self.tree.statement(call))]
+                for node, statement, what in self._last_of_runs(changed):
+                    self.plan.insert_after(statement, statements(f"{kept} = " + again.replace("REF", kept)))
+                    self.change(node, f"{what} after `{holder}` wrapped it as `{kept}`: wrapped again, since DDP knows only the parameters it wrapped")
 
-    def _helper_changes_layers(self, call: cst.Call, model) -> bool:
+    def _last_of_runs(self, changed: list[tuple[cst.CSTNode, cst.BaseStatement, str]]) -> list[tuple[cst.CSTNode, cst.BaseStatement, str]]:
+        """Of statements that change layers, those no other one follows right after: `model.fc1 =
+        ...; model.fc2 = ...` is wrapped again once, after the second."""
+        statements_ = {id(statement) for _, statement, _ in changed}
+        kept = []
+        for node, statement, what in changed:
+            block = self.tree.parent(statement)
+            body = list(getattr(block, "body", ()))
+            following = body[body.index(statement) + 1] if statement in body and body.index(statement) + 1 < len(body) else None
+            if following is None or id(following) not in statements_:
+                kept.append((node, statement, what))
+        return kept
+
+    def _holders(self, model: TrainedModel) -> list[tuple[str, str, cst.Call, cst.FunctionDef | None]]:
+        """Objects keeping a model their `__init__` wraps (`self.model = model`, then DDP there):
+        (the object's name, the model's name at the construction, the call, its scope), for each
+        `trainer = Trainer(model, ...)`."""
+        init = model.function
+        if not model.ref.startswith("self.") or model.ref.count(".") != 1 or init is None or init.name.value != "__init__":
+            return []
+        bound = [v for v, i in self.program.assignments(init, model.ref) if i is None]
+        param = bound[0].value if len(bound) == 1 and type(bound[0]) is cst.Name else None
+        found = []
+        for call, caller in self.program.call_sites(init) if param is not None else ():
+            argument = self.program.argument_for(call, init, param)  # type: ignore[arg-type]
+            parent = self.tree.parent(call)
+            if type(argument) is cst.Name and type(parent) is cst.Assign and len(parent.targets) == 1 and type(parent.targets[0].target) is cst.Name:
+                found.append((parent.targets[0].target.value, argument.value, call, caller))
+        return found
+
+    def _surgeries(self, model: TrainedModel, scope: cst.FunctionDef | None, ref: str, after: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, str]]:
+        """Where `ref` (the model, in `scope`) gains or swaps a layer after `after`, and how to say it."""
+        cls = self._model_class(model)
+        start = self.tree.order(after)
+        for node in self.program.scope_nodes(scope):
+            if type(node) not in (cst.Assign, cst.Call) or self.tree.order(node) <= start or self.tree.inside(node, after):
+                continue
+            if type(node) is cst.Assign:
+                targets = [dotted(t.target) or "" for t in node.targets]
+                if any(t.startswith(ref + ".") for t in targets) and self._builds_a_layer(node.value):
+                    yield node, f"`{targets[0]}` replaced"
+                continue
+            found = s.method_call(node)
+            held, name = (dotted(found[0]) or "", found[1]) if found is not None else ("", "")
+            if name in LAYER_ADDS and held.startswith(ref + ".") and any(self._builds_a_layer(a.value) for a in node.args):
+                yield node, f"`{code(node.func)}(...)` adds a layer"  # `model.heads.append(nn.Linear(...))`
+            elif held == ref and cls is not None and (method := self.program.class_methods(cls).get(name)) is not None and self._replaces_a_layer(method):
+                yield node, f"`{code(node.func)}(...)` replaces a layer"
+            elif self._helper_changes_layers(node, ref, scope):
+                yield node, f"`{code(node.func)}(...)` changes the layers of the `{ref}` it is handed"
+
+    def _helper_changes_layers(self, call: cst.Call, ref: str, scope: cst.FunctionDef | None) -> bool:
         """`add_task(model, device)`, a same-file function that appends a layer to (or replaces one
         of) the model it is handed: `model.heads.append(nn.Linear(...))` in its body."""
-        target = self.program.callee(call, model.function)
+        target = self.program.callee(call, scope)
         if target is None:
             return False
         helper = target[0]
-        handed = [self.program.parameter_for(call, helper, a.value) for a in call.args if dotted(a.value) == model.ref]
+        handed = [self.program.parameter_for(call, helper, a.value) for a in call.args if dotted(a.value) == ref]
         params = {name for name in handed if name is not None}
         for node in self.program.scope_nodes(helper):
             if type(node) is cst.Assign and any((dotted(t.target) or "").split(".")[0] in params and "." in (dotted(t.target) or "") for t in node.targets):
@@ -337,7 +375,7 @@ class WrapModel(Transform):
         values = [v for v, _ in self.program.assignments(model.function, model.ref)]
         return next((cls for v in values if (cls := self.program.instance_of(unchained(v) if type(v) is cst.Call else v, model.function)) is not None), None)
 
-    def _builds_a_layer(self, value: cst.BaseExpression) -> bool:
+    def _builds_a_layer(self, value: cst.BaseExpression, depth: int = 1) -> bool:
         """`nn.Linear(...)`, `nn.Sequential(...)` or a same-file class: a module with new parameters
         (also listed: `[nn.Linear(4, 2) for _ in range(k)]`)."""
         if type(value) in (cst.List, cst.ListComp, cst.Tuple):
@@ -347,7 +385,15 @@ class WrapModel(Transform):
         if type(value) is not cst.Call:
             return False
         name = self.tree.qname(value.func) or ""
-        return name.startswith("torch.nn.") and name[9:10].isupper() or (type(value.func) is cst.Name and value.func.value in self.program.classes)
+        if name.startswith("torch.nn.") and name[9:10].isupper() or (type(value.func) is cst.Name and value.func.value in self.program.classes):
+            return True
+        made = self.program.functions.get(value.func.value) if type(value.func) is cst.Name and depth > 0 else None
+        returned = self.program.returns(made) if made is not None else []  # `low_rank(model.fc1, r)`, which returns a new nn.Sequential
+        return bool(returned) and all(
+            self._builds_a_layer(v, depth - 1)
+            or (type(v) is cst.Name and any(self._builds_a_layer(b, depth - 1) for b, _ in self.program.assignments(made, v.value)))  # type: ignore[arg-type]
+            for v in returned
+        )
 
     def _replaces_a_layer(self, method: cst.FunctionDef) -> bool:
         return any(
