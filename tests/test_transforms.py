@@ -4720,6 +4720,47 @@ def test_reentrant_activation_checkpointing_gets_a_static_graph(forward: str, wr
         assert f"    {wrap}\n" in result.output, result.output
 
 
+HEADS = """
+class Heads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+        self.heads = nn.ModuleDict({"0": nn.Linear(4, 1)})
+
+    def forward(self, x, task=0):
+        return self.heads[str(task)](self.body(x))
+
+
+def add_head(net, task):
+    net.heads.update({str(task): nn.Linear(4, 1)})
+
+
+def freeze(net, prefix):
+    for name, p in net.named_parameters():
+        if name.startswith(prefix):
+            p.requires_grad = False
+"""
+
+
+@pytest.mark.parametrize(
+    ("between", "expected"),
+    [
+        pytest.param("add_head(model, 1)", ["    model = DDP(model, find_unused_parameters=True)\n", "    add_head(model, 1)\n    model = DDP(model.module, find_unused_parameters=True)  # again"], id="a-head-added-through-update"),
+        pytest.param('model.heads["1"] = nn.Linear(4, 1).to(device)', ['    model.module.heads["1"] = nn.Linear(4, 1).to(device)\n    model = DDP(model.module, find_unused_parameters=True)  # again'], id="a-head-stored-by-key"),
+        pytest.param('freeze(model, "body.")', ["    model = DDP(model, find_unused_parameters=True)\n"], id="frozen-by-a-name-prefix"),
+    ],
+)  # fmt: skip
+def test_heads_keyed_by_task_added_or_frozen_after_the_wrap(between: str, expected: list[str]) -> None:
+    """Helper corpus AQ, repros 03 and 04 and s02: a head added to a ModuleDict after the wrap
+    (`net.heads.update({...})`, `heads[key] = ...`) was never wrapped, a head chosen by
+    `str(task)` got no find_unused_parameters, and freezing by a name prefix in a helper neither:
+    each failed 'Expected to have finished reduction', also as one process."""
+    loop = LOOP + f"{between}\n" + LOOP.replace("model(x)", "model(x, 1)")
+    output = convert(standard(model="model = Heads().to(device)", loop=loop, helpers=HEADS)).output
+    for line in expected:
+        assert line in output, output
+
+
 def test_a_forward_over_a_slice_of_its_layers_needs_find_unused_parameters() -> None:
     helpers = """\
 class Grow(nn.Module):

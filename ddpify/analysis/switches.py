@@ -27,6 +27,8 @@ class GradSwitch:
     at: cst.CSTNode  # where lint reports it: the loop's `m.parameters()` (its `p.requires_grad_()`), or the call
     module: cst.BaseExpression  # whose parameters switch: `model.backbone`
     on: bool  # they start requiring gradients (False: the literal False turns them off)
+    # only some of them, chosen in the loop (`if name.startswith("encoder."): p.requires_grad = False`)
+    partial: bool = False
 
 
 class GradSwitches:
@@ -78,7 +80,7 @@ class GradSwitches:
                 if subject == "self" and type(call.func) is cst.Attribute:
                     handed = call.func.value  # a method of the model's class: `model.set_backbone_trainable(True)`
                 if switch is not None and handed is not None:
-                    found.append(GradSwitch(call, call, handed, switch.on))
+                    found.append(GradSwitch(call, call, handed, switch.on, switch.partial))
         found.sort(key=lambda switch: self.tree.order(switch.node))
         return found
 
@@ -98,7 +100,7 @@ class GradSwitches:
         ]  # fmt: skip
         wrapped = self.tree.order(wrap)
         return any(not switch.on for switch in mine) and all(
-            dotted(switch.module) == name and self.tree.order(switch.node) > wrapped and not self.tree.inside(switch.node, wrap)
+            dotted(switch.module) == name and not switch.partial and self.tree.order(switch.node) > wrapped and not self.tree.inside(switch.node, wrap)
             for switch in mine
         )
 
@@ -116,10 +118,12 @@ class GradSwitches:
                     # `p.requires_grad = flag` in `set_requires_grad(module, flag)`: what the call passes
                     passed = self.program.argument_for(call, helper, value.value)
                     value = passed if passed is not None else (self.program.default(helper, value.value) or value)
-                return GradSwitch(loop, iterated, found[0], not (type(value) is cst.Name and value.value == "False"))
+                partial = any(type(a) is cst.If for a in self.tree.ancestors(node) if self.tree.inside(a, loop.body))
+                return GradSwitch(loop, iterated, found[0], not (type(value) is cst.Name and value.value == "False"), partial)
             method = method_call(node) if type(node) is cst.Call else None
             if method and method[1] == "requires_grad_":
-                return GradSwitch(loop, node, found[0], not _passes_false(node.args))  # type: ignore[attr-defined]
+                partial = any(type(a) is cst.If for a in self.tree.ancestors(node) if self.tree.inside(a, loop.body))
+                return GradSwitch(loop, node, found[0], not _passes_false(node.args), partial)  # type: ignore[attr-defined]
         return None
 
 

@@ -1338,8 +1338,8 @@ class Analyzer:
                     return f"`{cls.name.value}.forward` runs a layer chosen by name as it runs, `{code(chooser)}` (line {self.tree.line(call)})"
                 if type(chooser) is cst.Subscript and (dotted(chooser.value) or "").startswith("self.") and len(chooser.slice) == 1:
                     index = chooser.slice[0].slice
-                    if type(index) is cst.Index and type(index.value) is cst.Name and index.value.value in params:
-                        return f"`{cls.name.value}.forward` runs one of `{code(chooser.value)}`, chosen by `{index.value.value}` (line {self.tree.line(call)})"
+                    if type(index) is cst.Index and any(type(n) is cst.Name and n.value in params - {"self"} for n in self.tree.walk(index.value)):
+                        return f"`{cls.name.value}.forward` runs one of `{code(chooser.value)}`, chosen by `{code(index.value)}` (line {self.tree.line(call)})"
                     if type(index) is cst.Index and self._chosen_from_data(index.value, method):  # `self.experts[int(scores.argmax())]`
                         return f"`{cls.name.value}.forward` runs one of `{code(chooser.value)}`, chosen by `{code(index.value)}` (line {self.tree.line(call)})"
         for node in self.program.scope_nodes(forward):

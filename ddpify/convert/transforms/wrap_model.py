@@ -339,9 +339,9 @@ class WrapModel(Transform):
             if type(node) not in (cst.Assign, cst.Call) or self.tree.order(node) <= start or self.tree.inside(node, after):
                 continue
             if type(node) is cst.Assign:
-                targets = [dotted(t.target) or "" for t in node.targets]
+                targets = [_stored_in(t.target) for t in node.targets]  # `model.fc = ...`, `model.heads["b"] = ...`
                 if any(t.startswith(ref + ".") for t in targets) and self._builds_a_layer(node.value):
-                    yield node, f"`{targets[0]}` replaced"
+                    yield node, f"`{code(node.targets[0].target)}` replaced"
                 continue
             found = s.method_call(node)
             held, name = (dotted(found[0]) or "", found[1]) if found is not None else ("", "")
@@ -362,7 +362,7 @@ class WrapModel(Transform):
         handed = [self.program.parameter_for(call, helper, a.value) for a in call.args if dotted(a.value) == ref]
         params = {name for name in handed if name is not None}
         for node in self.program.scope_nodes(helper):
-            if type(node) is cst.Assign and any((dotted(t.target) or "").split(".")[0] in params and "." in (dotted(t.target) or "") for t in node.targets):
+            if type(node) is cst.Assign and any(_stored_in(t.target).split(".")[0] in params and "." in _stored_in(t.target) for t in node.targets):
                 if self._builds_a_layer(node.value):
                     return True
             found = s.method_call(node) if type(node) is cst.Call else None
@@ -378,7 +378,7 @@ class WrapModel(Transform):
     def _builds_a_layer(self, value: cst.BaseExpression, depth: int = 1) -> bool:
         """`nn.Linear(...)`, `nn.Sequential(...)` or a same-file class: a module with new parameters
         (also listed: `[nn.Linear(4, 2) for _ in range(k)]`)."""
-        if type(value) in (cst.List, cst.ListComp, cst.Tuple):
+        if type(value) in (cst.List, cst.ListComp, cst.Tuple, cst.Dict):
             elements = [value.elt] if type(value) is cst.ListComp else [e.value for e in value.elements]  # type: ignore[union-attr]
             return any(self._builds_a_layer(e) for e in elements)
         value = unchained(value) if type(value) is cst.Call else value
@@ -457,15 +457,15 @@ class WrapModel(Transform):
                 continue
             function = self.tree.function(switch.node)
             root, model = self._model_of(switch.node, switch.module)
-            if root is None or dotted(switch.module) == dotted(root):
-                continue  # before the wrap, or the whole model
+            if root is None or (dotted(switch.module) == dotted(root) and not switch.partial):
+                continue  # before the wrap, or the whole model (not some of it, chosen by name)
             candidates = [m for m in self.facts.models if m.element is None and (m is model or (model is None and m.ref == dotted(root)))]
             if model is None and not candidates and len([m for m in self.facts.models if m.element is None]) == 1:
                 candidates = [m for m in self.facts.models if m.element is None]  # handed to the function under another name
             for found in candidates:
                 if not found.unused_parameters:
                     found.unused_parameters = (
-                        f"parameters of `{code(switch.module)}` stop requiring gradients after the wrap (line {self.tree.line(switch.node)}"
+                        f"{'some ' if switch.partial else ''}parameters of `{code(switch.module)}` stop requiring gradients after the wrap (line {self.tree.line(switch.node)}"
                         + (f", in `{function.name.value}`" if function is not None and function is not found.function else "")
                         + "): DDP would wait for their gradients"
                     )
@@ -782,3 +782,10 @@ class WrapModel(Transform):
                         self.change(node, f"`{ref}.{attr}(...)` called on the plain model (`.module`): DDP has no `{attr}`, and this call does not train")
                 else:
                     self.change(node, f"`{ref}.{attr}` read through `.module` (the DDP wrapper has no `{attr}`)")
+
+
+def _stored_in(target: cst.BaseExpression) -> str:
+    """The dotted name an assignment stores into: `model.fc`, and `model.heads` for `model.heads["b"]`."""
+    while type(target) is cst.Subscript:
+        target = target.value
+    return dotted(target) or ""
