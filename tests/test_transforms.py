@@ -4761,6 +4761,62 @@ def test_heads_keyed_by_task_added_or_frozen_after_the_wrap(between: str, expect
         assert line in output, output
 
 
+DROPPING = """
+class Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 1)
+
+    def forward(self, h, side):
+        side = side + self.b(h)
+        return torch.tanh(self.a(h) + side.detach()), side
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pairs = nn.ModuleList(Pair() for _ in range(2))
+        self.enc = Pair()
+        self.rnn = nn.GRU(4, 4, batch_first=True)
+        self.aux = nn.Linear(4, 1)
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x):
+        FORWARD
+"""
+
+
+@pytest.mark.parametrize(
+    ("forward", "reason"),
+    [
+        pytest.param("h, _ = self.enc(x, x[:, :1])\n        return self.out(h)", "drops `_`, an output of `self.enc`", id="a-tuple-element"),
+        pytest.param("z = self.aux(x)\n        return self.out(x)", "drops `z`, an output of `self.aux`", id="a-value-never-read"),
+        pytest.param(
+            "side = x[:, :1]\n        for pair in self.pairs:\n            x, side = pair(x, side)\n        return self.out(x)",
+            "drops the last `side` that `pair` computes in its loop over `self.pairs`", id="the-last-of-a-loop",
+        ),
+        pytest.param(
+            "side = x[:, :1]\n        for pair in self.pairs:\n            x, side = pair(x, side)\n        return self.out(x) + side", "", id="the-last-read-after-the-loop",
+        ),
+        pytest.param("o, _ = self.rnn(x.unsqueeze(1))\n        return self.out(o[:, -1])", "", id="a-torch-layers-state"),
+    ],
+)  # fmt: skip
+def test_a_forward_that_drops_what_a_layer_computes_finds_unused_parameters(forward: str, reason: str) -> None:
+    """Helper corpus AR, repros 04 and 04b (EGNN-style layers returning `(h, pos)`): the layers
+    behind a dropped output got no gradient, and plain DDP failed 'Expected to have finished
+    reduction', also as one process. A torch layer's dropped state (`o, _ = self.rnn(x)`) comes from
+    the same parameters: nothing to find."""
+    helpers = DROPPING.replace("FORWARD", forward)
+    for layer in ("pairs", "enc", "rnn", "aux"):  # the net builds the layers its forward uses
+        if f"self.{layer}" not in forward:
+            helpers = "\n".join(line for line in helpers.split("\n") if not line.startswith(f"        self.{layer} = "))
+    result = convert(standard(model="model = Net().to(device)", helpers=helpers))
+    assert ("find_unused_parameters=True" in result.output) is bool(reason), result.output
+    if reason:
+        assert any(reason in n.message for n in result.notes), [n.message for n in result.notes]
+
+
 def test_a_forward_over_a_slice_of_its_layers_needs_find_unused_parameters() -> None:
     helpers = """\
 class Grow(nn.Module):

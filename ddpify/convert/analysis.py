@@ -1310,6 +1310,10 @@ class Analyzer:
         unused = [name for name in layers if name not in used]
         if unused:
             return f"`{cls.name.value}.forward` does not use `{unused[0]}`"
+        for method in sorted(seen, key=self.tree.order):
+            dropped = self._dropped_output(method)
+            if dropped:
+                return f"`{cls.name.value}.forward` {dropped}"
         # the forward and the methods it calls (`self.dispatch(x, top_i)` routing to experts)
         for node in [n for method in sorted(seen, key=self.tree.order) for n in self.program.scope_nodes(method)]:
             if isinstance(node, (cst.If, cst.While, cst.For, cst.IfExp)):
@@ -1348,6 +1352,70 @@ class Analyzer:
                 if not any(layers == set().union(*reached) for layers in reached):
                     return f"`{cls.name.value}.forward` returns outputs of separate layers{SEPARATE_OUTPUTS}"
         return ""
+
+    def _dropped_output(self, method: cst.FunctionDef) -> str:
+        """What a forward computes with a layer and then drops: `z = self.aux(h)` never read,
+        `h, _ = self.enc(x)`, or `h, pos = layer(h, pos)` in a loop over `self.layers` whose last
+        `pos` nothing reads after it. The layers behind the dropped value get no gradient."""
+        nodes = self.program.scope_nodes(method)
+        layer_loops = {
+            n.target.value: n for n in nodes
+            if type(n) is cst.For and type(n.target) is cst.Name and (dotted(self.program.unwrap_iterable(n.iter)) or "").startswith("self.")
+        }
+        targets = {id(n) for node in nodes if type(node) is cst.Assign for t in node.targets for n in self.tree.walk(t.target)}
+        reads: dict[str, list[cst.Name]] = {}
+        for n in nodes:
+            if type(n) is cst.Name and id(n) not in targets:
+                reads.setdefault(n.value, []).append(n)
+        for node in nodes:
+            if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.value) is not cst.Call:
+                continue
+            func = node.value.func
+            layer = dotted(func) if (dotted(func) or "").startswith("self.") and (dotted(func) or "") != "self" else None
+            loop = layer_loops.get(func.value) if type(func) is cst.Name else None
+            if layer is None and loop is None:
+                continue
+            target = node.targets[0].target
+            names = [target] if type(target) is cst.Name else [e.value for e in target.elements] if type(target) is cst.Tuple else []
+            separate = self._separate_outputs(loop.iter if loop is not None else func, method) if len(names) > 1 else None
+            if len(names) > 1 and not separate:
+                continue  # `out, _ = self.lstm(x)`: every output comes from all of the layer's parameters
+            line = self.tree.line(node)
+            for index, name in enumerate(names):
+                if type(name) is not cst.Name or (layer is None and len(names) < 2) or (separate and index not in separate):
+                    continue
+                later = [r for r in reads.get(name.value, []) if self.tree.order(r) > self.tree.order(node) and not self.tree.inside(r, node)]
+                if loop is not None:
+                    after = [r for r in later if not self.tree.inside(r, loop) or self.tree.order(r) > self.tree.order(node)]
+                    if not after and len(names) > 1:
+                        return f"drops the last `{name.value}` that `{code(func)}` computes in its loop over `{code(loop.iter)}` (line {line})"
+                elif not later:
+                    return f"drops `{name.value}`, an output of `{layer}` (line {line})"
+        return ""
+
+    def _separate_outputs(self, held: cst.BaseExpression, method: cst.FunctionDef) -> set[int]:
+        """The positions of the outputs of `self.enc` (built as `self.enc = Enc(...)`, or held in
+        `self.layers` as `Layer(d)`, a class of this file) that come from layers no other output
+        comes from: `return self.a(x), self.b(x)`, not `return self.out(o), h` (h behind out)."""
+        held = self.program.unwrap_iterable(held)
+        cls = self.program.owner_class(method)
+        name = dotted(held)
+        init = self.program.methods.get(cls, {}).get("__init__") if cls is not None else None
+        built = [
+            self.program.classes[n.func.value]
+            for value, _ in (self.program.assignments(init, name) if name is not None and init is not None else [])
+            for n in self.tree.walk(value)
+            if type(n) is cst.Call and type(n.func) is cst.Name and n.func.value in self.program.classes
+        ]
+        if not built:
+            return set()
+        methods = self.program.class_methods(built[0])
+        forward = methods.get("forward")
+        values = next((v for n in self.program.scope_nodes(forward) if type(n) is cst.Return and (v := self._output_fields(n.value))), None) if forward else None
+        if not values:
+            return set()
+        reached = [self._layers_behind(v, forward, methods, set()) for v in values]  # type: ignore[arg-type]
+        return {i for i, layers in enumerate(reached) if layers - set().union(*(r for j, r in enumerate(reached) if j != i))}
 
     def _rest_indexed(self, item: cst.Subscript, method: cst.FunctionDef | None) -> bool:
         """`for layer in self.layers[:-1]: ...` and then `self.layers[-1](x)` (or `[1:]` after
@@ -1490,7 +1558,10 @@ class Analyzer:
         """The `self.<layer>` calls an output of `function` depends on, through its local names and
         the methods it calls (`self.decode(self.reparameterize(mu, logvar))`)."""
         layers: set[str] = set()
+        detached = {id(n) for c in self.tree.walk(expr) if type(c) is cst.Call and (found := s.method_call(c)) and found[1] == "detach" for n in self.tree.walk(c)}
         for node in self.tree.walk(expr):
+            if id(node) in detached:
+                continue  # `pos.detach()`: no gradient flows back through it
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and dotted(node.func.value) == "self":
                 name = node.func.attr.value
                 if name in methods and methods[name] not in seen:
