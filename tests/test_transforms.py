@@ -1672,6 +1672,27 @@ def test_gradients_set_by_hand_are_refused(loop: str, reason: str) -> None:
     assert result.status == "unchanged" and result.reason.startswith(reason), result.reason
 
 
+@pytest.mark.parametrize(
+    ("penalty", "refused"),
+    [
+        pytest.param("(10 * r1(model(xr), xr)).backward()", True, id="a-backward-of-its-own-through-a-helper"),
+        pytest.param("g, = torch.autograd.grad(model(xr).sum(), xr, create_graph=True)\n        g.pow(2).sum().backward()", True, id="inline"),
+        pytest.param("(r1(model(xr), xr) + nn.functional.mse_loss(model(x), y)).backward()", False, id="summed-with-the-loss"),
+    ],
+)  # fmt: skip
+def test_a_penalty_on_an_input_gradient_backpropagated_alone_is_refused(penalty: str, refused: bool) -> None:
+    """Helper corpus AN, repros 01 and 01b and s01 (lazy R1, WGAN-GP given its own backward): that
+    backward leaves the last bias without a gradient, and DDP fails at the next forward even with
+    find_unused_parameters. Refused with StyleGAN2's way out; summed with the loss, it converts."""
+    helpers = "def r1(out, x):\n    g, = torch.autograd.grad(out.sum(), x, create_graph=True)\n    return g.pow(2).sum(1).mean()\n"
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        xr = x.detach().requires_grad_(True)\n        optimizer.zero_grad()\n"
+                        f"        {penalty}\n        optimizer.step()\n")
+    result = convert(standard(loop=loop, helpers=helpers))
+    assert (result.status == "unchanged") is refused, result.reason
+    if refused:
+        assert "reaches `model` only through an input gradient" in result.reason and "0 * out.sum()" in result.reason
+
+
 def test_gradient_accumulation_over_two_models_keeps_both_from_syncing() -> None:
     """Helper corpus AF, repro 04: two students trained by one optimizer; only the first went under
     no_sync, so the second all-reduced on every micro-step. Both do, on one `with`; lint agrees."""

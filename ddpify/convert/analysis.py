@@ -61,6 +61,18 @@ BATCH_NORM_MODELS = re.compile(
 NORM_CLASS = re.compile(r"norm(?!ali[sz])", re.IGNORECASE)  # `FrozenBN`? no: `LayerNorm2d`, `MyBatchNorm`, not `Normalize`
 
 
+def _input_gradient(tree: Tree, call: cst.Call) -> bool:
+    """`torch.autograd.grad(..., create_graph=True)`: a gradient a loss can be made of."""
+    graph = s.arg(call, None, "create_graph")
+    return tree.qname(call.func) == "torch.autograd.grad" and graph is not None and code(graph.value) == "True"
+
+
+def _penalty_made(tree: Tree, call: cst.Call) -> str:
+    if _input_gradient(tree, call):
+        return f"`{code(call.func)}(..., create_graph=True)`"
+    return f"`{code(call.func)}(...)`, a penalty on `torch.autograd.grad(..., create_graph=True)`"
+
+
 def _is_grad_target(target: cst.BaseExpression) -> bool:
     """`p.grad` (or `p.grad.data`) as an assignment target."""
     while type(target) is cst.Attribute and target.attr.value == "data":
@@ -619,7 +631,46 @@ class Analyzer:
         self._check_custom_methods(facts)
         self._check_aliases(facts)
         self._check_hand_set_gradients(facts)
+        self._penalties_of_input_gradients(facts)
         return facts
+
+    def _penalties_of_input_gradients(self, facts: Facts) -> None:
+        """A backward of its own for a penalty on an input gradient (lazy R1, a WGAN-GP term given
+        its own backward): `torch.autograd.grad(D(x).sum(), x, create_graph=True)` reaches only the
+        parameters that shape that gradient (not the last layer's bias), and DDP fails at the next
+        forward, find_unused_parameters or not. Refused with the usual way out."""
+        for backward in self.program.backward_calls:
+            function = self.tree.function(backward)
+            receiver = backward.func.value  # type: ignore[attr-defined]
+            values = [receiver]
+            seen: set[str] = set()
+            calls: list[cst.Call] = []
+            while values:
+                value = values.pop()
+                detached = {id(d) for c in self.tree.walk(value) if type(c) is cst.Call and (m := s.method_call(c)) and m[1] == "detach" for d in self.tree.walk(c)}
+                for n in self.tree.walk(value):
+                    if id(n) in detached:
+                        continue  # `fake.detach()`: the backward does not reach what made it
+                    if type(n) is cst.Call:
+                        calls.append(n)
+                    elif type(n) is cst.Name and n.value not in seen:
+                        seen.add(n.value)
+                        values += self._values_of(function, n.value)
+            grads = [c for c in calls if _input_gradient(self.tree, c)]
+            # `r1 = r1_penalty(D(x), x)`, a same-file helper returning a penalty on autograd.grad of what it is handed
+            grads += [c for c in calls if (t := self.program.callee(c, function)) is not None and self._returns_input_gradient(t[0])]
+            inside = {id(n) for g in grads for n in self.tree.walk(g)}
+            if not grads or any(facts.is_model(c.func, function) for c in calls if id(c) not in inside):
+                continue  # the loss also runs the model itself: every parameter gets its gradient
+            forwarded = next((n for g in grads for n in self.tree.walk(g) if type(n) is cst.Call and facts.is_model(n.func, function)), None)
+            if forwarded is not None:
+                raise NotConvertible(
+                    f"the backward at line {self.tree.line(backward)} reaches `{code(forwarded.func)}` only through an input gradient "
+                    f"({_penalty_made(self.tree, grads[0])}, line {self.tree.line(grads[0])}): the parameters that do not shape it "
+                    "(a last bias) get no gradient in that step, which DDP cannot wait for, even with find_unused_parameters (its search "
+                    "sees the whole graph of the forward); add the output times zero to that loss (`penalty + 0 * out.sum()`, as "
+                    "StyleGAN2 does), then convert"
+                )
 
     # --- should we touch this script at all? -------------------------------------------
 
@@ -2611,6 +2662,17 @@ class Analyzer:
                         "with parameters handed in, outside DDP's forward, so DDP would not average its gradients across ranks: "
                         "average them by hand (dist.all_reduce on each gradient before the step) or call the model itself"
                     )
+
+    def _returns_input_gradient(self, helper: cst.FunctionDef) -> bool:
+        values, seen = list(self.program.returns(helper)), set()
+        while values:
+            for n in self.tree.walk(values.pop()):
+                if type(n) is cst.Call and _input_gradient(self.tree, n):
+                    return True
+                if type(n) is cst.Name and n.value not in seen:
+                    seen.add(n.value)
+                    values += self._values_of(helper, n.value)
+        return False
 
     def _check_hand_set_gradients(self, facts: Facts) -> None:
         """`p.grad = p.data - fast_p.data` (Reptile's meta-gradient) or a gradient from
