@@ -1693,6 +1693,28 @@ def test_a_penalty_on_an_input_gradient_backpropagated_alone_is_refused(penalty:
         assert "reaches `model` only through an input gradient" in result.reason and "0 * out.sum()" in result.reason
 
 
+@pytest.mark.parametrize(
+    ("step", "refused"),
+    [
+        pytest.param("out = model(x)\ngrads = []\nfor loss in (nn.functional.mse_loss(out, y), nn.functional.l1_loss(out, y)):\n"
+                     "    optimizer.zero_grad()\n    loss.backward(retain_graph=True)\n    grads.append([p.grad.clone() for p in model.parameters()])\n"
+                     "optimizer.step()", "its loop (line 16) runs no forward", id="a-backward-per-task"),
+        pytest.param("out = model(x)\nnn.functional.mse_loss(out, y).backward(retain_graph=True)\nnn.functional.l1_loss(out, y).backward()\noptimizer.step()",
+                     "another backward follows at line 16 with no forward between", id="two-backwards-one-forward"),
+        pytest.param("out = model(x)\nnn.functional.mse_loss(out, y).backward(retain_graph=True)\nnn.functional.l1_loss(model(x), y).backward()\noptimizer.step()",
+                     "", id="a-forward-between"),
+    ],
+)  # fmt: skip
+def test_several_backward_passes_through_one_forward_are_refused(step: str, refused: str) -> None:
+    """Helper corpus AN, repro 04 and s05 (PCGrad): DDP reduces once per forward; the second
+    backward failed ('undefined gradient all-reduced'). Also a GAN reusing one forward for two losses."""
+    loop = "for epoch in range(2):\n    for x, y in loader:\n        x, y = x.to(device), y.to(device)\n" + textwrap.indent(step, " " * 8) + "\n"
+    result = convert(standard(loop=loop))
+    assert (result.status == "unchanged") is bool(refused), result.reason
+    if refused:
+        assert "is one of several backward passes through one forward (" + refused in result.reason, result.reason
+
+
 def test_gradient_accumulation_over_two_models_keeps_both_from_syncing() -> None:
     """Helper corpus AF, repro 04: two students trained by one optimizer; only the first went under
     no_sync, so the second all-reduced on every micro-step. Both do, on one `with`; lint agrees."""

@@ -632,7 +632,48 @@ class Analyzer:
         self._check_aliases(facts)
         self._check_hand_set_gradients(facts)
         self._penalties_of_input_gradients(facts)
+        self._check_backwards_per_forward(facts)
         return facts
+
+    def _check_backwards_per_forward(self, facts: Facts) -> None:
+        """`loss_i.backward(retain_graph=True)` for each task on one forward (PCGrad, MGDA): DDP
+        reduces once per forward, and the second backward fails ("Expected to mark a variable
+        ready only once", or an undefined gradient all-reduced). A backward in a loop that runs
+        no forward, or followed by another before the next forward, is refused."""
+        for backward in self.program.backward_calls:
+            kept = s.arg(backward, None, "retain_graph")
+            if kept is None or code(kept.value) != "True":
+                continue
+            function = self.tree.function(backward)
+            loops = self.tree.loops(backward)
+            if not loops:
+                continue
+            forwards = [c for c in self.program.calls_in(function) if facts.forwards_model(c, function)]
+            inner = loops[0]
+            again = None
+            if not any(self.tree.inside(f, inner) for f in forwards) and (not forwards or any(self.tree.inside(f, lp) for lp in loops[1:] for f in forwards)):
+                again = f"its loop (line {self.tree.line(inner)}) runs no forward"  # `for obj in objectives: obj.backward(retain_graph=True)`
+            else:
+                step = next((lp for lp in loops if any(self.tree.inside(f, lp) for f in forwards)), None)
+                later = [
+                    b for b in self.program.backward_calls
+                    if b is not backward and step is not None and self.tree.inside(b, step) and self.tree.order(b) > self.tree.order(backward)
+                ]
+                first = min(later, key=self.tree.order, default=None)
+                between = [
+                    f for f in forwards
+                    if self.tree.inside(f, step) and self.tree.order(f) > self.tree.order(backward)  # type: ignore[arg-type]
+                    and first is not None and (self.tree.order(f) < self.tree.order(first) or self.tree.inside(f, self.tree.statement(first)))
+                ]
+                if first is not None and not between:
+                    again = f"another backward follows at line {self.tree.line(first)} with no forward between"
+            if again:
+                raise NotConvertible(
+                    f"`{code(backward)}` (line {self.tree.line(backward)}) is one of several backward passes through one forward "
+                    f"({again}): DDP averages the gradients once per forward, and the second backward fails or goes unaveraged; run the "
+                    "forward again for the next loss (a GAN's discriminator on the fakes), or, for per-task gradients (PCGrad), compute "
+                    "them under `model.no_sync()` and all-reduce the combined gradient by hand"
+                )
 
     def _penalties_of_input_gradients(self, facts: Facts) -> None:
         """A backward of its own for a penalty on an input gradient (lazy R1, a WGAN-GP term given
