@@ -4124,6 +4124,19 @@ def test_a_run_folder_named_per_process_is_rank_0s_on_every_rank(draw: str) -> N
     assert "stamp = rank0_value" not in output and output.count("def rank0_value(value):") == 1
 
 
+def test_a_seed_drawn_per_process_is_rank_0s_on_every_rank() -> None:
+    """Helper corpus AM, repro 03 and s04 (DCGAN's `opt.manualSeed = random.randint(1, 10000)`):
+    each rank drew its own seed, so its own split and data; the report said the seed was alike.
+    Rank 0's is broadcast; a draw that seeds nothing (a jitter) is left."""
+    seed = (
+        "import argparse\nopt = argparse.Namespace(manualSeed=None)\nif opt.manualSeed is None:\n    opt.manualSeed = random.randint(1, 10000)\n"
+        "torch.manual_seed(opt.manualSeed)\njitter = random.randint(0, 3)\n"
+    )
+    output = convert(standard(device=DEVICE + "\n" + seed, imports="import random\n")).output
+    assert "        opt.manualSeed = random.randint(1, 10000)\n        opt.manualSeed = rank0_value(opt.manualSeed)  # one seed" in output
+    assert "jitter = rank0_value" not in output
+
+
 def test_a_script_that_names_its_own_rank_asks_dist_for_the_process_rank() -> None:
     """Helper corpus I: a latent dimension (or a LoRA rank) called `rank` in main() got the whole
     script refused. Its `rank` stays the script's; the guards ask `dist.get_rank()`. (A `backend`

@@ -13,7 +13,7 @@ import libcst as cst
 from ddpify.analysis.exits import CLOCKS
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import code
+from ddpify.syntax import code, dotted, method_call
 
 HELPER = '''
 
@@ -30,6 +30,9 @@ DRAWS = CLOCKS | {
     "uuid.uuid1", "uuid.uuid4", "time.strftime", "time.localtime", "time.ctime", "time.asctime",
     "datetime.datetime.today", "datetime.date.today", "os.getpid", "socket.gethostname",
 }  # fmt: skip
+# A seed drawn at random, and what seeds with it.
+SEED_DRAWS = {"random.randint", "random.randrange", "random.random", "numpy.random.randint", "torch.randint", "time.time", "time.time_ns"}
+SEEDERS = {"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "random.seed", "numpy.random.seed"}
 # Calls whose arguments name a file or folder.
 PATH_CALLS = ("os.", "pathlib.", "shutil.", "glob.", "builtins.open", "torch.save", "torch.load", "torch.utils.tensorboard.")
 
@@ -44,20 +47,37 @@ class SharedRunNames(Transform):
         if entry.kind == "library":
             return
         for assign in self.program.scope_nodes(entry.function):
-            if type(assign) is not cst.Assign or len(assign.targets) != 1 or type(assign.targets[0].target) is not cst.Name:
+            if type(assign) is not cst.Assign or len(assign.targets) != 1 or not isinstance(self.tree.parent(assign), cst.SimpleStatementLine):
                 continue
-            if not isinstance(self.tree.parent(assign), cst.SimpleStatementLine) or not self._draws(assign.value):
+            name = dotted(assign.targets[0].target)
+            if name is None or self.tree.loops(assign):
                 continue
-            name = assign.targets[0].target.value
-            if not self._names_files(name, entry.function) or self.tree.loops(assign):
+            if type(assign.targets[0].target) is cst.Name and self._draws(assign.value) and self._names_files(name, entry.function):
+                why, what = "one run: the same name on every rank", "drawn in each process"
+            elif self._draws_a_seed(assign.value) and self._seeds(name, entry.function):
+                # DCGAN's `opt.manualSeed = random.randint(1, 10000)`: every rank its own split and data
+                why, what = "one seed: the same data and splits on every rank", "a seed drawn in each process"
+            else:
                 continue
             statement = self.tree.statement(assign)
-            self.plan.insert_after(statement, statements(f"{name} = rank0_value({name})  # one run: the same name on every rank\n"))
-            self.change(statement, f"`{name}` is drawn in each process (`{code(assign.value)}`): every rank takes rank 0's (rank0_value)")
+            self.plan.insert_after(statement, statements(f"{name} = rank0_value({name})  # {why}\n"))
+            self.change(statement, f"`{name}` is {what} (`{code(assign.value)}`): every rank takes rank 0's (rank0_value)")
             done = True
         if done:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(HELPER))
+
+    def _draws_a_seed(self, value: cst.BaseExpression) -> bool:
+        return any(self.tree.is_call_to(call, SEED_DRAWS) for call in self.tree.calls(value))
+
+    def _seeds(self, name: str, function: cst.FunctionDef | None) -> bool:
+        """`name` seeds a generator: `torch.manual_seed(name)`, `random.seed(name)`, `g.manual_seed(name)`."""
+        for call in self.program.calls_in(function):
+            found = method_call(call)
+            if self.tree.is_call_to(call, SEEDERS) or (found is not None and found[1] == "manual_seed"):
+                if any(dotted(a.value) == name for a in call.args):
+                    return True
+        return False
 
     def _draws(self, value: cst.BaseExpression) -> bool:
         return any(self.tree.is_call_to(call, DRAWS) for call in self.tree.calls(value))
