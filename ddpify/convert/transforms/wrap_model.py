@@ -511,7 +511,7 @@ class WrapModel(Transform):
             function = self.tree.function(call)
             bare = []
             for node in self.tree.walk(call.args[0].value):
-                if type(node) is cst.Name and node.value not in bare and any(self.tree.is_call_to(o.node, s.PARAMETER) for o in self.program.origins(node, function)):
+                if type(node) is cst.Name and node.value not in bare and any(self._learnable_leaf(o.node) for o in self.program.origins(node, function)):
                     bare.append(node.value)
             parent = self.tree.parent(call)
             optimizer = dotted(parent.targets[0].target) if type(parent) is cst.Assign and len(parent.targets) == 1 else None
@@ -534,6 +534,19 @@ class WrapModel(Transform):
                 )
                 self.plan.insert_before(self.tree.statement(step), statements(lines))
                 self.change(step, f"{', '.join(f'`{b}`' for b in bare)}, trained by `{optimizer}` beside the DDP model, has its gradient averaged over ranks before the step")
+
+    def _learnable_leaf(self, node: cst.CSTNode) -> bool:
+        """`nn.Parameter(...)`, `torch.ones(2, requires_grad=True)` or `torch.zeros(2).requires_grad_()`:
+        a tensor an optimizer can step, outside any module."""
+        if self.tree.is_call_to(node, s.PARAMETER):
+            return True
+        if type(node) is not cst.Call:
+            return False
+        found = s.method_call(node)
+        if found is not None and found[1] == "requires_grad_" and not _passes_false(node.args):
+            return True
+        flag = s.arg(node, None, "requires_grad")
+        return flag is not None and code(flag.value) == "True" and (self.tree.qname(node.func) or "").startswith("torch.")
 
     def _averaged_copies(self) -> None:
         """`ema.update(model)` in the training loop, where `ema` keeps a copy of the model
@@ -789,3 +802,7 @@ def _stored_in(target: cst.BaseExpression) -> str:
     while type(target) is cst.Subscript:
         target = target.value
     return dotted(target) or ""
+
+
+def _passes_false(args) -> bool:
+    return bool(args) and type(args[0].value) is cst.Name and args[0].value.value == "False"
