@@ -789,6 +789,12 @@ def test_a_stop_on_what_a_trainer_keeps_of_its_loss_is_decided_together() -> Non
     body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
             "trainer = Trainer(model, optimizer)\nfor epoch in range(5):\n    trainer.run_epoch(loader)\n    if trainer.history[-1] < 20.0:\n        break\n")
     assert "if any_rank(trainer.history[-1] < 20.0):" in convert(script(body, helpers)).output
+    # a nested state object (helper corpus AQ, repro 11): `self.state.history["loss"].append(...)`
+    nested = helpers.replace("self.history = []", "self.state = types.SimpleNamespace(history={'loss': []})").replace(
+        "self.history.append(self.last_loss)", 'self.state.history["loss"].append(self.last_loss)')
+    test = 'trainer.state.history["loss"][-1] < 20.0'
+    output = convert(script(body.replace("trainer.history[-1] < 20.0", test), nested, imports="import types\n")).output
+    assert f"if any_rank({test}):" in output
 
 
 def test_a_time_budget_read_through_a_property_is_decided_together() -> None:

@@ -467,10 +467,10 @@ class StopTogether(Transform):
             for node in self.program.scope_nodes(loop.function):
                 target = value = None
                 if type(node) is cst.Assign and len(node.targets) == 1:
-                    target, value = dotted(node.targets[0].target), node.value
+                    target, value = _own_attribute(node.targets[0].target), node.value
                 elif (found := method_call(node)) and found[1] in COLLECTS and node.args:  # type: ignore[union-attr]
-                    target, value = dotted(found[0]), node.args[0].value  # type: ignore[union-attr]
-                if target is None or not target.startswith("self.") or target.count(".") != 1 or target in kept:
+                    target, value = _own_attribute(found[0]), node.args[0].value  # type: ignore[union-attr]
+                if target is None or target in kept:
                     continue
                 if reads(self.tree, value, local) or _reads_dotted(self.tree, value, kept):
                     kept.add(target)
@@ -584,6 +584,15 @@ class StopTogether(Transform):
         return self.tree.inside(node, loop.loop.body) and any(
             is_optimizer_step(self.tree, self.program, c, loop.function) for c in self.tree.calls(node.body)
         )
+
+
+def _own_attribute(target: cst.BaseExpression) -> str | None:
+    """The attribute of `self` a store goes into: `self.history` of `self.history`, and
+    `self.state` of `self.state.history["loss"]` (a nested state object)."""
+    node = target
+    while type(node) is cst.Subscript or (type(node) is cst.Attribute and not (type(node.value) is cst.Name and node.value.value == "self")):
+        node = node.value  # type: ignore[union-attr]
+    return dotted(node) if type(node) is cst.Attribute else None
 
 
 def _reads_dotted(tree: Tree, node: cst.CSTNode, names: set[str]) -> bool:
