@@ -176,6 +176,13 @@ DISTRIBUTED_FRAMEWORKS = {
 RETURNS_SELF = {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "to_empty", "train", "eval", "requires_grad_"}
 
 
+def is_grad(node: cst.CSTNode) -> bool:
+    """`p.grad` (also `p.grad.data`)."""
+    while type(node) is cst.Attribute and node.attr.value == "data":
+        node = node.value
+    return type(node) is cst.Attribute and node.attr.value == "grad"
+
+
 def unchained(node: cst.BaseExpression) -> cst.BaseExpression:
     """`Net().to(device).train()` -> `Net()`: what a chain of RETURNS_SELF calls is called on."""
     while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in RETURNS_SELF:

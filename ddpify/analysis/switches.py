@@ -56,7 +56,7 @@ class GradSwitches:
             method = method_call(call)
             if method is not None and method[1] == "requires_grad_":
                 if call not in in_loops:
-                    found.append(GradSwitch(call, call, method[0], not _passes_false(call.args[:1])))
+                    found.append(GradSwitch(call, call, method[0], not passes_false(call.args[:1])))
                 continue
             target = self.program.callee(call, self.tree.function(call))
             if target is None:
@@ -123,7 +123,7 @@ class GradSwitches:
             method = method_call(node) if type(node) is cst.Call else None
             if method and method[1] == "requires_grad_":
                 partial = any(type(a) is cst.If for a in self.tree.ancestors(node) if self.tree.inside(a, loop.body))
-                return GradSwitch(loop, node, found[0], not _passes_false(node.args), partial)  # type: ignore[attr-defined]
+                return GradSwitch(loop, node, found[0], not passes_false(node.args), partial)  # type: ignore[attr-defined]
         return None
 
 
@@ -141,6 +141,6 @@ def _root_name(module: cst.BaseExpression) -> str | None:
     return node.value if type(node) is cst.Name else None
 
 
-def _passes_false(args) -> bool:
+def passes_false(args) -> bool:
     """`requires_grad_(False)`: the first argument is the literal False."""
     return bool(args) and type(args[0].value) is cst.Name and args[0].value.value == "False"

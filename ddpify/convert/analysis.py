@@ -73,13 +73,6 @@ def _penalty_made(tree: Tree, call: cst.Call) -> str:
     return f"`{code(call.func)}(...)`, a penalty on `torch.autograd.grad(..., create_graph=True)`"
 
 
-def _is_grad_target(target: cst.BaseExpression) -> bool:
-    """`p.grad` (or `p.grad.data`) as an assignment target."""
-    while type(target) is cst.Attribute and target.attr.value == "data":
-        target = target.value
-    return type(target) is cst.Attribute and target.attr.value == "grad"
-
-
 class NotConvertible(Exception):
     """The script is returned unchanged; the message says why."""
 
@@ -2723,9 +2716,9 @@ class Analyzer:
         projection of them) is the same on every rank, and so is an empty start (`None`, zeros)."""
         for function in facts.model_refs:
             for node in self.program.scope_nodes(function):
-                if type(node) is not cst.Assign or not any(_is_grad_target(t.target) for t in node.targets):
+                if type(node) is not cst.Assign or not any(s.is_grad(t.target) for t in node.targets):
                     continue
-                target = next(t.target for t in node.targets if _is_grad_target(t.target))
+                target = next(t.target for t in node.targets if s.is_grad(t.target))
                 model = self._parameters_of(target, function, facts)
                 if model is None or self._empty_gradient(node.value):
                     continue

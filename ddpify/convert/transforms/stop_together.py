@@ -20,7 +20,7 @@ from ddpify.analysis.loops import TrainLoop
 from ddpify.analysis.splits import seeded_before
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
-from ddpify.syntax import Tree, code, dotted, is_backward, method_call, string_value
+from ddpify.syntax import Tree, code, dotted, is_backward, is_grad, method_call, string_value
 
 HELPER = '''
 
@@ -63,13 +63,6 @@ RANDOM_DRAWS = {
 }  # fmt: skip
 # In-place scaling of a gradient (`p.grad.div_(n)`).
 GRAD_SCALING = {"div_", "mul_", "mul", "div"}
-
-
-def _is_grad(node: cst.CSTNode) -> bool:
-    """`p.grad` (also `p.grad.data`)."""
-    while type(node) is cst.Attribute and node.attr.value == "data":
-        node = node.value
-    return type(node) is cst.Attribute and node.attr.value == "grad"
 
 
 def _stores_lr(node: cst.Assign | cst.AugAssign) -> bool:
@@ -362,9 +355,9 @@ class StopTogether(Transform):
         done: set[int] = set()  # loops over the parameters already given their mean
         changed = False
         for node in self.tree.walk(loop.loop.body):
-            if type(node) is cst.AugAssign and _is_grad(node.target) and reads(self.tree, node.value, local):
+            if type(node) is cst.AugAssign and is_grad(node.target) and reads(self.tree, node.value, local):
                 by, divisor = node.value, node.value if type(node.operator) is cst.DivideAssign else None
-            elif (found := method_call(node)) is not None and found[1] in GRAD_SCALING and _is_grad(found[0]) and reads(self.tree, node, local):
+            elif (found := method_call(node)) is not None and found[1] in GRAD_SCALING and is_grad(found[0]) and reads(self.tree, node, local):
                 by, divisor = node, node.args[0].value if found[1] in ("div_", "div") and len(node.args) == 1 else None  # type: ignore[attr-defined]
             else:
                 continue

@@ -14,7 +14,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.batches import batch_names, reads
-from ddpify.analysis.switches import GradSwitches
+from ddpify.analysis.switches import GradSwitches, passes_false
 from ddpify.analysis.splits import seeded_before
 from ddpify.convert.analysis import TrainedModel
 from ddpify.convert.transforms.base import Transform
@@ -543,7 +543,7 @@ class WrapModel(Transform):
         if type(node) is not cst.Call:
             return False
         found = s.method_call(node)
-        if found is not None and found[1] == "requires_grad_" and not _passes_false(node.args):
+        if found is not None and found[1] == "requires_grad_" and not passes_false(node.args):
             return True
         flag = s.arg(node, None, "requires_grad")
         return flag is not None and code(flag.value) == "True" and (self.tree.qname(node.func) or "").startswith("torch.")
@@ -803,6 +803,3 @@ def _stored_in(target: cst.BaseExpression) -> str:
         target = target.value
     return dotted(target) or ""
 
-
-def _passes_false(args) -> bool:
-    return bool(args) and type(args[0].value) is cst.Name and args[0].value.value == "False"
