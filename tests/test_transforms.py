@@ -4353,13 +4353,15 @@ def test_a_file_rank_0_writes_and_every_rank_reads_back_gets_a_barrier() -> None
 
 def test_a_read_back_in_a_branch_apart_from_the_write_gets_no_barrier() -> None:
     """`if not os.path.exists(p): write p  else: read p` (the corpus' rasbt script): a barrier in
-    the `else` would be reached only by the ranks that found the file, and hang them."""
+    the `else` would be reached only by the ranks that found the file, and hang them. The one
+    barrier is after the whole `if`, where every rank passes (files written before training)."""
     body = (
         'if not os.path.exists("text.txt"):\n    with open("text.txt", "w") as f:\n        f.write("abc")\n'
         'else:\n    with open("text.txt") as f:\n        text = f.read()\n'
     )
     source = standard(loader=body + LOADER).replace("import torch\n", "import os\nimport torch\n", 1)
-    assert "dist.barrier()" not in convert(source).output
+    output = convert(source).output
+    assert output.count("dist.barrier()") == 1 and "            text = f.read()\n    dist.barrier()  # rank 0 wrote files" in output
 
 
 def test_an_iterable_dataset_that_splits_itself_by_rank_is_converted() -> None:
