@@ -8,7 +8,6 @@ left on every rank, with a warning, because guarding it would hang the other ran
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from functools import cached_property
 
 import libcst as cst
 
@@ -29,6 +28,10 @@ class RankZeroGuards(Transform):
     DESCRIPTION = "output (print, logging, tqdm, saves, TensorBoard, wandb) only on rank 0"
 
     def run(self) -> None:
+        # Statements of the entry, before its first training loop, holding writes to files made
+        # rank 0's (`np.save(part)` in a preprocessing loop): the ranks may read them back next
+        # (`np.load(part, mmap_mode="r")`), so a barrier follows. Filled by `_guard`.
+        self._written_before_training: list[cst.BaseStatement] = []
         # Objects made on rank 0 only (None elsewhere): statements that use them run on rank 0 too.
         self._derived: set[int] = set()
         self.rank_zero_objects = {
@@ -59,12 +62,6 @@ class RankZeroGuards(Transform):
             self.plan.insert_after(statement, statements("dist.barrier()  # rank 0 wrote files here that every rank may read next: wait for them\n"))
             self.change(statement, "files written before training are written by rank 0; the other ranks wait for them at a barrier")
 
-    @cached_property
-    def _written_before_training(self) -> list[cst.BaseStatement]:
-        """Statements of the entry, before its first training loop, holding writes to files made
-        rank 0's (`np.save(part)` in a preprocessing loop): the ranks may read them back next
-        (`np.load(part, mmap_mode="r")`), so a barrier follows. Filled by `_guard`."""
-        return []
 
     def _exports_of_a_shard(self) -> None:
         """`save_feature_vectors(model, train_loader, "train")` after training: a function that
