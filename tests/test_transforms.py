@@ -201,6 +201,9 @@ def test_a_gpu_count_written_inline_into_the_batch_size_counts_one_gpu() -> None
     output = convert(script(body)).output
     assert "batch_size = 8 * max(1, min(torch.cuda.device_count(), 1))" in output and "nn.DataParallel" not in output
     assert 'print("GPUs:", torch.cuda.device_count())' in output
+    # bound to a name through `or` (helper corpus AQ, repro 12)
+    output = convert(script(body.replace("batch_size = 8 * max(1, torch.cuda.device_count())", "n_dev = torch.cuda.device_count() or 1\nbatch_size = 8 * n_dev"))).output
+    assert "n_dev = min(torch.cuda.device_count(), 1) or 1\n" in output
 
 
 def test_wrap_goes_after_every_change_to_the_weights() -> None:

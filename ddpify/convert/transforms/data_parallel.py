@@ -55,12 +55,27 @@ class RemoveDataParallel(Transform):
                 "so batch sizes and tests sized by it for nn.DataParallel stay per GPU"
             ))
         for call in self.tree.calls():
-            if self.tree.is_call_to(call, {"torch.cuda.device_count"}) and self._scales(call):
+            if self.tree.is_call_to(call, {"torch.cuda.device_count"}) and (self._scales(call) or self._counted_into_a_name(call)):
                 self.plan.replace(call, lambda updated: cst.parse_expression(f"min({code(updated)}, 1)"))
                 self.change(call, (
                     "the GPU count that scales this value is the one this process drives, one under DDP: "
                     "a batch sized per GPU for nn.DataParallel stays per GPU on each rank"
                 ))
+
+    def _counted_into_a_name(self, call: cst.Call) -> bool:
+        """`n_dev = torch.cuda.device_count() or 1`, `n_gpu = max(1, torch.cuda.device_count())`: a
+        count bound to a name through `or` or `max`/`min`/`int` (the bare call is rewritten above)."""
+        node: cst.CSTNode = call
+        parent = self.tree.parent(node)
+        moved = False
+        while True:
+            if type(parent) is cst.BooleanOperation and type(parent.operator) is cst.Or:
+                node, parent, moved = parent, self.tree.parent(parent), True
+            elif type(parent) is cst.Arg and any(self.tree.is_builtin_call(grand := self.tree.parent(parent), f) for f in ("max", "min", "int")):
+                node, parent, moved = grand, self.tree.parent(grand), True
+            else:
+                break
+        return moved and type(parent) is cst.Assign and parent.value is node and len(parent.targets) == 1
 
     def _scales(self, call: cst.Call) -> bool:
         """`per_gpu * max(1, torch.cuda.device_count())`: the count multiplies (or divides) a value
