@@ -154,6 +154,8 @@ QUANTIZED_COPIES = {
 }
 MODEL_EXPORTS = SCRIPTED_EXPORTS | QUANTIZED_COPIES | {"torch.export.export", "torch.onnx.export", "torch.onnx.dynamo_export"}
 IMAGE_MAKERS = {"PIL.Image.fromarray", "PIL.Image.new", "PIL.Image.open", "torchvision.transforms.functional.to_pil_image"}
+# numpy memory maps: qualified name -> (position, keyword) of the mode
+MEMMAPS = {"numpy.memmap": (2, "mode"), "numpy.lib.format.open_memmap": (1, "mode")}
 NO_GRAD = {
     "torch.no_grad",
     "torch.inference_mode",
@@ -628,13 +630,18 @@ class Tree:
         return False
 
     def opens_for_writing(self, node: cst.CSTNode) -> bool:
-        """`open(path, "w")` (or "a", "x", binary or not)."""
-        if not self.is_builtin_call(node, "open"):
+        """`open(path, "w")` (or "a", "x", binary or not), or a numpy memory map made anew
+        (`np.memmap(path, mode="w+")`, `np.lib.format.open_memmap(path, mode="w+")`): it
+        truncates the file, under any other process that has it mapped."""
+        if self.is_builtin_call(node, "open"):
+            assert isinstance(node, cst.Call)
+            mode = arg(node, 1, "mode")
+            value = string_value(mode.value) if mode is not None else "r"
+            return value is not None and any(c in value for c in "wax")
+        if type(node) is not cst.Call or (spec := MEMMAPS.get(self.qname(node.func) or "")) is None:
             return False
-        assert isinstance(node, cst.Call)
-        mode = arg(node, 1, "mode")
-        value = string_value(mode.value) if mode is not None else "r"
-        return value is not None and any(c in value for c in "wax")
+        mode = arg(node, *spec)
+        return mode is not None and string_value(mode.value) in ("w+", "write")
 
     def is_main_guard(self, node: cst.CSTNode) -> bool:
         """`if __name__ == "__main__":` (either operand order, either quotes)."""

@@ -1125,6 +1125,22 @@ def test_files_rank_0_writes_before_training_are_waited_for() -> None:
     assert output.count("dist.barrier()") == 1
 
 
+
+def test_a_numpy_memory_map_made_anew_is_a_file_write() -> None:
+    """Helper corpus AP, repro 06: `np.lib.format.open_memmap(path, mode="w+")` (and
+    `np.memmap(path, mode="w+")`) truncates the file; on every rank it cut the map another rank
+    was reading (SIGBUS). Rank 0 makes and fills it, then a barrier; a map opened to read stays."""
+    for make in ('np.lib.format.open_memmap(path, mode="w+", dtype="float32", shape=(32, 5))', 'np.memmap(filename=path, mode="w+", dtype="float32", shape=(32, 5))'):
+        loader = (
+            f"for k in range(2):\n    path = f'part{{k}}.npy'\n    mm = {make}\n    mm[:] = np.random.rand(32, 5)\n    mm.flush()\n"
+            "data = torch.from_numpy(np.load('part0.npy', mmap_mode='r'))\nloader = DataLoader(TensorDataset(data[:, :4], data[:, 4:]), batch_size=8, shuffle=True)"
+        )
+        output = convert(standard(loader=loader, imports="import numpy as np\n")).output
+        assert f"    mm = {make} if rank == 0 else None\n        if rank == 0:\n            mm[:] = np.random.rand(32, 5)\n            mm.flush()\n    dist.barrier()" in output
+    output = convert(standard(loader="np.random.rand(64, 5).astype('float32').tofile('raw.bin')\n" + LOADER, imports="import numpy as np\n")).output
+    assert "    if rank == 0:\n        np.random.rand(64, 5).astype('float32').tofile('raw.bin')\n    dist.barrier()" in output
+
+
 TRAINER = """
 class Trainer:
     def __init__(self, model, loader):

@@ -68,6 +68,7 @@ WRITE_METHODS: dict[str, tuple[int, str] | None] = {
     "save_pretrained": (0, "save_directory"),
     "write_text": None,
     "write_bytes": None,
+    "tofile": (0, "fid"),  # numpy's `array.tofile(path)`
 }
 # pathlib's changes to a file the receiver names (`ckpt.unlink()`, `tmp.replace(final)`).
 PATH_CHANGES = {"unlink", "rmdir", "rename", "replace", "touch"}
@@ -140,7 +141,7 @@ class Outputs:
             if self._companion_writes(name):
                 return Output(FILE_WRITE, code(call.func))
         if tree.opens_for_writing(call):
-            argument = s.arg(call, 0, "file")
+            argument = s.arg(call, 0, "file") or s.arg(call, None, "filename")  # a memory map's
             return Output(FILE_WRITE, "open", argument.value if argument is not None else None)
         if isinstance(call.func, cst.Name) and self.is_log_object(call.func, function):
             return Output(LOGGING, call.func.value, by_name=True)

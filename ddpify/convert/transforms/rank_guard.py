@@ -308,7 +308,7 @@ class RankZeroGuards(Transform):
         if not self.tree.opens_for_writing(value):
             return False
         assert isinstance(value, cst.Call)
-        path = s.arg(value, 0, "file")
+        path = s.arg(value, 0, "file") or s.arg(value, None, "filename")
         return path is not None and not private_to_process(self.tree, self.program, path.value, self.tree.function(value))
 
     def _opens_around_training(self, item: cst.WithItem) -> bool:
