@@ -5212,8 +5212,10 @@ def test_two_loaders_drawn_with_next_in_one_step_loop_are_both_sharded() -> None
     assert [f.code for f in lint_source(output, "converted.py")] == []
 
 
-def _cycled_script(shuffle: str, also_val: bool) -> str:
+def _cycled_script(shuffle: str, also_val: bool, yield_from: bool = False) -> str:
     helpers = "def cycle(loader):\n    while True:\n        for batch in loader:\n            yield batch\n"
+    if yield_from:  # helper corpus AQ, repro 01: the labeled loader of a semi-supervised script was left whole
+        helpers = "def cycle(loader):\n    while True:\n        yield from loader\n"
     body = (
         f"{DEVICE}\ndata = TensorDataset(torch.arange(8.0).reshape(8, 1), torch.zeros(8, 1))\n"
         f"loader = DataLoader(data, batch_size=8{shuffle})\n"
@@ -5228,25 +5230,36 @@ def _cycled_script(shuffle: str, also_val: bool) -> str:
     return script(body, helpers=helpers)
 
 
-@pytest.mark.parametrize("also_val", [False, True], ids=["train-only", "also-an-unsharded-loader"])
-def test_a_generator_cycling_over_the_sharded_loader_moves_its_sampler_each_pass(tmp_path, monkeypatch, also_val) -> None:
-    """`def cycle(loader): while True: for b in loader: yield b` drawn with next(): each pass of
-    the sharded loader ended in the same order (the sampler never left epoch 0). The pass now
-    ends with set_epoch; under isinstance when the generator also cycles a loader that is not
-    sharded (a validation batch drawn under no_grad between steps). Run as a world of one: the
-    passes come in different orders."""
-    output = convert(_cycled_script(", shuffle=True", also_val)).output
+@pytest.mark.parametrize(("also_val", "yield_from"), [(False, False), (True, False), (False, True)], ids=["train-only", "also-an-unsharded-loader", "yield-from"])
+def test_a_generator_cycling_over_the_sharded_loader_moves_its_sampler_each_pass(tmp_path, monkeypatch, also_val, yield_from) -> None:
+    """`def cycle(loader): while True: for b in loader: yield b` (or `yield from loader`) drawn
+    with next(): each pass of the sharded loader ended in the same order (the sampler never left
+    epoch 0); with `yield from`, the loader was not even sharded. The pass now ends with
+    set_epoch; under isinstance when the generator also cycles a loader that is not sharded (a
+    validation batch drawn under no_grad between steps). Run as a world of one: the passes come
+    in different orders."""
+    output = convert(_cycled_script(", shuffle=True", also_val, yield_from)).output
     step = "        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # the next pass shuffles differently\n"
+    assert "sampler=DistributedSampler(data, shuffle=True)" in output
     if also_val:
         assert "        if isinstance(loader.sampler, DistributedSampler):\n    " + step in output
     else:
-        assert "            yield batch\n" + step in output
+        assert ("        yield from loader\n" if yield_from else "            yield batch\n") + step in output
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"SEEN": []}
     exec(compile(output.replace('if __name__ == "__main__":\n    main()\n', ""), "converted.py", "exec"), namespace)
     namespace["main"]()
     passes = namespace["SEEN"]
     assert len(passes) == 3 and sorted(passes[0]) == sorted(passes[1]) and passes[0] != passes[1], passes
+
+
+@pytest.mark.parametrize("generator", ["    yield from loader\n", "    for x, y in loader:\n        yield x.float(), y\n"], ids=["yield-from", "for-yield"])
+def test_a_for_loop_over_a_generator_handed_the_loader_shards_that_loader(generator) -> None:
+    """`for x, y in batches(loader):` with a same-file generator over the loader it is handed was
+    refused: "the training data does not come from a DataLoader". The loader is sharded."""
+    loop = LOOP.replace("in loader:", "in batches(loader):")
+    output = convert(standard(loop=loop, helpers="def batches(loader):\n" + generator)).output
+    assert "sampler=DistributedSampler(train_dataset, shuffle=True)" in output and "    loader.sampler.set_epoch(epoch)\n" in output
 
 
 def test_a_generator_cycling_over_a_loader_read_in_order_gets_no_set_epoch() -> None:

@@ -199,29 +199,29 @@ class TrainLoops:
         names = self.program.param_names(generator)
         if not names:
             return False
-        return any(dotted(self.program.unwrap_iterable(loop.iter)) == names[0] for loop in self._yielding_loops(generator))
+        return any(dotted(self.program.unwrap_iterable(iterable)) == names[0] for _, iterable in self._passes(generator))
 
-    def own_loader_generator(self, call: cst.Call, function: cst.FunctionDef | None) -> tuple[cst.FunctionDef, cst.For] | None:
+    def own_loader_generator(self, call: cst.Call, function: cst.FunctionDef | None) -> tuple[cst.FunctionDef, cst.BaseExpression] | None:
         """`inf_train_gen()`: a same-file generator, handed nothing, whose `for` over a loader it
-        reads itself (a global `train_loader`) yields its batches; the generator and that loop."""
+        reads itself (a global `train_loader`) yields its batches; the generator and that loader."""
         target = self.program.callee(call, function)
         if target is None or call.args:
             return None
         generator = target[0]
-        return next(((generator, loop) for loop in self._yielding_loops(generator) if self.program.loader(loop.iter, generator) is not None), None)
+        return next(((generator, iterable) for _, iterable in self._passes(generator) if self.program.loader(iterable, generator) is not None), None)
 
-    def generator_passes(self, loop: TrainLoop) -> list[tuple[cst.CSTNode, cst.FunctionDef, cst.For]]:
+    def generator_passes(self, loop: TrainLoop) -> list[tuple[cst.CSTNode, cst.FunctionDef, cst.BaseStatement]]:
         """`batches = cycle(train_loader)` drawn with next(): each call that hands the loader to a
         same-file generator (`yields_from_argument`), the generator, and its `for` over the loader
-        (one pass of the loader each time round its `while True`)."""
+        or its `yield from` the loader (one pass of the loader each time round its `while True`)."""
         if loop.consumed_by != "next":
             return []
         spelled = code(loop.loader)
         found = []
         if loop.function is not None:  # the generator reads the loader itself (`inf_train_gen()`)
             found += [
-                (loop.loop, loop.function, node) for node in self._yielding_loops(loop.function)
-                if code(self.program.unwrap_iterable(node.iter)) == spelled
+                (loop.loop, loop.function, node) for node, iterable in self._passes(loop.function)
+                if code(self.program.unwrap_iterable(iterable)) == spelled
             ]  # fmt: skip
         for call in self.program.calls_in(loop.function):
             if not (call.args and code(call.args[0].value) == spelled and self.yields_from_argument(call, loop.function)):
@@ -229,17 +229,21 @@ class TrainLoops:
             generator = self.program.callee(call, loop.function)[0]  # type: ignore[index]
             name = self.program.param_names(generator)[0]
             found += [
-                (call, generator, node) for node in self._yielding_loops(generator)
-                if dotted(self.program.unwrap_iterable(node.iter)) == name
+                (call, generator, node) for node, iterable in self._passes(generator)
+                if dotted(self.program.unwrap_iterable(iterable)) == name
             ]  # fmt: skip
         return found
 
-    def _yielding_loops(self, generator: cst.FunctionDef) -> list[cst.For]:
-        """The `for` loops of a function whose bodies yield: a generator's passes over what it iterates."""
-        return [
-            node for node in self.program.scope_nodes(generator)
-            if type(node) is cst.For and any(type(n) is cst.Yield for n in self.tree.walk(node.body))
-        ]  # fmt: skip
+    def _passes(self, generator: cst.FunctionDef) -> list[tuple[cst.BaseStatement, cst.BaseExpression]]:
+        """A generator's passes over what it iterates, each with that iterable: its `for` loops
+        whose bodies yield, and its `yield from loader` statements."""
+        found: list[tuple[cst.BaseStatement, cst.BaseExpression]] = []
+        for node in self.program.scope_nodes(generator):
+            if type(node) is cst.For and any(type(n) is cst.Yield for n in self.tree.walk(node.body)):
+                found.append((node, node.iter))
+            elif type(node) is cst.Yield and type(node.value) is cst.From and type(self.tree.parent(node)) is cst.Expr:
+                found.append((self.tree.statement(node), node.value.item))
+        return found
 
     def _loader_loops(self, node: cst.CSTNode, function: cst.FunctionDef | None, seen: set) -> list[TrainLoop]:
         loops = self.tree.loops(node)
@@ -249,6 +253,8 @@ class TrainLoops:
                 if type(iterable) is cst.Call and self.tree.qname(iterable.func) == "builtins.zip" and iterable.args:
                     first = self._through_generator(iterable.args[0].value, function)  # `zip(forever(lab), unl)`
                     iterable = first if first is not iterable.args[0].value else iterable
+                else:
+                    iterable = self._through_generator(iterable, function)  # `for x, y in batches(loader)`
                 loader = self.program.loader(iterable, function)
                 if loader is not None:  # and the loaders its steps draw from with next() (FixMatch's labeled batch)
                     drawn = self._next_loaders(loop.body, function, depth=2, before=self._steps(loop, function))
@@ -310,8 +316,8 @@ class TrainLoops:
                     wrapped = origin.node
                     own = self.own_loader_generator(wrapped, origin.function) if type(wrapped) is cst.Call else None
                     if own is not None:  # `def inf_train_gen(): while True: for x in train_loader: yield x`
-                        generator, loop = own
-                        loader = self.program.loader(loop.iter, generator)
+                        generator, iterable = own
+                        loader = self.program.loader(iterable, generator)
                         if loader is not None:
                             found.append((loader, generator, False))
                         continue

@@ -381,12 +381,12 @@ class Facts:
         split by rank. A statistics pass over one sees this rank's part only."""
         return {id(plan.call) for plan in self.loader_plans if plan.call is not None and plan.how in ("shard", "generator", "subset")}
 
-    def generator_passes(self) -> list[tuple[cst.For, str, bool]]:
-        """The `for` loops of same-file generators the training steps draw sharded batches from
-        (`def cycle(loader): while True: for b in loader: yield b`), each with the generator's
+    def generator_passes(self) -> list[tuple[cst.BaseStatement, str, bool]]:
+        """The passes of same-file generators the training steps draw sharded batches from
+        (`def cycle(loader): while True: for b in loader: yield b`, or `yield from loader`), each with the generator's
         loader parameter and whether a caller may hand it a loader that is not sharded."""
         loops = self.program.fact(TrainLoops)
-        found: dict[cst.For, tuple[cst.For, str, bool]] = {}
+        found: dict[cst.BaseStatement, tuple[cst.BaseStatement, str, bool]] = {}
         for draw in loops.draws:
             if not self._draws_sharded(draw) or not (draw.external or any(_shuffles(o.node) for o in self.program.dataloaders(draw.loader, draw.function))):
                 continue  # a loader read in order reads in order on every pass: set_epoch changes nothing
