@@ -6279,13 +6279,23 @@ def test_totals_divided_through_items_by_a_summed_count_are_summed() -> None:
         assert ("sums = dict(zip(sums, sums_totals.tolist()))" in output) is summed, output
 
 
-def test_a_model_average_takes_rank_0s_buffers_after_each_pass() -> None:
-    """`ema.update(model)` each step, where the EMA keeps `copy.deepcopy(model)`: each rank folds
+@pytest.mark.parametrize(
+    ("made", "tensors"),
+    [
+        pytest.param("self.ema = copy.deepcopy(model).eval()", "buffers", id="deepcopy"),
+        # helper corpus AQ, repro 02: a teacher built, then loaded with the student's state
+        pytest.param("self.ema = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))\n        self.ema.load_state_dict(model.state_dict())", "buffers", id="built-and-loaded"),
+        # helper corpus AO, repro 08: a shadow dict of the model's state
+        pytest.param("self.ema = {k: v.detach().clone() for k, v in model.state_dict().items()}", "values", id="shadow-dict"),
+    ],
+)
+def test_a_model_average_takes_rank_0s_buffers_after_each_pass(made, tensors) -> None:
+    """`ema.update(model)` each step, where the EMA keeps a copy of the model: each rank folds
     its own BatchNorm statistics into the copy, so its evaluation, and an early stop on it,
     differed per rank and one rank hung in backward() (helper corpus N). After the loop the
-    copy's buffers are rank 0's."""
+    copy's buffers (every tensor of a shadow dict) are rank 0's."""
     helpers = (
-        "class ModelEma:\n    def __init__(self, model, decay=0.9):\n        self.ema = copy.deepcopy(model).eval()\n        self.decay = decay\n\n"
+        f"class ModelEma:\n    def __init__(self, model, decay=0.9):\n        {made}\n        self.decay = decay\n\n"
         "    @torch.no_grad()\n    def update(self, model):\n        for e, m in zip(self.ema.parameters(), model.parameters()):\n"
         "            e.mul_(self.decay).add_(m, alpha=1 - self.decay)\n"
     )
@@ -6295,7 +6305,7 @@ def test_a_model_average_takes_rank_0s_buffers_after_each_pass() -> None:
     output = convert(script(body, helpers, imports="import copy\n")).output
     assert (
         "            ema.update(model)\n"
-        "        for buffer in ema.ema.buffers():  # each rank's BatchNorm statistics went into the copy: rank 0's, on every rank\n"
+        f"        for buffer in ema.ema.{tensors}():  # each rank's BatchNorm statistics went into the copy: rank 0's, on every rank\n"
         "            dist.broadcast(buffer, 0)\n"
     ) in output
 

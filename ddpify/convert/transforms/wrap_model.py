@@ -560,16 +560,17 @@ class WrapModel(Transform):
                 found = s.method_call(call)
                 if found is None or found[1] != "update" or len(call.args) != 1 or not self.facts.is_model(call.args[0].value, loop.function):
                     continue
-                copy = self._copy_attribute(found[0], loop.function)
-                if copy is None:
+                found_copy = self._copy_attribute(found[0], loop.function)
+                if found_copy is None:
                     continue
+                copy, tensors = found_copy
                 held = f"{code(found[0])}.{copy}"
                 buffer = next(n for n in ("buffer", "copy_buffer", "ema_buffer") if not self.program.binds(loop.function, n))
                 self.plan.insert_after(loop.loop, statements(
-                    f"for {buffer} in {held}.buffers():  # each rank's BatchNorm statistics went into the copy: rank 0's, on every rank\n"
+                    f"for {buffer} in {held}.{tensors}():  # each rank's BatchNorm statistics went into the copy: rank 0's, on every rank\n"
                     f"    dist.broadcast({buffer}, 0)\n"
                 ))
-                self.change(call, f"`{held}` takes rank 0's buffers after each pass: the running statistics it averages differ per rank")
+                self.change(call, f"`{held}` takes rank 0's {'buffers' if tensors == 'buffers' else 'tensors'} after each pass: the running statistics it averages differ per rank")
                 break
             for copied in self._copies_run_in(loop):  # `teacher = copy.deepcopy(student)`, run on each batch (Mean Teacher)
                 buffer = next(n for n in ("buffer", "copy_buffer", "ema_buffer") if not self.program.binds(loop.function, n))
@@ -639,24 +640,39 @@ class WrapModel(Transform):
                 ))
                 self.change(loop.loop, f"`{model.ref}` takes rank 0's buffers after each pass: with broadcast_buffers off, each rank's statistics drifted apart")
 
-    def _copy_attribute(self, holder: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
-        """The attribute an averaging object keeps the model's copy in: `self.ema = copy.deepcopy(model)`
-        in its same-file class, or timm's ModelEma (`ema`) and ModelEmaV2/V3 (`module`)."""
+    def _copy_attribute(self, holder: cst.BaseExpression, function: cst.FunctionDef | None) -> tuple[str, str] | None:
+        """The attribute an averaging object keeps the model's copy in, and the method that lists
+        the copy's tensors: in its same-file class, a module `self.ema = copy.deepcopy(model)`, or
+        one built and then loaded (`self.net = build(); self.net.load_state_dict(model.state_dict())`,
+        helper corpus AQ, repro 02), or a dict of the model's state (`self.shadow = {k: v.clone() for
+        k, v in model.state_dict().items()}`, helper corpus AO, repro 08); or timm's ModelEma (`ema`)
+        and ModelEmaV2/V3 (`module`)."""
         cls = self.program.instance_of(holder, function)
         if cls is not None:
             init = self.program.class_methods(cls).get("__init__")
-            for node in self.program.scope_nodes(init) if init is not None else ():
+            if init is None:
+                return None
+            loaded = set()  # `self.net.load_state_dict(model.state_dict())`
+            for node in self.program.scope_nodes(init):
+                found = s.method_call(node) if type(node) is cst.Call else None
+                if found is not None and found[1] == "load_state_dict" and node.args and _state_of_a_model(node.args[0].value):
+                    loaded.add(dotted(found[0]))
+            for node in self.program.scope_nodes(init):
                 if type(node) is cst.Assign and len(node.targets) == 1 and (target := dotted(node.targets[0].target)) is not None:
+                    if not (target.startswith("self.") and target.count(".") == 1):
+                        continue
                     value = unchained(node.value) if type(node.value) is cst.Call else node.value
-                    if target.startswith("self.") and target.count(".") == 1 and self.tree.is_call_to(value, {"copy.deepcopy"}):
-                        return target[5:]
+                    if self.tree.is_call_to(value, {"copy.deepcopy"}) and not (value.args and _state_of_a_model(value.args[0].value)) or target in loaded:  # type: ignore[union-attr]
+                        return target[5:], "buffers"
+                    if any(_state_of_a_model(n) for n in self.tree.walk(node.value)):
+                        return target[5:], "values"  # a dict of copies of the model's state
             return None
         for origin in self.program.origins(holder, function):
             name = self.tree.qname(origin.node.func) if type(origin.node) is cst.Call else None
             if name in ("timm.utils.ModelEma", "timm.utils.model_ema.ModelEma"):
-                return "ema"
+                return "ema", "buffers"
             if name is not None and name.startswith(("timm.utils.ModelEmaV", "timm.utils.model_ema.ModelEmaV")):
-                return "module"
+                return "module", "buffers"
         return None
 
     def _was_data_parallel(self, model) -> bool:
@@ -803,3 +819,7 @@ def _stored_in(target: cst.BaseExpression) -> str:
         target = target.value
     return dotted(target) or ""
 
+
+def _state_of_a_model(node: cst.CSTNode) -> bool:
+    """`x.state_dict()`: what a copy of a model's state is made from."""
+    return type(node) is cst.Call and (found := s.method_call(node)) is not None and found[1] == "state_dict"
