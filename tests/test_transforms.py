@@ -6280,6 +6280,41 @@ def test_totals_divided_through_items_by_a_summed_count_are_summed() -> None:
 
 
 @pytest.mark.parametrize(
+    ("start", "kept", "op"),
+    [
+        pytest.param("0.0", "worst = max(worst, (model(x) - y).abs().max().item())", "MAX", id="max"),
+        pytest.param('float("inf")', "worst = min((model(x) - y).abs().min().item(), worst)", "MIN", id="min-either-order"),
+        pytest.param("0.0", "err = (model(x) - y).abs().max().item()\n        if err > worst:\n            worst = err", "MAX", id="if-greater"),
+        pytest.param("1e9", "err = loss.item()\n        if worst > err:\n            worst = err", "MIN", id="if-kept-greater"),
+    ],
+)
+def test_a_running_extreme_over_the_shard_is_taken_over_ranks(start, kept, op) -> None:
+    """Helper corpus AR, repro 02: `max_err = max(max_err, err.abs().max().item())` over the
+    sharded loader was neither reduced nor warned about: rank 0 printed its own shard's max
+    error (1.0 where one process saw 49.7) beside a reduced rmse. It is all-reduced with MAX
+    (MIN), beside the sums."""
+    loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    worst = {start}\n").replace(
+        "        optimizer.step()\n", f"        optimizer.step()\n        {kept}\n"
+    ) + "    print(epoch, worst)\n"
+    output = convert(standard(loop=loop)).output
+    assert (
+        "        worst_over_ranks = torch.tensor([float(worst)], dtype=torch.float64)\n"
+        f"        dist.all_reduce(worst_over_ranks, op=dist.ReduceOp.{op})\n        worst = worst_over_ranks.item()\n"
+    ) in output
+
+
+def test_a_running_extreme_kept_with_where_it_was_is_warned_about() -> None:
+    """`if err > worst: worst = err; worst_i = i`: the index goes with the rank's own maximum; a
+    reduction of `worst` alone would part them. Warned, left as it is."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    worst, worst_i = 0.0, -1\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        if loss.item() > worst:\n            worst = loss.item()\n            worst_i = epoch\n"
+    ) + "    print(epoch, worst, worst_i)\n"
+    result = convert(standard(loop=loop))
+    assert "ReduceOp.MAX" not in result.output
+    assert any("`worst` keeps the running maximum of this rank's shard, and `worst_i` with it" in m for m in warnings(result))
+
+
+@pytest.mark.parametrize(
     ("made", "tensors"),
     [
         pytest.param("self.ema = copy.deepcopy(model).eval()", "buffers", id="deepcopy"),

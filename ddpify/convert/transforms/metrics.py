@@ -43,7 +43,7 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # Metric objects that reduce over ranks themselves ("torch" covers torchmetrics, whose compute()
 # syncs), or are no meters (a progress bar, a dict).
 SYNCED_METERS = ("torch", "builtins.", "ignite.", "tqdm", "collections.")
-Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "list total", "list count", "meter", "meter dict", "array"]
+Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "list total", "list count", "meter", "meter dict", "array", "max", "min"]
 NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
 # a tensor made with one of these holds counts: summed over ranks
 INTEGER_DTYPES = {"long", "int", "int64", "int32", "int16", "int8", "uint8"}
@@ -282,7 +282,12 @@ class ReduceMetrics(Transform):
         listed: dict[str, list[cst.BaseExpression]] = {}  # name -> appended values of `name[k].append(v)`, `name.setdefault(k, []).append(v)`
         marked: set[str] = set()  # `seen[u, i] = True`
         stored: set[str] = set()  # `stats[uid] = value`
+        extremes: dict[str, tuple[str, list[cst.BaseExpression]]] = {}  # name -> ("max" or "min", values)
         for node in self.tree.walk(loop.loop.body):
+            found_extreme = self._extreme(node)
+            if found_extreme is not None:
+                name, kind, value = found_extreme
+                extremes.setdefault(name, (kind, []))[1].append(value)
             if (
                 isinstance(node, cst.AugAssign)
                 and isinstance(node.operator, cst.AddAssign)
@@ -428,6 +433,21 @@ class ReduceMetrics(Transform):
                 totals[name] = "array" if all(self.tree.is_call_to(v, NUMPY_ZEROS) for v in initial) else "tensor"
                 if totals[name] == "tensor" and self._counts(initial, values):
                     self._count_tensors.add(name)
+        for name, (kind, values) in extremes.items():
+            initial = self._initial_values(loop, name)
+            if not (initial and all(map(_a_number, initial)) and name not in added and self._read_after(loop, name)) or not any(self._from_batch(loop, v) for v in values):
+                continue
+            if self._set_otherwise(loop, name):
+                continue  # started again inside the loop: a window over the last few batches
+            others = self._kept_beside(loop, name)
+            if others:
+                warn(loop.loop, (
+                    f"`{name}` keeps the running {'maximum' if kind == 'max' else 'minimum'} of this rank's shard, and {', '.join(f'`{o}`' for o in others)} "
+                    f"with it: after the loop they cover one rank's part of the data; take the {kind} over ranks with what goes with it "
+                    "(dist.all_gather_object) before reporting them"
+                ))
+                continue
+            totals[name] = kind  # type: ignore[assignment]
         for name in sorted(updated, key=lambda n: n):
             if not self._read_after(loop, name):
                 continue
@@ -683,6 +703,61 @@ class ReduceMetrics(Transform):
             return False
         pieces = value.args[0].value.elements  # type: ignore[union-attr]
         return len(pieces) == 2 and type(pieces[1].value) is cst.Name and pieces[1].value.value == name
+
+    def _extreme(self, node: cst.CSTNode) -> tuple[str, str, cst.BaseExpression] | None:
+        """A running maximum or minimum kept in a name: `m = max(m, v)` (or min, either order), or
+        `if v > m: m = v`. The name, "max" or "min", and `v`."""
+        if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name and type(node.value) is cst.Call:
+            name = node.targets[0].target.value
+            kind = self.tree.qname(node.value.func)
+            args = node.value.args
+            if kind in ("builtins.max", "builtins.min") and len(args) == 2 and not any(a.keyword or a.star for a in args):
+                sides = [code(a.value) for a in args]
+                if sides.count(name) == 1:
+                    return name, kind[9:], args[1 - sides.index(name)].value
+            return None
+        if type(node) is not cst.If or node.orelse is not None or type(node.test) is not cst.Comparison or len(node.test.comparisons) != 1:
+            return None
+        left, comparison = node.test.left, node.test.comparisons[0]
+        operator = type(comparison.operator)
+        if operator not in (cst.GreaterThan, cst.GreaterThanEqual, cst.LessThan, cst.LessThanEqual):
+            return None
+        greater = operator in (cst.GreaterThan, cst.GreaterThanEqual)
+        for kept, value, kind in ((comparison.comparator, left, "max" if greater else "min"), (left, comparison.comparator, "min" if greater else "max")):
+            if type(kept) is not cst.Name:
+                continue
+            lines = getattr(node.body, "body", ())
+            if not all(type(line) is cst.SimpleStatementLine and all(type(small) is cst.Assign for small in line.body) for line in lines):
+                return None  # `if acc > best: best = acc; torch.save(...)`: a best model kept, no running statistic
+            assigned = [small for line in lines for small in line.body if len(small.targets) == 1 and code(small.targets[0].target) == kept.value]
+            if assigned and all(code(a.value) == code(value) for a in assigned):
+                return kept.value, kind, value
+        return None
+
+    def _set_otherwise(self, loop: TrainLoop, name: str) -> bool:
+        """`name` is bound in the loop other than by keeping its extreme (`m = 0.0` every 100 steps)."""
+        kept = set()
+        for node in self.tree.walk(loop.loop.body):
+            if (found := self._extreme(node)) is not None and found[0] == name:
+                kept |= {id(n) for n in self.tree.walk(node) if type(n) is cst.Assign}
+        return any(
+            self.tree.inside(value, loop.loop.body) and not any(id(a) in kept for a in self.tree.ancestors(value))
+            for value, _ in self.program.assignments(loop.function, name)
+        )
+
+    def _kept_beside(self, loop: TrainLoop, name: str) -> list[str]:
+        """Names the `if v > m:` that keeps a running extreme also sets (`worst = i`): they go
+        with the rank's own extreme, which a reduction alone would part them from."""
+        others: list[str] = []
+        for node in self.tree.walk(loop.loop.body):
+            found = self._extreme(node)
+            if found is None or found[0] != name or type(node) is not cst.If:
+                continue
+            for line in node.body.body:  # type: ignore[union-attr]
+                for small in getattr(line, "body", ()):
+                    if type(small) is cst.Assign:
+                        others += [n for t in small.targets if (n := code(t.target)) != name and n not in others]
+        return others
 
     def _from_batch(self, loop: TrainLoop, value: cst.CSTNode) -> bool:
         """Something of this rank's batch, or what another module computed over the sharded
@@ -963,8 +1038,11 @@ class ReduceMetrics(Transform):
         numbers = [name for name, kind in totals.items() if kind in ("count", "number", "number?")]  # in the script's order
         summed = {name for name in totals if totals[name] in ("meter", "meter dict") or self._summed(loop, name, totals)}
         reduced = numbers + of_kind["tensor"] + [name for name, kind in totals.items() if kind.startswith(("dict", "meter", "list ")) or kind == "array"]
+        extremes = [name for name, kind in totals.items() if kind in ("max", "min")]
         how = "sum" if set(reduced) <= summed else "average" if not summed & set(reduced) else "sum or average"
         what = f"{how} the totals" if reduced else "gather the values"
+        if extremes:
+            what = f"{what}, and take the extremes" if reduced or len(extremes) < len(totals) else "take the extremes"
         # after the loop they are every rank's: reduced, or (under `sharded`) over a whole loader each rank went through
         self.plan.reduced.setdefault(id(loop.loop), set()).update(totals)
         lines = [f"# Each rank {'went over' if helper else 'trained on'} its own shard of the data: {what} over ranks."]
@@ -973,6 +1051,13 @@ class ReduceMetrics(Transform):
             values = ", ".join(f"float({n})" if totals[n] == "number?" else n for n in numbers)
             lines += [f"{tensor} = torch.tensor([{values}], dtype=torch.float64)", f"dist.all_reduce({tensor})"]
             lines += self._unpack(tensor, numbers, totals, summed, function)
+        for name in extremes:
+            tensor = self._free(function, f"{name}_over_ranks", f"reduced_{name}")
+            lines += [
+                f"{tensor} = torch.tensor([float({name})], dtype=torch.float64)",
+                f"dist.all_reduce({tensor}, op=dist.ReduceOp.{totals[name].upper()})",
+                f"{name} = {tensor}.item()",
+            ]
         for name in [n for n, kind in totals.items() if kind == "dict keys"]:
             gathered = self._free(function, f"{name}_by_rank", f"gathered_{name}")
             keys = self._free(function, f"{name}_keys", f"keys_of_{name}")
@@ -1029,6 +1114,8 @@ class ReduceMetrics(Transform):
                 lines += self._gathered(function, name, join)
         listed = ", ".join(f"`{t}`" for t in totals)
         done = "gathered from every rank" if not reduced else f"all-reduced ({how} over ranks)"
+        if extremes:
+            done = f"{done}, the running maxima and minima taken over ranks" if reduced or len(extremes) < len(totals) else "taken over ranks (max or min)"
         if sharded is not None:
             comment = lines[0].replace("# Each rank", f"# When `{code(loop.loader)}` is sharded, each rank", 1)
             lines = [comment, f"if {sharded}:", *(f"    {line}" for line in lines[1:])]
@@ -1268,3 +1355,14 @@ def _got_and_added(node: cst.Assign) -> cst.BaseExpression | None:
         if found is not None and found[1] == "get" and type(found[0]) is cst.Name and found[0].value == target.value.value:
             return added
     return None
+
+
+def _a_number(node: cst.CSTNode) -> bool:
+    """`0`, `-1.0`, `float("inf")`, `-math.inf`: where a running maximum or minimum starts."""
+    if type(node) is cst.UnaryOperation:
+        node = node.expression
+    if type(node) in (cst.Integer, cst.Float):
+        return True
+    if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == "float" and len(node.args) == 1:
+        return string_value(node.args[0].value) in ("inf", "-inf", "+inf", "Inf", "-Inf")
+    return code(node) in ("math.inf", "np.inf", "numpy.inf")
