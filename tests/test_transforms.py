@@ -6280,6 +6280,29 @@ def test_totals_divided_through_items_by_a_summed_count_are_summed() -> None:
 
 
 @pytest.mark.parametrize(
+    ("start", "grown", "join"),
+    [
+        pytest.param("[]", "scores += (model(x) - y).abs().flatten().tolist()", "[value for values in gathered for value in values]", id="list-plus-equals"),
+        pytest.param("[]", "scores = scores + [loss.item()]", "[value for values in gathered for value in values]", id="list-plus"),
+        pytest.param("np.array([])", "scores = np.concatenate([scores, (model(x) - y).detach().cpu().numpy().ravel()])", "np.concatenate(gathered)", id="numpy-concatenate"),
+        # helper corpus AT, repro 02
+        pytest.param("np.array([])", "scores = np.append(scores, (model(x) - y).detach().cpu().numpy())", "np.concatenate(gathered)", id="numpy-append"),
+    ],
+)
+def test_values_collected_over_the_shard_by_adding_lists_or_arrays_are_gathered(start, grown, join) -> None:
+    """Helper corpus AW, repros 04 and 07: `scores += psnr(out, y).tolist()` was taken for a
+    number (`dist.all_reduce(scores)` on a list: a TypeError, even as one process), and
+    `np.concatenate([scores, a])` was neither gathered nor warned about (rank 0's mean over
+    its half of the images). Both are gathered, as `scores.extend(...)` and torch.cat are."""
+    loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    scores = {start}\n").replace(
+        "        optimizer.step()\n", f"        optimizer.step()\n        {grown}\n"
+    ) + "    print(epoch, sum(scores) / len(scores))\n"
+    output = convert(standard(loop=loop, imports="import numpy as np\n")).output
+    assert f"        dist.all_gather_object(gathered, scores)\n        scores = {join}\n" in output
+    assert "all_reduce(scores)" not in output
+
+
+@pytest.mark.parametrize(
     ("start", "kept", "op"),
     [
         pytest.param("0.0", "worst = max(worst, (model(x) - y).abs().max().item())", "MAX", id="max"),

@@ -353,6 +353,9 @@ class ReduceMetrics(Transform):
                 and node.args and self._from_batch(loop, node.args[0].value)  # type: ignore[union-attr]
             ):
                 meter_dicts.add(found[0].value.value)  # `meters[k].update(v.item(), n)`
+        for name in [n for n in added if (initial := self._initial_values(loop, n)) and all(type(v) is cst.List and not v.elements for v in initial)]:
+            for value in added.pop(name):  # `scores = []`, `scores += psnr(out, y).tolist()` (or `+= [v.item()]`): a list extended
+                appended.setdefault(name, []).extend([e.value for e in value.elements] if type(value) is cst.List else [value])
         for name in [n for n, values in appended.items() if not any(self._from_batch(loop, v) for v in values)]:
             del appended[name]  # `img_list.append(netG(fixed_noise))`: the same on every rank, no shard's values
         totals: dict[str, Kind] = {}
@@ -474,8 +477,8 @@ class ReduceMetrics(Transform):
         for name, values in concatenated.items():
             if not (self._initial_values(loop, name) and self._read_after(loop, name)) or not any(self._from_batch(loop, v) for v in values):
                 continue
-            if all(self._on_the_cpu(v) or self._on_the_cpu_by_name(v, loop.function) for v in values):
-                totals[name] = "cat"  # tensors on the CPU, grown along dim 0: gathered and joined
+            if self._numpy_grown(loop, name) or all(self._on_the_cpu(v) or self._on_the_cpu_by_name(v, loop.function) for v in values):
+                totals[name] = "cat"  # tensors on the CPU (or numpy arrays), grown along dim 0: gathered and joined
             else:
                 warn(loop.loop, f"`{name}` collects per-step values on each rank's shard; gather them over ranks before reporting them")
         unpaired: list[str] = []
@@ -1002,16 +1005,29 @@ class ReduceMetrics(Transform):
         return found is not None and found[1] in ("numpy", "cpu") and not node.args  # type: ignore[union-attr]
 
     def _concatenated(self, value: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
-        """`torch.cat([name, t])` (or a tuple, along dim 0): the tensor `t` that grows `name`."""
-        if not self.tree.is_call_to(value, {"torch.cat"}) or not value.args:  # type: ignore[union-attr]
+        """`torch.cat([name, t])` (or a tuple, along dim 0; or numpy's `np.concatenate([name, a])`):
+        the tensor `t` that grows `name`; `np.append(name, a)` flattens both, as a concatenation does 1-D arrays."""
+        if self.tree.is_call_to(value, {"numpy.append"}):
+            args = value.args  # type: ignore[attr-defined]
+            if len(args) == 2 and not any(a.keyword or a.star for a in args) and code(args[0].value) == name:
+                return args[1].value
             return None
-        if any(a.keyword is not None and a.keyword.value == "dim" and code(a.value) != "0" for a in value.args) or len(value.args) > 1 and value.args[1].keyword is None and code(value.args[1].value) != "0":  # type: ignore[union-attr]
+        if not self.tree.is_call_to(value, {"torch.cat", "numpy.concatenate"}) or not value.args:  # type: ignore[union-attr]
+            return None
+        if any(a.keyword is not None and a.keyword.value in ("dim", "axis") and code(a.value) != "0" for a in value.args) or len(value.args) > 1 and value.args[1].keyword is None and code(value.args[1].value) != "0":  # type: ignore[union-attr]
             return None
         pieces = value.args[0].value  # type: ignore[union-attr]
         if type(pieces) not in (cst.List, cst.Tuple) or len(pieces.elements) != 2:
             return None
         first, second = (e.value for e in pieces.elements)
         return second if type(first) is cst.Name and first.value == name else None
+
+    def _numpy_grown(self, loop: TrainLoop, name: str) -> str | None:
+        """`name = np.concatenate([name, a])` in the loop: numpy's concatenate as the script spells it."""
+        for node in self.tree.walk(loop.loop.body):
+            if type(node) is cst.Assign and len(node.targets) == 1 and code(node.targets[0].target) == name and self.tree.is_call_to(node.value, {"numpy.concatenate", "numpy.append"}):
+                return code(node.value.func).rsplit(".", 1)[0] + ".concatenate"  # type: ignore[attr-defined]
+        return None
 
     def _on_the_cpu_by_name(self, node: cst.BaseExpression, function: cst.FunctionDef | None, loop: TrainLoop | None = None) -> bool:
         """A name bound, in the loop's function, only to values on the CPU (`err = (...).cpu()`),
@@ -1111,7 +1127,8 @@ class ReduceMetrics(Transform):
         }
         for kind, join in joins.items():
             for name in [n for n, k in totals.items() if k == kind]:
-                lines += self._gathered(function, name, join)
+                numpy = self._numpy_grown(loop, name) if kind == "cat" else None
+                lines += self._gathered(function, name, join if numpy is None else f"{numpy}({{g}})")
         listed = ", ".join(f"`{t}`" for t in totals)
         done = "gathered from every rank" if not reduced else f"all-reduced ({how} over ranks)"
         if extremes:
