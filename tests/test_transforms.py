@@ -6279,6 +6279,19 @@ def test_totals_divided_through_items_by_a_summed_count_are_summed() -> None:
         assert ("sums = dict(zip(sums, sums_totals.tolist()))" in output) is summed, output
 
 
+def test_a_functional_call_off_the_training_path_runs_the_plain_model() -> None:
+    """Helper corpus AU, repro 02: a diagnostics helper took `model.module.named_parameters()`
+    (names without `module.`) but left `functional_call(model, params, x)` on the DDP wrapper,
+    whose names all start with `module.`: an AttributeError, even as one process."""
+    helpers = (
+        "def grad_norms(model, x):\n    params = {k: v.detach() for k, v in model.named_parameters()}\n"
+        "    return torch.func.functional_call(model, params, (x,)).sum()\n"
+    )
+    after = "print(grad_norms(model, torch.randn(2, 4)))\n"
+    output = convert(standard(after=after, helpers=helpers)).output
+    assert "model.module.named_parameters()" in output and "torch.func.functional_call(model.module, params, (x,))" in output
+
+
 @pytest.mark.parametrize(
     ("start", "grown", "join"),
     [

@@ -16,7 +16,7 @@ from ddpify import syntax as s
 from ddpify.analysis.batches import batch_names, reads
 from ddpify.analysis.switches import GradSwitches, passes_false
 from ddpify.analysis.splits import seeded_before
-from ddpify.convert.analysis import TrainedModel
+from ddpify.convert.analysis import FUNCTIONAL_CALLS, TrainedModel
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.syntax import code, dotted, string_value, unchained
@@ -785,6 +785,13 @@ class WrapModel(Transform):
                     continue
                 if type(node) is cst.Call and (self.tree.is_builtin_call(node, "getattr") or self.tree.is_builtin_call(node, "hasattr")):
                     self._attribute_by_name(node, function)
+                    continue
+                if type(node) is cst.Call and node.args and self.tree.qname(node.func) in FUNCTIONAL_CALLS and self.facts.is_model(node.args[0].value, function):
+                    # `functional_call(model, params, x)` off the training path (the analysis refuses training through it):
+                    # the parameters come from `model.module.named_parameters()`, whose names have no `module.`
+                    ref = dotted(node.args[0].value)
+                    self.plan.replace(node.args[0].value, cst.parse_expression(self.plain(ref, node)))
+                    self.change(node, f"`{code(node.func)}({ref}, ...)` runs the plain model (`.module`): its parameters are named as the plain model's")
                     continue
                 walked = node.iter if type(node) in (cst.For, cst.CompFor) else None  # type: ignore[attr-defined]
                 if type(node) is cst.Call and any(self.tree.is_builtin_call(node, f) for f in CONTAINER_READS) and node.args:
