@@ -6279,6 +6279,33 @@ def test_totals_divided_through_items_by_a_summed_count_are_summed() -> None:
         assert ("sums = dict(zip(sums, sums_totals.tolist()))" in output) is summed, output
 
 
+@pytest.mark.parametrize(
+    "unwrap",
+    [
+        "raw = model._orig_mod if flag else model\n",
+        "if flag:\n    raw = model._orig_mod\nelse:\n    raw = model\n",
+    ],
+    ids=["if-expression", "if-statement"],
+)
+def test_a_name_given_the_model_or_an_attribute_of_it_holds_the_plain_model(unwrap) -> None:
+    """Helper corpus AU, repros 01 and 01b: `raw = model._orig_mod if args.compile else model`
+    went through `.module` on the compile branch only; without --compile `raw` held the wrapper
+    and `torch.save(raw.state_dict())` wrote `module.` keys. Both branches reach the plain model."""
+    output = convert(standard(after="flag = False\n" + unwrap + "torch.save(raw.state_dict(), 'a.pt')\n")).output
+    assert "model.module._orig_mod" in output and ("else model.module\n" in output or "        raw = model.module\n" in output)
+    assert "raw.module" not in output
+
+
+def test_an_isinstance_data_parallel_unwrap_past_the_wrap_takes_the_plain_model() -> None:
+    """Helper corpus AU, repro 01c: `net = model.module if isinstance(model, nn.DataParallel) else
+    model` after training became `net = model`, the DDP wrapper, once DataParallel was replaced:
+    the checkpoint got `module.` keys. Past the wrap it is `model.module`."""
+    model = "model = nn.Linear(4, 1).to(device)\nif torch.cuda.device_count() > 1:\n    model = nn.DataParallel(model)"
+    after = "net = model.module if isinstance(model, nn.DataParallel) else model\ntorch.save(net.state_dict(), 'a.pt')\n"
+    output = convert(standard(model=model, after=after)).output
+    assert "    net = model.module\n" in output
+
+
 def test_a_functional_call_off_the_training_path_runs_the_plain_model() -> None:
     """Helper corpus AU, repro 02: a diagnostics helper took `model.module.named_parameters()`
     (names without `module.`) but left `functional_call(model, params, x)` on the DDP wrapper,

@@ -87,26 +87,33 @@ class RemoveDataParallel(Transform):
         return type(parent) is cst.BinaryOperation and type(parent.operator) in (cst.Multiply, cst.FloorDivide, cst.Divide)
 
     def _never_data_parallel(self, model: cst.BaseExpression) -> None:
-        """`a if isinstance(net, nn.DataParallel) else b`: `net` is never a DataParallel now, so
-        the expression is `b` (which reaches the plain model through `.module` once wrapped)."""
+        """`a if isinstance(net, nn.DataParallel) else b`: `net` is never a DataParallel now. Past
+        the DDP wrap the expression is `a` (`net.module`, the plain model: helper corpus AU,
+        repro 01c saved `module.` keys through `b`); before it, `b`. The same for
+        `a if hasattr(net, "module") else b`, always true past the wrap."""
         ref = dotted(model)
         for node in self.tree.of_type(cst.IfExp):
             test = node.test
-            if not (self.tree.is_builtin_call(test, "isinstance") and len(test.args) == 2):  # type: ignore[union-attr]
-                continue
-            obj, kind = test.args[0].value, test.args[1].value  # type: ignore[union-attr]
-            if dotted(obj) == ref and self.tree.qname(kind) in s.DATA_PARALLEL:
-                self.plan.replace(node, lambda updated: updated.orelse)  # type: ignore[attr-defined]
-                self.change(node, f"`{code(test)}` is never true once nn.DataParallel is gone: its other branch stays")
-        for node in self.tree.of_type(cst.IfExp):
-            test = node.test
-            if not (self.tree.is_builtin_call(test, "hasattr") and len(test.args) == 2 and string_value(test.args[1].value) == "module"):  # type: ignore[union-attr]
-                continue
-            function = self.tree.function(node)
-            wrapped = [m for m in self.facts.models if m.ref == ref and m.function is function and m.optional is None and m.element is None]
-            if dotted(test.args[0].value) == ref and wrapped and self.tree.order(node) > self.tree.order(wrapped[0].anchor) and not self.facts.may_be_plain(ref, node):  # type: ignore[union-attr]
-                self.plan.replace(node, lambda updated: updated.body)  # type: ignore[attr-defined]
-                self.change(node, f"`{code(test)}` is always true once `{ref}` is wrapped in DDP: its first branch stays")
+            if self.tree.is_builtin_call(test, "isinstance") and len(test.args) == 2:  # type: ignore[union-attr]
+                obj, kind = test.args[0].value, test.args[1].value  # type: ignore[union-attr]
+                if dotted(obj) != ref or self.tree.qname(kind) not in s.DATA_PARALLEL:
+                    continue
+                if self._past_the_wrap(ref, node):
+                    self.plan.replace(node, lambda updated: updated.body)  # type: ignore[attr-defined]
+                    self.change(node, f"`{code(test)}` held for the wrapped model: `{ref}` is wrapped in DDP here, so its first branch stays")
+                else:
+                    self.plan.replace(node, lambda updated: updated.orelse)  # type: ignore[attr-defined]
+                    self.change(node, f"`{code(test)}` is never true once nn.DataParallel is gone: its other branch stays")
+            elif self.tree.is_builtin_call(test, "hasattr") and len(test.args) == 2 and string_value(test.args[1].value) == "module":  # type: ignore[union-attr]
+                if dotted(test.args[0].value) == ref and self._past_the_wrap(ref, node):  # type: ignore[union-attr]
+                    self.plan.replace(node, lambda updated: updated.body)  # type: ignore[attr-defined]
+                    self.change(node, f"`{code(test)}` is always true once `{ref}` is wrapped in DDP: its first branch stays")
+
+    def _past_the_wrap(self, ref: str | None, node: cst.CSTNode) -> bool:
+        """`node` comes after the DDP wrap of `ref` in the same function, where `ref` surely holds the wrapper."""
+        function = self.tree.function(node)
+        wrapped = [m for m in self.facts.models if m.ref == ref and m.function is function and m.optional is None and m.element is None]
+        return bool(wrapped) and self.tree.order(node) > self.tree.order(wrapped[0].anchor) and not self.facts.may_be_plain(ref, node)  # type: ignore[arg-type]
 
     def _loads_take_old_checkpoints(self, model: cst.BaseExpression, function: cst.FunctionDef | None) -> None:
         """The script saved `model.state_dict()` through DataParallel: `module.`-prefixed keys. Its

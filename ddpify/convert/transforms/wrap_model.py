@@ -802,6 +802,9 @@ class WrapModel(Transform):
                     self.plan.replace(walked, cst.parse_expression(self.plain(ref, node)))
                     self.change(node, f"`{ref}`'s layers are walked through the plain model (`.module`): the DDP wrapper is neither iterable nor sized")
                     continue
+                if type(node) in (cst.IfExp, cst.Assign):
+                    self._unwrap_beside_an_attribute(node, function)  # type: ignore[arg-type]
+                    continue
                 if not isinstance(node, cst.Attribute) or not self.facts.is_model(node.value, function):
                     continue
                 attr = node.attr.value
@@ -818,6 +821,38 @@ class WrapModel(Transform):
                         self.change(node, f"`{ref}.{attr}(...)` called on the plain model (`.module`): DDP has no `{attr}`, and this call does not train")
                 else:
                     self.change(node, f"`{ref}.{attr}` read through `.module` (the DDP wrapper has no `{attr}`)")
+
+    def _unwrap_beside_an_attribute(self, node: cst.IfExp | cst.Assign, function: cst.FunctionDef | None) -> None:
+        """`raw = model._orig_mod if args.compile else model` (or the same as an if/else of two
+        assignments): one branch reaches the plain model through `.module`, the other held the
+        DDP wrapper, so `raw.state_dict()` saved `module.` keys without --compile (helper corpus
+        AU, repros 01 and 01b). The bare model goes through `.module` too, unless the name trains."""
+        if type(node) is cst.IfExp:
+            test = node.test
+            if type(test) is cst.Call and test.args and any(self.tree.is_builtin_call(test, f) for f in ("isinstance", "hasattr", "getattr")):
+                return  # `model.module if hasattr(model, "module") else model`: decided at run time, or folded with DataParallel
+            pairs = [(node.body, node.orelse), (node.orelse, node.body)]
+            target = self.tree.parent(node)
+            name = dotted(target.targets[0].target) if type(target) is cst.Assign and len(target.targets) == 1 else None
+        else:
+            if len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
+                return
+            name = node.targets[0].target.value
+            others = [v for v, i in self.program.assignments(function, name) if i is None and v is not node.value]
+            pairs = [(node.value, other) for other in others]
+        for bare, other in pairs:
+            if not (type(bare) is cst.Name and self.facts.is_model(bare, function) and self._unwrapped_attribute(other, function)):
+                continue
+            if name is not None and any(type(c.func) is cst.Name and c.func.value == name for c in self.program.calls_in(function)):
+                return  # `raw(x)` runs the model: it keeps the wrapper
+            ref = bare.value
+            self.plan.replace(bare, cst.parse_expression(self.plain(ref, bare)))
+            self.change(bare, f"`{ref}` goes through `.module` here, as the other value given to `{name or 'it'}` does: both hold the plain model")
+            return
+
+    def _unwrapped_attribute(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`model._orig_mod`: an attribute of the model the wrapper does not answer, reached through `.module`."""
+        return type(expr) is cst.Attribute and self.facts.is_model(expr.value, function) and expr.attr.value not in s.WRAPPER_ATTRIBUTES and not expr.attr.value.startswith("__")
 
 
 def _stored_in(target: cst.BaseExpression) -> str:
