@@ -6296,6 +6296,19 @@ def test_a_name_given_the_model_or_an_attribute_of_it_holds_the_plain_model(unwr
     assert "raw.module" not in output
 
 
+def test_a_model_wrapped_in_data_parallel_keeps_what_its_class_needs_from_ddp() -> None:
+    """Helper corpus AS, repros 03 and 03b: with `model = nn.DataParallel(model)` in the script,
+    the DDP that replaced it lost `find_unused_parameters=True` (and `static_graph=True`): the
+    class was looked for in the DataParallel call. "Expected to have finished reduction"."""
+    helpers = (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.a = nn.Linear(4, 1)\n        self.b = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x, use_b=False):\n        return self.b(x) if use_b else self.a(x)\n"
+    )
+    model = "model = Net().to(device)\nif torch.cuda.device_count() > 1:\n    model = nn.DataParallel(model)"
+    output = convert(standard(model=model, helpers=helpers)).output
+    assert "model = DDP(model, find_unused_parameters=True, device_ids=" in output
+
+
 def test_an_isinstance_data_parallel_unwrap_past_the_wrap_takes_the_plain_model() -> None:
     """Helper corpus AU, repro 01c: `net = model.module if isinstance(model, nn.DataParallel) else
     model` after training became `net = model`, the DDP wrapper, once DataParallel was replaced:
