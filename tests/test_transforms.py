@@ -6296,6 +6296,25 @@ def test_a_name_given_the_model_or_an_attribute_of_it_holds_the_plain_model(unwr
     assert "raw.module" not in output
 
 
+def test_a_module_whose_class_freezes_all_it_builds_is_wrapped_only_with_something_to_train() -> None:
+    """Helper corpus AW, repros 05 and 05b: a perceptual loss around a feature network frozen in
+    its `__init__`, listed in the optimizer beside the model (`list(model.parameters()) +
+    list(criterion.parameters())`), became `criterion = DDP(criterion)`: "DistributedDataParallel
+    is not needed when a module doesn't have any parameter that requires a gradient", even as one
+    process. The wrap is decided at run time; the model itself is wrapped as before."""
+    helpers = (
+        "class PerceptualLoss(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.features = nn.Linear(1, 4)\n"
+        "        for p in self.features.parameters():\n            p.requires_grad = False\n\n"
+        "    def forward(self, a, b):\n        return nn.functional.mse_loss(self.features(a), self.features(b))\n"
+    )
+    model = "model = nn.Linear(4, 1).to(device)\ncriterion = PerceptualLoss().to(device)"
+    loop = LOOP.replace("nn.functional.mse_loss(model(x), y)", "criterion(model(x), y)")
+    body = f"{DEVICE}\n{LOADER}\n{model}\noptimizer = torch.optim.SGD(list(model.parameters()) + list(criterion.parameters()), lr=0.1)\n{loop}"
+    output = convert(script(body, helpers)).output
+    assert "    model = DDP(model)\n" in output
+    assert "    if any(p.requires_grad for p in criterion.parameters()):  # `PerceptualLoss` freezes what it builds: nothing to synchronize\n        criterion = DDP(criterion)\n" in output
+
+
 def test_a_model_wrapped_in_data_parallel_keeps_what_its_class_needs_from_ddp() -> None:
     """Helper corpus AS, repros 03 and 03b: with `model = nn.DataParallel(model)` in the script,
     the DDP that replaced it lost `find_unused_parameters=True` (and `static_graph=True`): the

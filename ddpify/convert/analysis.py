@@ -20,6 +20,7 @@ from ddpify.analysis import sync
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.analysis.output import FILE_WRITE, Outputs
 from ddpify.analysis.rebinds import rebinds_after
+from ddpify.analysis.switches import GradSwitches
 from ddpify.analysis.wrappers import wrapper_names
 from ddpify.program import Origin, Program
 from ddpify.syntax import Tree, code, dotted, is_backward, is_gpu_string, is_import_line, is_preamble, string_value, unchained
@@ -129,6 +130,9 @@ class TrainedModel:
     # broadcasts buffers in place at each forward, and cuDNN's BatchNorm backward needs the
     # statistics the earlier forward saw: "modified by an inplace operation" on CUDA.
     repeated_forward: str = ""
+    # `PerceptualLoss`: its class freezes every module it builds, so the wrap is decided at run
+    # time (DDP refuses a module with nothing to train), as for an optional model.
+    frozen_by_class: str = ""
 
 
 @dataclass
@@ -939,6 +943,9 @@ class Analyzer:
                     found[key].optional = optional
         for key in always & set(found):
             found[key].optional = None
+        for model in found.values():
+            if model.frozen_by_class and model.optional is None:
+                model.optional = f"its class `{model.frozen_by_class}` freezes every part it builds"
         unplaced = {key: call for key, call in unplaced.items() if key not in found}
         if unplaced and found:
             (ref, _), call = next(iter(unplaced.items()))
@@ -1111,12 +1118,35 @@ class Analyzer:
         if model.unused_parameters:
             self._refuse_dataclass_outputs(classes)  # type: ignore[arg-type]
         model.reentrant = next((found for cls in classes for part in self._parts(cls) if (found := self._reentrant_checkpoint(part))), "")  # type: ignore[arg-type]
+        frozen = [cls for cls in classes if self._freezes_all_it_builds(cls)]  # type: ignore[arg-type]
+        if frozen and model.optional is None:
+            model.frozen_by_class = frozen[0].name.value  # type: ignore[union-attr]
         if model.reentrant and model.unused_parameters and not (model.unused_parameters.endswith(SEPARATE_OUTPUTS) or " does not use " in model.unused_parameters):
             raise NotConvertible(
                 f"{model.reentrant} is reentrant activation checkpointing, and {model.unused_parameters}: DDP supports unused parameters "
                 "under reentrant checkpointing only when every step leaves the same ones unused (static_graph=True); pass "
                 "use_reentrant=False to checkpoint, then convert"
             )
+
+    def _freezes_all_it_builds(self, cls: cst.ClassDef) -> bool:
+        """Every module `cls.__init__` builds has its parameters frozen there (`for p in
+        self.features.parameters(): p.requires_grad = False`): a perceptual loss around a frozen
+        feature network, which an optimizer may still list (`filter(lambda p: p.requires_grad,
+        chain(model.parameters(), criterion.parameters()))`) but which has nothing to train."""
+        init = self.program.class_methods(cls).get("__init__")
+        if init is None:
+            return False
+        switches = [w for w in self.program.fact(GradSwitches).all if not w.on and not w.partial and self.tree.inside(w.node, init)]
+        frozen = {dotted(unchained(w.module)) for w in switches}
+        if "self" in frozen:
+            return True
+        built = [
+            target for node in self.program.scope_nodes(init)
+            if type(node) is cst.Assign and len(node.targets) == 1 and type(node.value) is cst.Call
+            and (target := dotted(node.targets[0].target)) is not None and target.startswith("self.") and target.count(".") == 1
+            and not self.tree.is_call_to(node.value, {"torch.tensor", "torch.zeros", "torch.ones", "torch.randn", "torch.empty", "torch.arange"})
+        ]  # fmt: skip
+        return bool(built) and all(target in frozen for target in built)
 
     def _reentrant_checkpoint(self, cls: cst.ClassDef) -> str:
         """`checkpoint(self.block, h)` or `checkpoint(..., use_reentrant=True)` in a method of `cls`:

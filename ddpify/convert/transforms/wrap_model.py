@@ -83,15 +83,19 @@ class WrapModel(Transform):
                     "and each rank keeps its own from there"
                 ))
             if model.optional is not None:
+                why = f"`{model.frozen_by_class}` freezes what it builds" if model.frozen_by_class else f"frozen unless {model.optional}"
                 self.plan.insert_after(model.anchor, statements(
-                    f"if any(p.requires_grad for p in {model.ref}.parameters()):  # frozen unless {model.optional}: nothing to synchronize\n"
+                    f"if any(p.requires_grad for p in {model.ref}.parameters()):  # {why}: nothing to synchronize\n"
                     f"    {model.ref} = DDP({model.ref}{flag})\n"
                     + (f"    {keep_buffers}" if keep_buffers else "")
                 ))
+                when = (
+                    f"`{model.ref}` is listed in an optimizer, but {model.optional}" if model.frozen_by_class
+                    else f"`{model.ref}` is trained only when `{model.optional}` (its optimizer is None otherwise)"
+                )
                 self.change(model.anchor, (
-                    f"`{model.ref}` is trained only when `{model.optional}` (its optimizer is None otherwise): it is wrapped in "
-                    f"DistributedDataParallel when it has parameters to train, since DDP refuses a model with none; "
-                    f"its plain model is `{self.plain(model.ref)}` either way"
+                    f"{when}: it is wrapped in DistributedDataParallel when it has parameters to train, since DDP refuses "
+                    f"a model with none; its plain model is `{self.plain(model.ref)}` either way"
                 ))
             else:
                 move = ""
