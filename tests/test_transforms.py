@@ -6296,6 +6296,25 @@ def test_a_name_given_the_model_or_an_attribute_of_it_holds_the_plain_model(unwr
     assert "raw.module" not in output
 
 
+@pytest.mark.parametrize("exit_line", ["sys.exit(main())", "sys.exit(main() or 0)", "raise SystemExit(main())"])
+def test_an_exit_with_the_status_main_returns_tears_down_after_main(exit_line) -> None:
+    """Helper corpus AV, repros 01 and 06: with the setup in the `__main__` block (main()
+    dispatches through `args.func(args)`), `sys.exit(main())` got the teardown before it, so the
+    group was gone before main() ran (and a dead one after it); `raise SystemExit(main())` got
+    none. main() runs first, then the teardown, then the exit with its status."""
+    source = (
+        "import argparse\nimport sys\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def train(args):\n    " + DEVICE + "\n    " + LOADER + "\n    model = nn.Linear(4, 1).to(device)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + textwrap.indent(LOOP, "    ") + "    return 0\n\n\n"
+        "def main():\n    parser = argparse.ArgumentParser()\n    parser.set_defaults(func=train)\n    args = parser.parse_args()\n    return args.func(args)\n\n\n"
+        f'if __name__ == "__main__":\n    {exit_line}\n'
+    )
+    output = convert(source).output
+    status = exit_line[exit_line.index("(") + 1 : -1]
+    assert f"    exit_code = {status}\n    dist.destroy_process_group()\n    {exit_line.replace(status, 'exit_code')}\n" in output
+    assert output.count("dist.destroy_process_group()") == 1
+
+
 def test_a_module_whose_class_freezes_all_it_builds_is_wrapped_only_with_something_to_train() -> None:
     """Helper corpus AW, repros 05 and 05b: a perceptual loss around a feature network frozen in
     its `__init__`, listed in the optimizer beside the model (`list(model.parameters()) +

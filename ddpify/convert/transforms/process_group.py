@@ -11,6 +11,7 @@ from ddpify.analysis.exits import PROGRAM_EXITS
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
 from ddpify.edit.plan import BLANK
+from ddpify.syntax import code
 
 INIT = """\
 local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -118,15 +119,34 @@ class Teardown(Transform):
                     self.plan.insert_before(statement, statements(teardown))
                     self.change(statement, "process group destroyed before returning")
         for node in self.program.scope_nodes(entry.function):
+            exit_call = None
             if self.tree.is_call_to(node, PROGRAM_EXITS) and isinstance(self.tree.parent(node), cst.Expr):
-                statement = self.tree.statement(node)  # `sys.exit(0)` when training has converged
-                if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-                    self.plan.insert_before(statement, statements(teardown))
-                    self.change(statement, "process group destroyed before the program exits")
-        if not _exits(last):
+                exit_call = node  # `sys.exit(0)` when training has converged
+            elif type(node) is cst.Raise and self.tree.is_call_to(node.exc, {"builtins.SystemExit"}):
+                exit_call = node.exc  # `raise SystemExit(main())`
+            statement = self.tree.statement(node) if exit_call is not None else None
+            if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+                continue
+            runs = [a for a in exit_call.args if any(type(n) is cst.Call for n in self.tree.walk(a.value))]  # type: ignore[union-attr]
+            if runs:  # `sys.exit(main())`: the program runs inside the call; its status first, then the teardown
+                status = next(n for n in ("exit_code", "status", "return_code") if not self.program.binds(entry.function, n))
+                self.plan.insert_before(statement, statements(f"{status} = {code(runs[0].value)}\n" + teardown))
+                self.plan.replace(runs[0].value, cst.Name(status))
+                self.change(statement, f"`{code(runs[0].value)}` runs first, then the process group is destroyed, then the program exits with its status")
+            else:
+                self.plan.insert_before(statement, statements(teardown))
+                self.change(statement, "process group destroyed before the program exits")
+        if not _exits(last) and not self._ends_in_exit(last):
             self.plan.append(block, statements(teardown))
             where = "the __main__ block" if block is not entry.block else entry.label
             self.change(last, f"process group destroyed at the end of {where}")
+
+    def _ends_in_exit(self, statement: cst.BaseStatement) -> bool:
+        """`sys.exit(main())` as the last line: the teardown goes before the exit, not after it."""
+        return (
+            isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and type(statement.body[0]) is cst.Expr
+            and self.tree.is_call_to(statement.body[0].value, PROGRAM_EXITS)
+        )  # fmt: skip
 
 
 def _exits(statement: cst.BaseStatement) -> bool:
