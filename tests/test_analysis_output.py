@@ -11,7 +11,8 @@ from ddpify.program import Program
 from ddpify.syntax import Tree, code
 
 SOURCE = '''
-import json, logging, os, shutil, sys, tempfile
+import json, logging, os, pprint, shutil, sys, tempfile
+import click
 import helpers
 from pathlib import Path
 import numpy as np
@@ -69,6 +70,11 @@ def step(model, out_dir):
     model(out_dir)
     os.path.join("a", "b")
     torch.nn.functional.relu(model)
+    click.echo("loss")
+    pprint.pprint({})
+    np.lib.format.open_memmap("a.npy", mode="w+", shape=(2,))
+    np.memmap("a.bin", dtype="float32", mode="r")
+    np.zeros(2).tofile("a.bin")
 '''
 
 # the call's text -> (kind, label, destination, flags) or None
@@ -113,6 +119,11 @@ EXPECTED = {
     "model(out_dir)": None,
     'os.path.join("a", "b")': None,
     "torch.nn.functional.relu(model)": None,
+    'click.echo("loss")': ("print", "click.echo", None, ""),
+    "pprint.pprint({})": ("print", "pprint.pprint", None, ""),
+    'np.lib.format.open_memmap("a.npy", mode="w+", shape=(2,))': ("file write", "np.lib.format.open_memmap", '"a.npy"', ""),
+    'np.memmap("a.bin", dtype="float32", mode="r")': None,
+    'np.zeros(2).tofile("a.bin")': ("file write", ".tofile", '"a.bin"', ""),
 }
 
 

@@ -94,6 +94,13 @@ def test_off_by_default_rule_runs_only_when_selected() -> None:
     assert [f for f in lint_source(source, selection=Selection(("DDP303",))) if f.code == "DDP303"]
 
 
+def test_ddp303_reports_click_and_pprint_output_too() -> None:
+    """Helper corpus AV, repro 09: `click.echo` and `click.secho` on every rank were not reported."""
+    source = (REPO / "fixtures" / "lint" / "DDP302" / "good.py").read_text() + "\nimport click\nimport pprint\nclick.echo('hi')\npprint.pprint({})\n"
+    found = [f.message for f in lint_source(source, selection=Selection(("DDP303",)))]
+    assert any(m.startswith("`click.echo(...)` on every rank") for m in found) and any(m.startswith("`pprint.pprint(...)` on every rank") for m in found)
+
+
 def test_noqa(tmp_path: Path) -> None:
     lines = BAD.read_text().splitlines()
     findings = lint_source(BAD.read_text())

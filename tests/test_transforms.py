@@ -6296,6 +6296,14 @@ def test_a_name_given_the_model_or_an_attribute_of_it_holds_the_plain_model(unwr
     assert "raw.module" not in output
 
 
+def test_click_and_pprint_output_is_rank_0s() -> None:
+    """Helper corpus AV, repro 05: `click.echo`, `click.secho` and `pprint.pprint` printed every
+    line once per rank (verify: duplicate lines); they go under the rank-0 guard as print does."""
+    after = 'click.echo(f"loss {loss.item()}")\npprint.pprint({"done": True})\n'
+    output = convert(standard(after=after, imports="import pprint\n\nimport click\n")).output
+    assert '    if rank == 0:\n        click.echo(f"loss {loss.item()}")\n        pprint.pprint({"done": True})\n' in output
+
+
 @pytest.mark.parametrize("exit_line", ["sys.exit(main())", "sys.exit(main() or 0)", "raise SystemExit(main())"])
 def test_an_exit_with_the_status_main_returns_tears_down_after_main(exit_line) -> None:
     """Helper corpus AV, repros 01 and 06: with the setup in the `__main__` block (main()

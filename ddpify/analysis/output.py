@@ -80,6 +80,8 @@ FILE_METHODS = {"write", "writelines", "flush"}  # of a file object opened for w
 STREAMS = {"sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__"}
 # `tqdm.write(...)` prints a line above the bars, like print.
 STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write", *(f"{bar}.write" for bar in s.TQDM)}
+# other libraries' print: click's CLI output, pprint
+PRINTS = {"click.echo", "click.secho", "pprint.pprint", "pprint.pp"}
 FILE_HANDLERS = {
     "logging.FileHandler", "logging.handlers.RotatingFileHandler", "logging.handlers.TimedRotatingFileHandler",
     "logging.handlers.WatchedFileHandler",
@@ -142,7 +144,8 @@ class Outputs:
                 return Output(FILE_WRITE, code(call.func))
         if tree.opens_for_writing(call):
             argument = s.arg(call, 0, "file") or s.arg(call, None, "filename")  # a memory map's
-            return Output(FILE_WRITE, "open", argument.value if argument is not None else None)
+            label = "open" if tree.is_builtin_call(call, "open") else code(call.func)
+            return Output(FILE_WRITE, label, argument.value if argument is not None else None)
         if isinstance(call.func, cst.Name) and self.is_log_object(call.func, function):
             return Output(LOGGING, call.func.value, by_name=True)
         found = s.method_call(call)
@@ -179,7 +182,7 @@ class Outputs:
 
     def _named(self, call: cst.Call, name: str, function: cst.FunctionDef | None) -> Output | None:
         label = ""
-        if name in STREAM_WRITES:
+        if name in STREAM_WRITES or name in PRINTS:
             return Output(PRINT, label)
         if name in s.LOGGING_EMIT:
             return Output(LOGGING, label, loud=name.rsplit(".", 1)[-1] in LOUD_LEVELS)

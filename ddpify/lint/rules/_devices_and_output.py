@@ -22,7 +22,7 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.rebinds import rebinds_after
-from ddpify.analysis.output import LOGGING, PRINT, TENSORBOARD, TQDM, WANDB, WRITES, Outputs
+from ddpify.analysis.output import LOGGING, PRINT, PRINTS, TENSORBOARD, TQDM, WANDB, WRITES, Outputs
 from ddpify.analysis.ranks import GLOBAL_RANK_NAMES, MAIN_PROCESS_NAMES
 from ddpify.lint.script import Script
 from ddpify.syntax import code, dotted, method_call, string_value
@@ -476,6 +476,8 @@ class DevicesAndOutput:
             return None
         if out.kind == PRINT and out.label == "print":
             return "print"
+        if out.kind == PRINT and self.tree.qname(call.func) in PRINTS:
+            return "echo"  # `click.echo(...)`, `pprint.pprint(...)`: not silenced with print
         if out.creates:
             return {TENSORBOARD: "SummaryWriter", WANDB: "wandb.init"}.get(out.kind)
         if out.kind in (LOGGING, TQDM):
