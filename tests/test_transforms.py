@@ -1965,6 +1965,30 @@ def test_a_head_chosen_by_an_argument_of_the_forward_finds_unused_parameters(hea
     assert "model = DDP(model, find_unused_parameters=True)\n" in convert(source).output
 
 
+@pytest.mark.parametrize(
+    ("pick", "unused"),
+    [
+        pytest.param('heads = {"a": self.a, "b": self.b}\n        return heads[task](h)', True, id="dict-by-name"),
+        pytest.param('return [self.a, self.b][0 if task == "a" else 1](h)', True, id="list-literal"),
+        pytest.param('head = self.a if task == "a" else self.b\n        return head(h)', True, id="if-expression-by-name"),
+        pytest.param('return (self.a if task == "a" else self.b)(h)', True, id="if-expression"),
+        pytest.param('heads = {"a": self.a, "b": self.b}\n        return heads["a"](h) + self.b(h)', False, id="constant-key"),
+    ],
+)
+def test_a_head_picked_by_value_among_the_models_own_finds_unused_parameters(pick: str, unused: bool) -> None:
+    """Helper corpus AS, repro 02: `{"cls": self.cls_head, "reg": self.reg_head}[task](h)`, a
+    list literal indexed, or an if-expression between two heads, got a plain DDP: "Expected to
+    have finished reduction", under plain python too. A constant key always runs the same head."""
+    net = (
+        "class MTL(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n"
+        "        self.a = nn.Linear(4, 1)\n        self.b = nn.Linear(4, 1)\n\n"
+        f"    def forward(self, x, task):\n        h = self.body(x)\n        {pick}\n"
+    )
+    loop = LOOP.replace("model(x)", 'model(x, "a" if epoch % 2 else "b")')
+    source = standard(model="model = MTL().to(device)", loop=loop).replace("\n\ndef main", "\n" + net + "\n\ndef main")
+    assert ("model = DDP(model, find_unused_parameters=True)\n" in convert(source).output) is unused
+
+
 def test_a_dict_output_read_into_the_loss_only_in_some_steps_finds_unused_parameters() -> None:
     """`loss = ce(out["logits"], y)`, plus `out["aux"]` only `if epoch == 0:`: from epoch 1 the aux
     head gets no gradient (helper corpus X, repro 05). A key read in a branch is not read every step."""

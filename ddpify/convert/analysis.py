@@ -1463,12 +1463,44 @@ class Analyzer:
                         return f"`{cls.name.value}.forward` runs one of `{code(chooser.value)}`, chosen by `{code(index.value)}` (line {self.tree.line(call)})"
                     if type(index) is cst.Index and self._chosen_from_data(index.value, method):  # `self.experts[int(scores.argmax())]`
                         return f"`{cls.name.value}.forward` runs one of `{code(chooser.value)}`, chosen by `{code(index.value)}` (line {self.tree.line(call)})"
+                picked = self._picked_layer(chooser, method)
+                if picked is not None:
+                    return f"`{cls.name.value}.forward` runs one of {picked} (line {self.tree.line(call)})"
         for node in self.program.scope_nodes(forward):
             if isinstance(node, cst.Return) and (values := self._output_fields(node.value)) is not None and len(values) > 1:
                 reached = [self._layers_behind(v, forward, methods, set()) for v in values]
                 if not any(layers == set().union(*reached) for layers in reached):
                     return f"`{cls.name.value}.forward` returns outputs of separate layers{SEPARATE_OUTPUTS}"
         return ""
+
+    def _picked_layer(self, chooser: cst.BaseExpression, method: cst.FunctionDef) -> str | None:
+        """A layer picked by value among several of the model's own (helper corpus AS, repro 02):
+        `{"cls": self.cls_head, "reg": self.reg_head}[task](h)`, `[self.a, self.b][i](h)`, `(self.a
+        if task == "cls" else self.b)(h)`, or a name bound to one of those in the method. The
+        layers it may pick, as a report names them."""
+        layers: list[str | None]
+        if type(chooser) is cst.Name:  # `head = self.a if ... else self.b`, then `head(h)`
+            values = [v for v, i in self.program.assignments(method, chooser.value) if i is None]
+            if len(values) != 1:
+                return None
+            chooser = values[0]
+        if type(chooser) is cst.IfExp:
+            layers = [dotted(chooser.body), dotted(chooser.orelse)]
+        elif type(chooser) is cst.Subscript and len(chooser.slice) == 1:
+            table = chooser.value
+            if type(table) is cst.Name:  # `heads = {...}` in the method, then `heads[task](h)`
+                values = [v for v, i in self.program.assignments(method, table.value) if i is None]
+                table = values[0] if len(values) == 1 else table
+            index = chooser.slice[0].slice
+            if type(table) not in (cst.Dict, cst.List, cst.Tuple) or type(index) is not cst.Index or type(index.value) in (cst.SimpleString, cst.Integer):
+                return None  # not a table of layers, or a constant index: always the same layer
+            layers = [dotted(e.value) for e in table.elements]  # type: ignore[attr-defined]
+        else:
+            return None
+        own = [name for name in layers if name is not None and name.startswith("self.") and name.count(".") == 1]
+        if len(own) != len(layers) or len(set(own)) < 2:
+            return None
+        return ", ".join(f"`{name}`" for name in dict.fromkeys(own)) + ", picked as it runs"
 
     def _dropped_output(self, method: cst.FunctionDef) -> str:
         """What a forward computes with a layer and then drops: `z = self.aux(h)` never read,
