@@ -6212,6 +6212,22 @@ def test_a_parameter_trained_beside_the_model_has_its_gradient_averaged(made: st
     ) in output
 
 
+@pytest.mark.parametrize("made", ["[torch.ones((), requires_grad=True) for _ in range(2)]", "[torch.ones(()).requires_grad_(), torch.ones(()).requires_grad_()]"])
+def test_a_list_of_tensors_trained_beside_the_model_has_their_gradients_averaged(made: str) -> None:
+    """Helper corpus AS, repro 04: learned task weights kept as a list of requires_grad tensors
+    in a parameter group of the model's optimizer trained apart on every rank (the replicas
+    trained with different loss weights). Each one's gradient is averaged before the step."""
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nscales = {made}\n"
+    body += 'optimizer = torch.optim.SGD([{"params": model.parameters()}, {"params": scales, "lr": 0.01}], lr=0.1)\n'
+    loop = LOOP.replace("mse_loss(model(x), y)", "mse_loss(model(x) * scales[0] * scales[1], y)")
+    output = convert(script(body + loop)).output
+    assert (
+        "            for tensor in scales:  # trained beside the DDP model: their gradients averaged over ranks by hand\n"
+        "                if tensor.grad is not None:\n                    dist.all_reduce(tensor.grad)\n                    tensor.grad /= world_size\n"
+        "            optimizer.step()\n"
+    ) in output
+
+
 def test_a_vocabulary_numbered_in_a_sets_order_is_warned_about() -> None:
     """`vocab = list({w for w in corpus})`: string hashes are seeded per process, so each rank
     numbered the words differently (helper corpus O: dev accuracy fell from 0.96 to 0.60).

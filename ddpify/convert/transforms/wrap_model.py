@@ -513,10 +513,16 @@ class WrapModel(Transform):
             if not name.startswith("torch.optim.") or ".lr_scheduler." in name or ".swa_utils." in name or not call.args:
                 continue
             function = self.tree.function(call)
-            bare = []
+            bare, listed = [], set()
             for node in self.tree.walk(call.args[0].value):
-                if type(node) is cst.Name and node.value not in bare and any(self._learnable_leaf(o.node) for o in self.program.origins(node, function)):
+                if type(node) is not cst.Name or node.value in bare:
+                    continue
+                origins = [o.node for o in self.program.origins(node, function)]
+                if any(self._learnable_leaf(o) for o in origins):
                     bare.append(node.value)
+                elif origins and all(self._learnable_leaves(o) for o in origins):
+                    bare.append(node.value)  # `task_w = [torch.zeros((), requires_grad=True) for _ in range(2)]` (helper corpus AS, repro 04)
+                    listed.add(node.value)
             parent = self.tree.parent(call)
             optimizer = dotted(parent.targets[0].target) if type(parent) is cst.Assign and len(parent.targets) == 1 else None
             if not bare or optimizer is None:
@@ -531,13 +537,32 @@ class WrapModel(Transform):
                     self.warn(step, f"{', '.join(f'`{b}`' for b in bare)} trained by `{optimizer}` outside the DDP model: average its gradient over ranks (dist.all_reduce) before this step")
                     continue
                 size = self.world_size(where)
-                lines = "".join(
-                    f"if {b}.grad is not None:  # trained beside the DDP model: its gradient averaged over ranks by hand\n"
-                    f"    dist.all_reduce({b}.grad)\n    {b}.grad /= {size}\n"
-                    for b in bare
-                )
+                lines = ""
+                for b in bare:
+                    if b in listed:
+                        each = next(n for n in ("tensor", "leaf", "weight") if not self.program.binds(where, n))
+                        lines += (
+                            f"for {each} in {b}:  # trained beside the DDP model: their gradients averaged over ranks by hand\n"
+                            f"    if {each}.grad is not None:\n        dist.all_reduce({each}.grad)\n        {each}.grad /= {size}\n"
+                        )
+                    else:
+                        lines += (
+                            f"if {b}.grad is not None:  # trained beside the DDP model: its gradient averaged over ranks by hand\n"
+                            f"    dist.all_reduce({b}.grad)\n    {b}.grad /= {size}\n"
+                        )
                 self.plan.insert_before(self.tree.statement(step), statements(lines))
                 self.change(step, f"{', '.join(f'`{b}`' for b in bare)}, trained by `{optimizer}` beside the DDP model, has its gradient averaged over ranks before the step")
+
+    def _learnable_leaves(self, node: cst.CSTNode) -> bool:
+        """`[torch.zeros((), requires_grad=True) for _ in range(2)]`, a list or tuple of such
+        tensors, or `nn.ParameterList(...)` of them: tensors an optimizer steps, outside any module."""
+        if type(node) is cst.Call and self.tree.qname(node.func) == "torch.nn.ParameterList" and node.args:
+            node = node.args[0].value
+        if type(node) in (cst.ListComp, cst.GeneratorExp):
+            return self._learnable_leaf(node.elt)  # type: ignore[attr-defined]
+        if type(node) in (cst.List, cst.Tuple):
+            return bool(node.elements) and all(self._learnable_leaf(e.value) for e in node.elements)  # type: ignore[attr-defined]
+        return False
 
     def _learnable_leaf(self, node: cst.CSTNode) -> bool:
         """`nn.Parameter(...)`, `torch.ones(2, requires_grad=True)` or `torch.zeros(2).requires_grad_()`:
