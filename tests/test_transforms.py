@@ -6228,6 +6228,24 @@ def test_a_list_of_tensors_trained_beside_the_model_has_their_gradients_averaged
     ) in output
 
 
+@pytest.mark.parametrize("placeholder", ["self.model = None", "self.model: nn.Module = None"])
+def test_a_model_declared_none_in_init_is_wrapped_where_it_is_built(placeholder: str) -> None:
+    """Helper corpus AV, repro 02: `self.model = None` in `__init__`, the model built in
+    `build()`: the wrap went right after the placeholder, `DDP(None)` (AttributeError on every
+    rank and in the plain run), and the real model trained unwrapped."""
+    helpers = (
+        f"class Trainer:\n    def __init__(self):\n        {placeholder}\n        self.optimizer = None\n\n"
+        f"    def build(self):\n        {DEVICE}\n        self.device = device\n        self.loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)\n"
+        "        self.model = nn.Linear(4, 1).to(device)\n        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)\n\n"
+        "    def run(self):\n        self.build()\n        for x, y in self.loader:\n"
+        "            loss = nn.functional.mse_loss(self.model(x.to(self.device)), y.to(self.device))\n"
+        "            self.optimizer.zero_grad()\n            loss.backward()\n            self.optimizer.step()\n"
+    )
+    output = convert(script("Trainer().run()\n", helpers)).output
+    assert f"        {placeholder}\n        self.optimizer = None\n" in output
+    assert "        self.model = nn.Linear(4, 1).to(device)\n        self.model = DDP(self.model)\n" in output
+
+
 def test_a_vocabulary_numbered_in_a_sets_order_is_warned_about() -> None:
     """`vocab = list({w for w in corpus})`: string hashes are seeded per process, so each rank
     numbered the words differently (helper corpus O: dev accuracy fell from 0.96 to 0.60).

@@ -1812,9 +1812,12 @@ class Analyzer:
             return out
         if ref.startswith("self.") and function is not None:
             cls = self.program.owner_class(function)
-            for method in self.program.methods.get(cls, {}).values() if cls else ():
-                if self.program.assignments(method, ref):
-                    return [(ref, method)]
+            methods = list(self.program.methods.get(cls, {}).values()) if cls else []
+            for placeholders in (False, True):  # `self.model = None` in `__init__`, built in `build()`: where it is built (helper corpus AV, repro 02)
+                for method in methods:
+                    values = self.program.assignments(method, ref)
+                    if values and (placeholders or not all(_is_none(v) for v, _ in values)):
+                        return [(ref, method)]
             return []
         if function is not None and not self.program.assignments(function, ref):
             function = None  # a global
@@ -3163,3 +3166,7 @@ def _tees_output(statement: cst.CSTNode) -> bool:
         and isinstance(statement.body[0], cst.Assign)
         and any(dotted(t.target) in ("sys.stdout", "sys.stderr") for t in statement.body[0].targets)
     )
+
+
+def _is_none(node: cst.CSTNode) -> bool:
+    return type(node) is cst.Name and node.value == "None"
