@@ -88,6 +88,7 @@ class Program:
                 self.classes[node.name.value] = node
         self._scope_cache: dict[cst.FunctionDef | None, list[cst.CSTNode]] = {}
         self._assignment_cache: dict[cst.FunctionDef | None, dict[str, list[tuple[cst.CSTNode, int | None]]]] = {}
+        self._global_writers: dict[str, list[cst.FunctionDef]] | None = None  # `global_writers`, by name
         self._calls_in_cache: dict[cst.FunctionDef | None, list[cst.Call]] = {}
         self._loop_target_cache: dict[cst.FunctionDef | None, set[str]] = {}
         self._augmented_cache: dict[cst.FunctionDef | None, dict[str, list[cst.BaseExpression]]] = {}
@@ -229,6 +230,18 @@ class Program:
             self._assignment_cache[function] = index
         return self._assignment_cache[function].get(target, [])
 
+    def global_writers(self, name: str) -> list[cst.FunctionDef]:
+        """The functions that declare `name` global and bind it."""
+        if self._global_writers is None:
+            found: dict[str, list[cst.FunctionDef]] = {}
+            for node in self.tree.of_type(cst.Global):
+                function = self.tree.function(node)
+                for item in node.names:
+                    if function is not None and self.assignments(function, item.name.value) and function not in found.get(item.name.value, []):
+                        found.setdefault(item.name.value, []).append(function)
+            self._global_writers = found
+        return self._global_writers.get(name, [])
+
     def bound_once(self, function: cst.FunctionDef | None, target: str) -> cst.CSTNode | None:
         """The one value `target` is bound to, whole, in a scope (`bs = BatchSampler(...)`), or None."""
         values = [value for value, index in self.assignments(function, target) if index is None]
@@ -248,7 +261,7 @@ class Program:
         """Whether `name` is a parameter or assigned in `function` (module when None)."""
         if function is not None and name in self.all_param_names(function):
             return True
-        return bool(self.assignments(function, name)) or name in self.loop_targets(function)
+        return bool(self.assignments(function, name)) or name in self.loop_targets(function) or (function is None and bool(self.global_writers(name)))
 
     def loop_targets(self, function: cst.FunctionDef | None) -> set[str]:
         """The names `for` loops of a scope bind."""
@@ -524,7 +537,10 @@ class Program:
                 if argument is not None:
                     found += self._origins(argument, caller, index, seen)
             return found
-        scopes = [function] if function is not None and self.assignments(function, name) else [None]
+        if function is not None and self.assignments(function, name) and function not in self.global_writers(name):
+            scopes = [function]
+        else:  # a global: bound at the top level, or in a function that declares it `global` (`def setup(): global loader`)
+            scopes = [None, *self.global_writers(name)]
         found = []
         for scope in scopes:
             for value, i in self.assignments(scope, name):
@@ -819,6 +835,8 @@ class Program:
             else:  # a closure reads it when it is called: the object the name holds by then
                 root = ref.split(".")[0]
                 work += [(ref, f) for f in self.nested_functions(function) if not self.binds(f, root)]
+                if function in self.global_writers(root):
+                    work.append((ref, None))  # `def setup(): global model; model = ...`: the global every function reads
             for call in self.calls_in(function):
                 target = self.callee(call, function)
                 if target is None:

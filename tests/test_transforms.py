@@ -6228,6 +6228,26 @@ def test_a_list_of_tensors_trained_beside_the_model_has_their_gradients_averaged
     ) in output
 
 
+@pytest.mark.parametrize("placeholders", ["model = None\noptimizer = None\nloader = None\n", ""], ids=["placeholders", "none"])
+def test_a_loader_and_model_bound_through_global_in_a_setup_function(placeholders: str) -> None:
+    """Helper corpus AV, repros 03, 03b and 04: `def setup(): global model, optimizer, loader`
+    built them; the loader was taken for one built outside the file (never sharded, then
+    set_epoch on its RandomSampler, or an UnboundLocalError), and `save()` reading the global
+    model saved the wrapper's `module.` keys."""
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n" + placeholders + DEVICE + "\n\n\n"
+        "def setup():\n    global model, optimizer, loader\n    " + LOADER + "\n    model = nn.Linear(4, 1).to(device)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n\n\n"
+        "def save():\n    torch.save(model.state_dict(), 'm.pt')\n\n\n"
+        "def train():\n" + textwrap.indent(LOOP, "    ") + "    save()\n\n\n"
+        'if __name__ == "__main__":\n    setup()\n    train()\n'
+    )
+    output = convert(source).output
+    assert "    loader = DataLoader(train_dataset, batch_size=8, sampler=DistributedSampler(train_dataset, shuffle=True))\n" in output
+    assert "        loader.sampler.set_epoch(epoch)\n" in output and "distributed_loader" not in output
+    assert "torch.save(model.module.state_dict(), 'm.pt')" in output
+
+
 @pytest.mark.parametrize("placeholder", ["self.model = None", "self.model: nn.Module = None"])
 def test_a_model_declared_none_in_init_is_wrapped_where_it_is_built(placeholder: str) -> None:
     """Helper corpus AV, repro 02: `self.model = None` in `__init__`, the model built in

@@ -427,6 +427,8 @@ class Facts:
             epochs = [start.loop for start in self.epoch_starts if start.loader == spelled and start.epoch not in (None, PASSES)]
             again = loop.function is not None and self.program.called_repeatedly(loop.function)
             scopes = [loop.function]
+            if loop.function is None:  # a global iterator (`train_iter = iter(train_loader)`), refilled in a function declaring it `global`
+                scopes += self.program.all_functions
             owner = self.program.owner_class(loop.function)
             if spelled.startswith("self.") and owner is not None:  # `self.lab_iter = iter(self.lab_loader)` again in another method
                 scopes += [m for m in self.program.methods.get(owner, {}).values() if m is not loop.function]
