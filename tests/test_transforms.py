@@ -4035,6 +4035,26 @@ def test_tqdm_write_and_an_optional_summary_writer_run_on_rank_0() -> None:
     assert "    writer = SummaryWriter('runs') if SummaryWriter is not None and rank == 0 else None\n" in output
 
 
+def test_a_metric_made_once_and_reset_each_epoch_sums_its_totals_over_ranks() -> None:
+    """Helper corpus AW, repros 01 and 02: a metric object of the script (`update(pred, target)`
+    adds to `self.total` and `self.count`, `compute()` divides) made once before the epochs and
+    `reset()` at the top of each was left per rank: a stop on `metric.compute()` left one rank
+    alone in the loop. Its totals are summed after each pass, as a meter made per epoch is."""
+    metric = (
+        "class PSNR:\n    def __init__(self):\n        self.reset()\n\n    def reset(self):\n        self.total = 0.0\n        self.count = 0\n\n"
+        "    def update(self, pred, target):\n        self.total += (pred - target).abs().sum().item()\n        self.count += pred.shape[0]\n\n"
+        "    def compute(self):\n        return self.total / self.count\n"
+    )
+    loop = "metric = PSNR()\n" + LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    metric.reset()\n")
+    loop += "        metric.update(model(x).detach(), y)\n    if metric.compute() < 0.1:\n        break\n"
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
+    output = convert(script(body, helpers=metric)).output
+    assert (
+        "        metric_totals = torch.tensor([metric.total, metric.count], dtype=torch.float64)\n        dist.all_reduce(metric_totals)\n"
+        "        metric.total = metric_totals[0].item()\n        metric.count = int(metric_totals[1].item())\n"
+    ) in output
+
+
 def test_an_average_meter_over_the_shard_sums_its_totals_over_ranks() -> None:
     """Helper corpus I: pytorch/examples' AverageMeter (`update(val, n)` adds to `sum` and
     `count`, `avg` derived) averaged each rank's shard alone; a ReduceLROnPlateau and an early

@@ -805,6 +805,8 @@ class ReduceMetrics(Transform):
                 continue  # before the training loop (`totals.fill_(0.0)` at the top of the epoch) or after it
             if found[1] == "zero_" or (found[1] in ("fill_", "mul_") and call.args and code(call.args[0].value) in ("0", "0.0")):
                 return True  # `total.zero_()`, `fill_(0.0)`, `mul_(0)`
+            if found[1] == "reset" and not call.args:
+                return True  # `metric.reset()` of a meter made once before the epochs (helper corpus AW, repro 01)
         return False
 
     def _empty_mapping(self, value: cst.CSTNode) -> bool:
