@@ -4035,6 +4035,24 @@ def test_tqdm_write_and_an_optional_summary_writer_run_on_rank_0() -> None:
     assert "    writer = SummaryWriter('runs') if SummaryWriter is not None and rank == 0 else None\n" in output
 
 
+def test_a_counter_over_the_shard_is_gathered_and_added_up() -> None:
+    """Helper corpus AT, repro 03: `counts = Counter()`, `counts.update(pred.tolist())` was
+    neither reduced nor warned about, and a stop on it left one rank alone in the loop."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    counts = Counter()\n")
+    loop += "        counts.update((model(x) > 0).flatten().tolist())\n    if min(counts.values()) > 10:\n        break\n"
+    output = convert(standard(loop=loop, imports="from collections import Counter\n")).output
+    assert "        dist.all_gather_object(gathered, counts)\n        counts = sum(gathered, Counter())  # every rank's counts, added up\n" in output
+
+
+def test_a_histogram_over_the_shard_is_summed() -> None:
+    """Helper corpus AT, repro 04: `hist += torch.histc(conf, bins=10)` counts samples, as a
+    bincount does, but was averaged over ranks (half the counts on 2 ranks)."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    hist = torch.zeros(10)\n")
+    loop += "        hist += torch.histc(model(x).detach().cpu(), bins=10)\n    print(hist.tolist())\n"
+    output = convert(standard(loop=loop)).output
+    assert "        dist.all_reduce(hist)\n" in output and "hist = hist / world_size" not in output
+
+
 def test_a_metric_made_once_and_reset_each_epoch_sums_its_totals_over_ranks() -> None:
     """Helper corpus AW, repros 01 and 02: a metric object of the script (`update(pred, target)`
     adds to `self.total` and `self.count`, `compute()` divides) made once before the epochs and

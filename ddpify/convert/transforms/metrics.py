@@ -43,11 +43,11 @@ NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 # Metric objects that reduce over ranks themselves ("torch" covers torchmetrics, whose compute()
 # syncs), or are no meters (a progress bar, a dict).
 SYNCED_METERS = ("torch", "builtins.", "ignite.", "tqdm", "collections.")
-Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "list total", "list count", "meter", "meter dict", "array", "max", "min"]
+Kind = Literal["count", "number", "number?", "tensor", "list", "series", "cat", "dict", "dict count", "dict keys", "list total", "list count", "meter", "meter dict", "array", "max", "min", "counter"]
 NUMPY_ZEROS = {"numpy.zeros", "numpy.zeros_like"}
 # a tensor made with one of these holds counts: summed over ranks
 INTEGER_DTYPES = {"long", "int", "int64", "int32", "int16", "int8", "uint8"}
-BINCOUNT = {"torch.bincount", "numpy.bincount"}
+BINCOUNT = {"torch.bincount", "numpy.bincount", "torch.histc"}  # histograms: counts of samples
 ZEROS = NUMPY_ZEROS | {"torch.zeros", "torch.zeros_like"}
 ONES = {"torch.ones", "torch.ones_like"}
 # reductions that keep a dimension when given one (`out.sum(0)`, `torch.mean(x, dim=0)`)
@@ -454,6 +454,9 @@ class ReduceMetrics(Transform):
         for name in sorted(updated, key=lambda n: n):
             if not self._read_after(loop, name):
                 continue
+            if self._counter(loop, name) is not None:
+                totals[name] = "counter"  # `counts = Counter()`, `counts.update(pred.tolist())`: gathered, added up (helper corpus AT, repro 03)
+                continue
             if self._meter_class(loop, name) is not None:
                 totals[name] = "meter"
                 continue
@@ -502,6 +505,13 @@ class ReduceMetrics(Transform):
                     f"neither is gathered, so they stay paired; gather them all over ranks (as CPU tensors) before reporting them"
                 ))
         return totals
+
+    def _counter(self, loop: TrainLoop, name: str) -> str | None:
+        """`name = Counter()` started for the pass: the class as the script spells it."""
+        initial = self._initial_values(loop, name)
+        if len(initial) == 1 and self.tree.is_call_to(initial[0], {"collections.Counter"}) and not initial[0].args:  # type: ignore[union-attr]
+            return code(initial[0].func)  # type: ignore[union-attr]
+        return None
 
     def _meter_class(self, loop: TrainLoop, name: str) -> tuple[Program, cst.ClassDef] | None:
         """The meter class `name` is made from before the loop (each pass of the loop around it
@@ -1127,6 +1137,8 @@ class ReduceMetrics(Transform):
             "cat": "torch.cat({g})",
             "list": "[value for values in {g} for value in values]",
         }
+        for name in [n for n, k in totals.items() if k == "counter"]:
+            lines += self._gathered(function, name, f"sum({{g}}, {self._counter(loop, name)}())  # every rank's counts, added up")
         for kind, join in joins.items():
             for name in [n for n, k in totals.items() if k == kind]:
                 numpy = self._numpy_grown(loop, name) if kind == "cat" else None
