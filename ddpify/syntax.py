@@ -7,6 +7,8 @@ parents, children and positions.
 
 from __future__ import annotations
 
+import re
+
 from bisect import bisect_left
 from collections.abc import Iterator
 from functools import cached_property
@@ -155,6 +157,9 @@ QUANTIZED_COPIES = {
 MODEL_EXPORTS = SCRIPTED_EXPORTS | QUANTIZED_COPIES | {"torch.export.export", "torch.onnx.export", "torch.onnx.dynamo_export"}
 IMAGE_MAKERS = {"PIL.Image.fromarray", "PIL.Image.new", "PIL.Image.open", "torchvision.transforms.functional.to_pil_image"}
 # numpy memory maps: qualified name -> (position, keyword) of the mode
+# the one field a GPU string fills in: `%d`, `%(gpu)s`; `{}`, `{0}`, `{gpu}`, `{:d}`
+_ONE_FIELD_PERCENT = re.compile(r"%(\(\w+\))?[dis]")
+_ONE_FIELD_FORMAT = re.compile(r"\{\w*(:d)?\}")
 MEMMAPS = {"numpy.memmap": (2, "mode"), "numpy.lib.format.open_memmap": (1, "mode")}
 NO_GRAD = {
     "torch.no_grad",
@@ -407,11 +412,12 @@ class Tree:
         if index.isdigit():
             return node
         operation = type(parent.operator) if type(parent) is cst.BinaryOperation and parent.left is node else None
-        if (index in ("%d", "%s", "%i") and operation is cst.Modulo) or (index == "" and operation is cst.Add):
+        # `"cuda:%d" % gpu`, `"cuda:%(gpu)s" % vars(args)`, or `"cuda:" + str(gpu)`
+        if (_ONE_FIELD_PERCENT.fullmatch(index) and operation is cst.Modulo) or (index == "" and operation is cst.Add):
             return parent  # type: ignore[return-value]
         holder = self.parent(parent) if type(parent) is cst.Attribute and parent.attr.value == "format" else None
-        if index in ("{}", "{0}", "{:d}") and type(holder) is cst.Call and holder.func is parent:
-            return holder
+        if _ONE_FIELD_FORMAT.fullmatch(index) and type(holder) is cst.Call and holder.func is parent:
+            return holder  # `"cuda:{}".format(gpu)`, `"cuda:{gpu}".format(gpu=args.gpu)`
         return None
 
     def is_builtin_call(self, node: cst.CSTNode, name: str) -> bool:

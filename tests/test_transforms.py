@@ -76,6 +76,9 @@ def warnings(result) -> list[str]:
         pytest.param('model = nn.Linear(4, 1).to("cuda:%d" % gpu)', 'model = nn.Linear(4, 1).to("cuda")', id="percent-format"),
         pytest.param('model = nn.Linear(4, 1).to("cuda:{}".format(gpu))', 'model = nn.Linear(4, 1).to("cuda")', id="format-method"),
         pytest.param('model = nn.Linear(4, 1).to("cuda:" + str(gpu))', 'model = nn.Linear(4, 1).to("cuda")', id="concatenated"),
+        # helper corpus AS, repro 05
+        pytest.param('model = nn.Linear(4, 1).to("cuda:{gpu}".format(gpu=gpu))', 'model = nn.Linear(4, 1).to("cuda")', id="format-keyword"),
+        pytest.param('model = nn.Linear(4, 1).to("cuda:%(gpu)s" % {"gpu": gpu})', 'model = nn.Linear(4, 1).to("cuda")', id="percent-mapping"),
         pytest.param("model = nn.Linear(4, 1).cuda(args_gpu)", "model = nn.Linear(4, 1).cuda()", id="gpu-id-name"),
     ],
 )
