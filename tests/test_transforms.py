@@ -1129,6 +1129,21 @@ def test_files_rank_0_writes_before_training_are_waited_for() -> None:
 
 
 
+def test_files_rank_0_writes_before_a_training_helper_is_called_are_waited_for() -> None:
+    """Helper corpus AS, repro 06 and s05: a vocabulary pickled before `fit(model, loader)` (the
+    training loop in a same-file function) and read back right away got no barrier: rank 1 read
+    a file rank 0 had not written yet (FileNotFoundError). Inline loops had one."""
+    helpers = (
+        "def fit(model, loader, device):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + textwrap.indent(LOOP, "    ")
+    )
+    body = (
+        f"{DEVICE}\nwith open('vocab.pkl', 'wb') as f:\n    pickle.dump([1, 2], f)\nwith open('vocab.pkl', 'rb') as f:\n    vocab = pickle.load(f)\n"
+        f"{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nfit(model, loader, device)\n"
+    )
+    output = convert(script(body, helpers, imports="import pickle\n")).output
+    assert "            pickle.dump([1, 2], f)\n    dist.barrier()  # rank 0 wrote files here that every rank may read next: wait for them\n" in output
+
+
 def test_a_numpy_memory_map_made_anew_is_a_file_write() -> None:
     """Helper corpus AP, repro 06: `np.lib.format.open_memmap(path, mode="w+")` (and
     `np.memmap(path, mode="w+")`) truncates the file; on every rank it cut the map another rank

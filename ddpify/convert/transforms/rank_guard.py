@@ -224,6 +224,12 @@ class RankZeroGuards(Transform):
         if function is not entry.function or entry.kind == "library":
             return
         first = min((self.tree.order(loop.loop) for loop in self.facts.train_loops if self.tree.function(loop.loop) is function), default=None)
+        if first is None:  # `fit(model, loader, device)`: the training loop in a same-file function the entry calls
+            trains = self.program.training_functions
+            first = min(
+                (self.tree.order(c) for c in self.program.calls_in(function) if (target := self.program.callee(c, function)) is not None and target[0] in trains),
+                default=None,
+            )
         if first is None or self.tree.order(statement) > first:
             return
         top = statement
