@@ -1159,6 +1159,19 @@ def test_a_numpy_memory_map_made_anew_is_a_file_write() -> None:
     assert "    if rank == 0:\n        np.random.rand(64, 5).astype('float32').tofile('raw.bin')\n    dist.barrier()" in output
 
 
+
+def test_an_optimizer_built_again_over_a_trainers_model_does_not_wrap_the_trainer() -> None:
+    """Helper corpus AS, repro 01: `trainer.optimizer = SGD(trainer.model.parameters(), lr=0.01)`
+    in main() for a second stage made `trainer = DDP(trainer)` beside the wrap in the Trainer's
+    `__init__`: "'Trainer' object has no attribute 'named_parameters'", plain python too."""
+    body = (
+        f"{DEVICE}\n{LOADER}\ntrainer = Trainer(nn.Linear(4, 1).to(device), loader)\ntrainer.fit(1)\n"
+        "trainer.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=0.01)\ntrainer.fit(1)\n"
+    )
+    output = convert(script(body, TRAINER)).output
+    assert "        self.model = DDP(self.model)\n" in output and "trainer = DDP(trainer)" not in output
+
+
 TRAINER = """
 class Trainer:
     def __init__(self, model, loader):

@@ -1775,11 +1775,30 @@ class Analyzer:
                 ref = dotted(found[0])
                 if ref is not None:
                     parts = ref.split(".")
+                    if parts[0] != "self" and len(parts) > 1 and self._holder_of_its_own(found[0], function):
+                        continue  # `SGD(trainer.model.parameters())` from main(): the Trainer's own model (helper corpus AS, repro 01)
                     owners.append(".".join(parts[:2] if parts[0] == "self" else parts[:1]))
         if not owners and isinstance(expr, cst.Name):  # params = model.parameters(); SGD(params)
             for value, _ in self.program.assignments(function, expr.value):
                 owners += self._parameter_owners(value, function)  # type: ignore[arg-type]
         return list(dict.fromkeys(owners))
+
+    def _holder_of_its_own(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`trainer.model` of a same-file class with no forward (a Trainer, no module) whose own
+        optimizer trains `self.model`: the model the class holds, wrapped where the class builds
+        its optimizer, never the holder itself."""
+        root = expr
+        while type(root) is cst.Attribute:
+            root = root.value
+        cls = self.program.instance_of(root, function)
+        if cls is None or "forward" in self.program.class_methods(cls):
+            return False
+        attribute = dotted(expr).split(".", 1)[1]  # type: ignore[union-attr]
+        return any(
+            (self.tree.qname(node.func) or "").startswith("torch.optim.") and ".lr_scheduler." not in (self.tree.qname(node.func) or "")
+            for method in self.program.class_methods(cls).values() for node in self.program.calls_in(method)
+            if any(dotted(n) == f"self.{attribute}" for n in self.tree.walk(node))
+        )
 
     def _check_inline_model(self, ref: str, function: cst.FunctionDef | None, optimizer: cst.Call) -> None:
         """`ae, _ = pretrain(nn.Sequential(...), loader)`, whose `pretrain(model, loader)` builds the
