@@ -1204,8 +1204,20 @@ def low_rank(layer, r):
             "model.fc1 = low_rank(model.fc1, 2)\nmodel.fc2 = low_rank(model.fc2, 2)\ntrainer.reset_optimizer(0.01)\ntrainer.fit(1)",
             ["    model.fc2 = low_rank(model.fc2, 2)\n    trainer.model = DDP(trainer.model.module)  # again"], "", id="surgery-on-the-held-model",
         ),
+        # helper corpus AS, repro 01b and s05: a layer replaced by index, or through the holder
+        pytest.param("model[1] = nn.Linear(4, 1)\ntrainer.fit(1)", ["    model[1] = nn.Linear(4, 1)\n    trainer.model = DDP(trainer.model.module)  # again"], "", id="replaced-by-index"),
+        pytest.param(
+            "trainer.model.fc2 = nn.Linear(4, 1).to(device)\ntrainer.fit(1)",
+            ["    trainer.model.module.fc2 = nn.Linear(4, 1).to(device)\n    trainer.model = DDP(trainer.model.module)  # again"], "", id="replaced-through-the-holder",
+        ),
+        # helper corpus AS, repro 01c: the trainer's own optimizer built again over the model it holds
         pytest.param(
             "model.fc1 = low_rank(model.fc1, 2)\ntrainer.optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\ntrainer.fit(1)",
+            ["    model.fc1 = low_rank(model.fc1, 2)\n    trainer.model = DDP(trainer.model.module)  # again"], "", id="the-trainers-optimizer-built-again",
+        ),
+        pytest.param(
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\nfor x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y)\n"
+            "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()",
             [], "`model` is trained both through `Trainer`", id="trained-both-ways",
         ),
     ],
@@ -1215,7 +1227,7 @@ def test_a_trainer_object_that_wraps_the_model_it_keeps(stage: str, expected: li
     `model.configure_optimizers()` and the Trainer object itself wrapped in DDP (AttributeError on
     every rank); a layer replaced in main() on the model the trainer wraps in its __init__ was never
     wrapped again (the trainer kept a wrapper of the old layers); a model trained both ways got two
-    nested wraps (refused now)."""
+    nested wraps (refused now), unless the second optimizer is the trainer's own, built again."""
     model = "model = nn.Sequential()\nmodel.fc1, model.fc2 = nn.Linear(4, 4), nn.Linear(4, 1)\nmodel = model.to(device)\ntrainer = Trainer(model, loader)"
     body = f"{DEVICE}\n{LOADER}\n{model}\ntrainer.fit(2)\n{stage}\n"
     result = convert(script(body, TRAINER))

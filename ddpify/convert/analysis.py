@@ -904,6 +904,10 @@ class Analyzer:
             if not self._is_optimizer_call(call) or not call.args:
                 continue
             function = self.tree.function(call)
+            parent = self.tree.parent(call)
+            target = parent.targets[0].target if type(parent) is cst.Assign and len(parent.targets) == 1 else None
+            if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value != "self" and self._holder_of_its_own(target, function, "optimizer"):
+                continue  # `trainer.optimizer = SGD(net.parameters())`: the Trainer's model, which the class wraps (helper corpus AS, repro 01c)
             optional = self._made_only_if(call)
             touched: set[tuple[str, cst.FunctionDef | None]] = set()
             owners = self._parameter_owners(call.args[0].value, function)
@@ -1783,7 +1787,7 @@ class Analyzer:
                 owners += self._parameter_owners(value, function)  # type: ignore[arg-type]
         return list(dict.fromkeys(owners))
 
-    def _holder_of_its_own(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+    def _holder_of_its_own(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, role: str = "model") -> bool:
         """`trainer.model` of a same-file class with no forward (a Trainer, no module) whose own
         optimizer trains `self.model`: the model the class holds, wrapped where the class builds
         its optimizer, never the holder itself."""
@@ -1794,6 +1798,12 @@ class Analyzer:
         if cls is None or "forward" in self.program.class_methods(cls):
             return False
         attribute = dotted(expr).split(".", 1)[1]  # type: ignore[union-attr]
+        if role == "optimizer":  # `trainer.optimizer = ...`: the attribute the class's own optimizer is stored in
+            methods = self.program.class_methods(cls).values()
+            return any(
+                (self.tree.qname(v.func) or "").startswith("torch.optim.") for m in methods for v, i in self.program.assignments(m, f"self.{attribute}")
+                if i is None and type(v) is cst.Call
+            )
         return any(
             (self.tree.qname(node.func) or "").startswith("torch.optim.") and ".lr_scheduler." not in (self.tree.qname(node.func) or "")
             for method in self.program.class_methods(cls).values() for node in self.program.calls_in(method)

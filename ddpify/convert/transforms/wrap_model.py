@@ -300,7 +300,11 @@ class WrapModel(Transform):
             for holder, plain, call, caller in self._holders(model):
                 # `trainer = Trainer(model, loader)` wraps `self.model` in its __init__; main() then replaces a layer of `model`
                 kept = f"{holder}.{model.ref[5:]}"
-                changed = [(node, self.tree.statement(node), what) for node, what in self._surgeries(model, caller, plain, self.tree.statement(call))]
+                changed = [
+                    (node, self.tree.statement(node), what)
+                    for ref in (plain, kept) if ref for node, what in self._surgeries(model, caller, ref, self.tree.statement(call))
+                ]  # on the model handed to it, or through the holder: `trainer.model.classifier = ...` (helper corpus AS, s05)
+                changed.sort(key=lambda found: self.tree.order(found[0]))
                 for node, statement, what in self._last_of_runs(changed):
                     self.plan.insert_after(statement, statements(f"{kept} = " + again.replace("REF", kept)))
                     self.change(node, f"{what} after `{holder}` wrapped it as `{kept}`: wrapped again, since DDP knows only the parameters it wrapped")
@@ -326,13 +330,15 @@ class WrapModel(Transform):
         if not model.ref.startswith("self.") or model.ref.count(".") != 1 or init is None or init.name.value != "__init__":
             return []
         bound = [v for v, i in self.program.assignments(init, model.ref) if i is None]
-        param = bound[0].value if len(bound) == 1 and type(bound[0]) is cst.Name else None
+        held = unchained(bound[0]) if len(bound) == 1 else None  # `self.model = model`, or `model.to(device)`
+        param = held.value if type(held) is cst.Name else None
         found = []
         for call, caller in self.program.call_sites(init) if param is not None else ():
             argument = self.program.argument_for(call, init, param)  # type: ignore[arg-type]
             parent = self.tree.parent(call)
-            if type(argument) is cst.Name and type(parent) is cst.Assign and len(parent.targets) == 1 and type(parent.targets[0].target) is cst.Name:
-                found.append((parent.targets[0].target.value, argument.value, call, caller))
+            if argument is not None and type(parent) is cst.Assign and len(parent.targets) == 1 and type(parent.targets[0].target) is cst.Name:
+                # the model's name where it is built, or "" (`Trainer(BagModel(...), device)`): reached through the holder only
+                found.append((parent.targets[0].target.value, argument.value if type(argument) is cst.Name else "", call, caller))
         return found
 
     def _surgeries(self, model: TrainedModel, scope: cst.FunctionDef | None, ref: str, after: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, str]]:
@@ -343,8 +349,9 @@ class WrapModel(Transform):
             if type(node) not in (cst.Assign, cst.Call) or self.tree.order(node) <= start or self.tree.inside(node, after):
                 continue
             if type(node) is cst.Assign:
-                targets = [_stored_in(t.target) for t in node.targets]  # `model.fc = ...`, `model.heads["b"] = ...`
-                if any(t.startswith(ref + ".") for t in targets) and self._builds_a_layer(node.value):
+                targets = [_stored_in(t.target) for t in node.targets]  # `model.fc = ...`, `model.heads["b"] = ...`, `model[2] = ...`
+                indexed = [t.target for t in node.targets if type(t.target) is cst.Subscript]
+                if (any(t.startswith(ref + ".") for t in targets) or any(_stored_in(i) == ref for i in indexed)) and self._builds_a_layer(node.value):
                     yield node, f"`{code(node.targets[0].target)}` replaced"
                 continue
             found = s.method_call(node)
