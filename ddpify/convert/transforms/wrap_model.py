@@ -698,7 +698,8 @@ class WrapModel(Transform):
                     if not (target.startswith("self.") and target.count(".") == 1):
                         continue
                     value = unchained(node.value) if type(node.value) is cst.Call else node.value
-                    if self.tree.is_call_to(value, {"copy.deepcopy"}) and not (value.args and _state_of_a_model(value.args[0].value)) or target in loaded:  # type: ignore[union-attr]
+                    deep_copy = self.tree.is_call_to(value, {"copy.deepcopy"}) and not (value.args and _state_of_a_model(value.args[0].value))  # type: ignore[union-attr]
+                    if deep_copy or target in loaded:
                         return target[5:], "buffers"
                     if any(_state_of_a_model(n) for n in self.tree.walk(node.value)):
                         return target[5:], "values"  # a dict of copies of the model's state
