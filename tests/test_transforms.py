@@ -2757,6 +2757,21 @@ def test_seeds_are_offset_by_the_rank_right_before_training() -> None:
     assert result.warnings == []
 
 
+@pytest.mark.parametrize(("getitem", "offset"), [("i = np.random.randint(64)", True), ("i = (index + np.random.randint(2)) % 64", False)], ids=["ignores-its-index", "reads-its-index"])
+def test_a_dataset_drawing_its_samples_ignoring_the_index_gets_seeds_per_rank(getitem: str, offset: bool) -> None:
+    """Helper corpus AX, repro 02: `__getitem__(self, _)` drawing `np.random.randint(n)` under
+    `np.random.seed(0)` gave every rank the same samples (the DistributedSampler's indices were
+    thrown away), and verify passed it. The seeds are offset by the rank before training, as
+    --seed-per-rank does; a dataset that reads its index keeps the shared seed."""
+    helpers = (
+        "class Draws(torch.utils.data.Dataset):\n    def __len__(self):\n        return 64\n\n"
+        f"    def __getitem__(self, index):\n        {getitem}\n        return torch.ones(4) * i, torch.ones(1)\n"
+    )
+    body = f"np.random.seed(0)\n{DEVICE}\nloader = DataLoader(Draws(), batch_size=8)\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    output = convert(script(body, helpers, imports="import numpy as np\n")).output
+    assert ("    np.random.seed(rank)\n    for epoch in range(2):\n" in output) is offset
+
+
 def test_seeds_noop_without_the_option_but_reported() -> None:
     result = convert(seeded_script())
     assert "seed + rank" not in result.output

@@ -28,6 +28,8 @@ SEED_CALLS = {
     "numpy.random.seed",
     "random.seed",
 }
+# draws from the generators the seeds set
+RANDOM_DRAWS = ("numpy.random.", "random.", "torch.rand", "torch.randint", "torch.randn", "torch.randperm", "torch.multinomial", "torch.normal")
 COMMENT = "# each rank draws its own dropout and augmentation from here on; the weights are already the same everywhere\n"
 
 
@@ -48,7 +50,14 @@ class SeedPerRank(Transform):
                 self.change(model.anchor, "no seed is set: each rank's generators already start from their own random state; --seed-per-rank changes nothing")
             return
         first = min(seeds, key=self.tree.line)
-        if not self.options.seed_per_rank:
+        drawing = self._dataset_drawing_its_samples()
+        if drawing is not None and not self.options.seed_per_rank:
+            self.change(drawing, (
+                f"`{drawing.name.value}.__getitem__` ignores its index and draws its sample from the seeded generators: the "
+                "DistributedSampler's indices change nothing, so every rank would draw the same samples; the seeds are offset "
+                "by the rank before training, as --seed-per-rank does"
+            ))
+        if not self.options.seed_per_rank and drawing is None:
             self.change(
                 first,
                 f"`{code(first)}` seeds every rank alike: dropout and random augmentation draw the same numbers on every rank "
@@ -105,6 +114,23 @@ class SeedPerRank(Transform):
                 "this loop stops on a condition: with seeds offset by the rank, evaluation that draws random numbers (sampling, noise) "
                 "differs across ranks, and so would that decision; keep what decides deterministic",
             )
+
+    def _dataset_drawing_its_samples(self) -> cst.ClassDef | None:
+        """A same-file Dataset whose `__getitem__(self, i)` never reads `i` and draws what it returns
+        at random (`i = np.random.randint(len(self.obs))`, offline RL's samples per epoch): a shared
+        seed gives every rank the same samples, whatever indices the sampler hands out (helper
+        corpus AX, repro 02)."""
+        for cls in self.program.classes.values():
+            getitem = self.program.class_methods(cls).get("__getitem__")
+            params = self.program.param_names(getitem) if getitem is not None else []
+            if getitem is None or len(params) != 1:
+                continue
+            nodes = self.program.scope_nodes(getitem)
+            if any(type(n) is cst.Name and n.value == params[0] for n in nodes if n is not getitem):
+                continue  # the index is read
+            if any(type(n) is cst.Call and (self.tree.qname(n.func) or "").startswith(RANDOM_DRAWS) for n in nodes):
+                return cls
+        return None
 
     def _evaluates(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
         """Whether `node` runs an evaluation (`model.eval()`, `torch.no_grad()`), itself or in a same-file function it calls."""
