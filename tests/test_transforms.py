@@ -4093,6 +4093,16 @@ def test_tqdm_write_and_an_optional_summary_writer_run_on_rank_0() -> None:
     assert "    writer = SummaryWriter('runs') if SummaryWriter is not None and rank == 0 else None\n" in output
 
 
+def test_a_total_over_the_samples_a_sampler_draws_per_epoch_is_summed() -> None:
+    """Helper corpus AS, repro 07: `RandomSampler(ds, num_samples=k)` and `loss_sum / k`: each
+    rank now draws its share of k, so the totals are summed; they were averaged (the loss printed
+    at 1/world_size)."""
+    loader = "k = 32\nds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(ds, batch_size=8, sampler=torch.utils.data.RandomSampler(ds, num_samples=k))"
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    loss_sum = 0.0\n") + "        loss_sum += loss.item() * x.size(0)\n    print(loss_sum / k)\n"
+    output = convert(standard(loader=loader, loop=loop)).output
+    assert "# Each rank trained on its own shard of the data: sum the totals over ranks." in output and "loss_sum = totals.item()\n" in output
+
+
 def test_a_counter_over_the_shard_is_gathered_and_added_up() -> None:
     """Helper corpus AT, repro 03: `counts = Counter()`, `counts.update(pred.tolist())` was
     neither reduced nor warned about, and a stop on it left one rank alone in the loop."""

@@ -458,6 +458,18 @@ class Facts:
         return found
 
     @cached_property
+    def _drawn_counts(self) -> set[str]:
+        """The sample counts a training loader's sampler draws per epoch (`num_samples=args.k` of a
+        RandomSampler or WeightedRandomSampler), as spelled: each rank now draws its share of it
+        (helper corpus AS, repro 07)."""
+        found = set()
+        for plan in self.loader_plans:
+            drawn = s.arg(plan.sampler, None, "num_samples") if plan.sampler is not None and type(plan.sampler) is cst.Call else None
+            if drawn is not None and type(drawn.value) is not cst.Integer:
+                found.add(code(drawn.value))
+        return found
+
+    @cached_property
     def _training_datasets(self) -> set[str]:
         """The datasets the training loaders sample, as the script names them (`train_set`)."""
         found = set()
@@ -481,6 +493,8 @@ class Facts:
         (`label_counts = torch.bincount(labels)`, `label_counts[c]`) count the whole set too."""
         if hasattr(expr, "lpar"):
             expr = expr.with_changes(lpar=[], rpar=[])  # `(len(ds))`
+        if code(expr) in self._drawn_counts:
+            return True  # `RandomSampler(ds, num_samples=args.k)`'s k: what one process drew, now split over the ranks
         counted = expr.value if type(expr) is cst.Subscript else expr  # `label_counts[c]`
         if any(o.node is not counted and _counts_labels(self.tree, o.node) for o in self.program.origins(counted, function)):
             return True
