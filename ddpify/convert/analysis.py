@@ -1500,17 +1500,15 @@ class Analyzer:
         layers it may pick, as a report names them."""
         layers: list[str | None]
         if type(chooser) is cst.Name:  # `head = self.a if ... else self.b`, then `head(h)`
-            values = [v for v, i in self.program.assignments(method, chooser.value) if i is None]
-            if len(values) != 1:
+            chooser = self.program.bound_once(method, chooser.value)  # type: ignore[assignment]
+            if chooser is None:
                 return None
-            chooser = values[0]
         if type(chooser) is cst.IfExp:
             layers = [dotted(chooser.body), dotted(chooser.orelse)]
         elif type(chooser) is cst.Subscript and len(chooser.slice) == 1:
             table = chooser.value
             if type(table) is cst.Name:  # `heads = {...}` in the method, then `heads[task](h)`
-                values = [v for v, i in self.program.assignments(method, table.value) if i is None]
-                table = values[0] if len(values) == 1 else table
+                table = self.program.bound_once(method, table.value) or table
             index = chooser.slice[0].slice
             if type(table) not in (cst.Dict, cst.List, cst.Tuple) or type(index) is not cst.Index or type(index.value) in (cst.SimpleString, cst.Integer):
                 return None  # not a table of layers, or a constant index: always the same layer

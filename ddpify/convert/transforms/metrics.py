@@ -282,12 +282,14 @@ class ReduceMetrics(Transform):
         listed: dict[str, list[cst.BaseExpression]] = {}  # name -> appended values of `name[k].append(v)`, `name.setdefault(k, []).append(v)`
         marked: set[str] = set()  # `seen[u, i] = True`
         stored: set[str] = set()  # `stats[uid] = value`
-        extremes: dict[str, tuple[str, list[cst.BaseExpression]]] = {}  # name -> ("max" or "min", values)
+        extremes: dict[str, tuple[str, list[cst.BaseExpression], list[cst.CSTNode]]] = {}  # name -> ("max" or "min", values, where kept)
         for node in self.tree.walk(loop.loop.body):
             found_extreme = self._extreme(node)
             if found_extreme is not None:
                 name, kind, value = found_extreme
-                extremes.setdefault(name, (kind, []))[1].append(value)
+                entry = extremes.setdefault(name, (kind, [], []))
+                entry[1].append(value)
+                entry[2].append(node)
             if (
                 isinstance(node, cst.AugAssign)
                 and isinstance(node.operator, cst.AddAssign)
@@ -436,13 +438,13 @@ class ReduceMetrics(Transform):
                 totals[name] = "array" if all(self.tree.is_call_to(v, NUMPY_ZEROS) for v in initial) else "tensor"
                 if totals[name] == "tensor" and self._counts(initial, values):
                     self._count_tensors.add(name)
-        for name, (kind, values) in extremes.items():
+        for name, (kind, values, kept) in extremes.items():
             initial = self._initial_values(loop, name)
             if not (initial and all(map(_a_number, initial)) and name not in added and self._read_after(loop, name)) or not any(self._from_batch(loop, v) for v in values):
                 continue
-            if self._set_otherwise(loop, name):
+            if self._set_otherwise(loop, name, kept):
                 continue  # started again inside the loop: a window over the last few batches
-            others = self._kept_beside(loop, name)
+            others = _kept_beside(name, kept)
             if others:
                 warn(loop.loop, (
                     f"`{name}` keeps the running {'maximum' if kind == 'max' else 'minimum'} of this rank's shard, and {', '.join(f'`{o}`' for o in others)} "
@@ -747,30 +749,13 @@ class ReduceMetrics(Transform):
                 return kept.value, kind, value
         return None
 
-    def _set_otherwise(self, loop: TrainLoop, name: str) -> bool:
-        """`name` is bound in the loop other than by keeping its extreme (`m = 0.0` every 100 steps)."""
-        kept = set()
-        for node in self.tree.walk(loop.loop.body):
-            if (found := self._extreme(node)) is not None and found[0] == name:
-                kept |= {id(n) for n in self.tree.walk(node) if type(n) is cst.Assign}
+    def _set_otherwise(self, loop: TrainLoop, name: str, kept: list[cst.CSTNode]) -> bool:
+        """`name` is bound in the loop other than where it keeps its extreme (`m = 0.0` every 100 steps)."""
+        keeping = {id(n) for node in kept for n in self.tree.walk(node) if type(n) is cst.Assign}
         return any(
-            self.tree.inside(value, loop.loop.body) and not any(id(a) in kept for a in self.tree.ancestors(value))
+            self.tree.inside(value, loop.loop.body) and not any(id(a) in keeping for a in self.tree.ancestors(value))
             for value, _ in self.program.assignments(loop.function, name)
         )
-
-    def _kept_beside(self, loop: TrainLoop, name: str) -> list[str]:
-        """Names the `if v > m:` that keeps a running extreme also sets (`worst = i`): they go
-        with the rank's own extreme, which a reduction alone would part them from."""
-        others: list[str] = []
-        for node in self.tree.walk(loop.loop.body):
-            found = self._extreme(node)
-            if found is None or found[0] != name or type(node) is not cst.If:
-                continue
-            for line in node.body.body:  # type: ignore[union-attr]
-                for small in getattr(line, "body", ()):
-                    if type(small) is cst.Assign:
-                        others += [n for t in small.targets if (n := code(t.target)) != name and n not in others]
-        return others
 
     def _from_batch(self, loop: TrainLoop, value: cst.CSTNode) -> bool:
         """Something of this rank's batch, or what another module computed over the sharded
@@ -1386,6 +1371,20 @@ def _got_and_added(node: cst.Assign) -> cst.BaseExpression | None:
         if found is not None and found[1] == "get" and type(found[0]) is cst.Name and found[0].value == target.value.value:
             return added
     return None
+
+
+def _kept_beside(name: str, kept: list[cst.CSTNode]) -> list[str]:
+    """Names the `if v > m:` that keeps a running extreme also sets (`worst = i`): they go with
+    the rank's own extreme, which a reduction alone would part them from."""
+    others: list[str] = []
+    for node in kept:
+        if type(node) is not cst.If:
+            continue
+        for line in node.body.body:  # type: ignore[union-attr]
+            for small in getattr(line, "body", ()):
+                if type(small) is cst.Assign:
+                    others += [n for t in small.targets if (n := code(t.target)) != name and n not in others]
+    return others
 
 
 def _a_number(node: cst.CSTNode) -> bool:
