@@ -35,6 +35,17 @@ class Origin:
     function: cst.FunctionDef | None
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A construction of a same-file class whose `__init__` keeps what one of its parameters is
+    handed (`self.model = model`, or `model.to(device)`): `trainer = Trainer(net, loader)`."""
+
+    call: cst.Call
+    caller: cst.FunctionDef | None
+    argument: cst.BaseExpression  # what the call hands for that parameter (`net`)
+    holder: str | None  # the name the construction is bound to (`trainer`), if a plain name
+
+
 _NEW_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
@@ -452,6 +463,25 @@ class Program:
                         sites.append((call, caller))
             self._calls_cache[function] = sites
         return self._calls_cache[function]
+
+    def kept_by_init(self, init: cst.FunctionDef | None, attribute: str) -> list[Kept]:
+        """The constructions handing `init` (an `__init__`) what it keeps as `attribute`
+        (`self.model`), bound there once from one of its parameters."""
+        if init is None or init.name.value != "__init__" or not attribute.startswith("self.") or attribute.count(".") != 1:
+            return []
+        bound = [v for v, i in self.assignments(init, attribute) if i is None]
+        kept = unchained(bound[0]) if len(bound) == 1 else None  # type: ignore[arg-type]
+        if type(kept) is not cst.Name or kept.value not in self.param_names(init):
+            return []
+        found = []
+        for call, caller in self.call_sites(init):
+            argument = self.argument_for(call, init, kept.value)
+            if argument is None:
+                continue
+            parent = self.tree.parent(call)
+            named = type(parent) is cst.Assign and len(parent.targets) == 1 and type(parent.targets[0].target) is cst.Name
+            found.append(Kept(call, caller, argument, parent.targets[0].target.value if named else None))  # type: ignore[union-attr]
+        return found
 
     def argument_for(self, call: cst.Call, function: cst.FunctionDef, param: str) -> cst.BaseExpression | None:
         """The argument expression `call` passes for `function`'s parameter `param`."""

@@ -989,21 +989,13 @@ class Analyzer:
         replaced): two wraps, one holding the other (DDP inside DDP), and a rewrap the trainer
         never sees. Refused with the names until one wrap can serve both."""
         for held in models:
-            init = held.function
-            if not held.ref.startswith("self.") or init is None or init.name.value != "__init__":
-                continue
-            bound = [v for v, i in self.program.assignments(init, held.ref) if i is None]
-            param = bound[0].value if len(bound) == 1 and type(bound[0]) is cst.Name else None
-            if param is None or param not in self.program.param_names(init):
-                continue
-            for call, caller in self.program.call_sites(init):
-                argument = self.program.argument_for(call, init, param)
-                twin = next((m for m in models if m is not held and m.function is caller and m.ref == dotted(argument)), None) if argument is not None else None
+            for kept in self.program.kept_by_init(held.function, held.ref):
+                twin = next((m for m in models if m is not held and m.function is kept.caller and m.ref == dotted(kept.argument)), None)
                 if twin is not None:
                     raise NotConvertible(
-                        f"`{twin.ref}` is trained both through `{code(call.func)}` (line {self.tree.line(call)}), which keeps it as "
+                        f"`{twin.ref}` is trained both through `{code(kept.call.func)}` (line {self.tree.line(kept.call)}), which keeps it as "
                         f"`{held.ref}` and would wrap it there, and by an optimizer of its own here: one DDP wrap would hold the other; "
-                        f"train it through one of them (or wrap it once, by hand, before `{code(call.func)}` is built)"
+                        f"train it through one of them (or wrap it once, by hand, before `{code(kept.call.func)}` is built)"
                     )
 
     def _builds_optimizer_of_another(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:

@@ -326,20 +326,10 @@ class WrapModel(Transform):
         """Objects keeping a model their `__init__` wraps (`self.model = model`, then DDP there):
         (the object's name, the model's name at the construction, the call, its scope), for each
         `trainer = Trainer(model, ...)`."""
-        init = model.function
-        if not model.ref.startswith("self.") or model.ref.count(".") != 1 or init is None or init.name.value != "__init__":
-            return []
-        bound = [v for v, i in self.program.assignments(init, model.ref) if i is None]
-        held = unchained(bound[0]) if len(bound) == 1 else None  # `self.model = model`, or `model.to(device)`
-        param = held.value if type(held) is cst.Name else None
-        found = []
-        for call, caller in self.program.call_sites(init) if param is not None else ():
-            argument = self.program.argument_for(call, init, param)  # type: ignore[arg-type]
-            parent = self.tree.parent(call)
-            if argument is not None and type(parent) is cst.Assign and len(parent.targets) == 1 and type(parent.targets[0].target) is cst.Name:
-                # the model's name where it is built, or "" (`Trainer(BagModel(...), device)`): reached through the holder only
-                found.append((parent.targets[0].target.value, argument.value if type(argument) is cst.Name else "", call, caller))
-        return found
+        return [
+            (kept.holder, kept.argument.value if type(kept.argument) is cst.Name else "", kept.call, kept.caller)
+            for kept in self.program.kept_by_init(model.function, model.ref) if kept.holder is not None
+        ]  # the model's name where it is built, or "" (`Trainer(BagModel(...), device)`): reached through the holder only
 
     def _surgeries(self, model: TrainedModel, scope: cst.FunctionDef | None, ref: str, after: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, str]]:
         """Where `ref` (the model, in `scope`) gains or swaps a layer after `after`, and how to say it."""
