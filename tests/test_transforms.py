@@ -1240,6 +1240,20 @@ def test_a_trainer_object_that_wraps_the_model_it_keeps(stage: str, expected: li
         assert line in result.output, result.output
 
 
+def test_a_model_trained_both_through_a_trainer_moving_it_and_on_its_own_is_refused() -> None:
+    """The Trainer keeps the model it is handed moved (`self.model = model.to(device)`): still the
+    caller's model, trained both ways; the refusal read only `self.model = model` before."""
+    moving = TRAINER.replace("    def __init__(self, model, loader):\n        self.model = model\n", "    def __init__(self, model, loader):\n        self.model = model.to('cpu')\n")
+    assert moving != TRAINER
+    body = (
+        f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1)\ntrainer = Trainer(model, loader)\ntrainer.fit(1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\nfor x, y in loader:\n    loss = nn.functional.mse_loss(model(x), y)\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    result = convert(script(body, moving))
+    assert result.status == "unchanged" and result.reason.startswith("`model` is trained both through `Trainer`"), result.reason
+
+
 def test_positional_shuffle_and_trailing_comma_layout() -> None:
     source = standard(loader="dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nloader = DataLoader(\n    dataset,\n    8,\n    True,\n)")
     output = convert(source).output
