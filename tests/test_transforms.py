@@ -6921,3 +6921,32 @@ def test_a_global_total_of_the_shard_is_warned_about() -> None:
     body = f"{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(2):\n    train(model, loader, optimizer)\n"
     found = [w for w in warnings(convert(script(body, helpers))) if "is a global that keeps adding up" in w]
     assert len(found) == 1 and found[0].startswith("`samples_seen` is a global")
+
+
+@pytest.mark.parametrize(
+    ("stage", "warned"),
+    [
+        pytest.param(
+            "for step in range(20):\n    idx = torch.randint(0, 64, (8,))\n    x, y = X[idx].to(device), Y[idx].to(device)\n"
+            "    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n",
+            True, id="randint-batches-of-the-wrapped-model",
+        ),
+        pytest.param(
+            "T = torch.ones(1, requires_grad=True)\nopt_t = torch.optim.SGD([T], lr=0.01)\nlogits = torch.randn(64, 1)\nfor it in range(20):\n"
+            "    loss = nn.functional.mse_loss(logits / T, Y)\n    opt_t.zero_grad()\n    loss.backward()\n    opt_t.step()\n",
+            False, id="a-calibration-on-kept-logits",
+        ),
+    ],
+)  # fmt: skip
+def test_a_stage_making_its_own_batches_beside_a_loader_stage_is_warned_about(stage: str, warned: bool) -> None:
+    """Helper corpus AX, repro 01 (and BD 01): a second stage training the wrapped model on batches
+    drawn with `torch.randint` from tensors converted in silence; ddpify splits only the loader, so
+    each rank draws from the whole data there. Warned at the stage's loop; a loop that trains no
+    part of the wrapped model (a temperature on kept logits) is not."""
+    loader = "X, Y = torch.randn(64, 4), torch.randn(64, 1)\nloader = DataLoader(TensorDataset(X, Y), batch_size=8, shuffle=True)"
+    result = convert(standard(loader=loader, after=stage))
+    assert result.status == "converted", result.reason
+    found = [n for n in result.warnings if "makes its own batches" in n.message]
+    assert bool(found) == warned, warnings(result)
+    if warned:
+        assert found[0].message.startswith("the training loop here (over `range(20)`)") and len(found) == 1

@@ -40,6 +40,7 @@ class TrainLoops:
     def __init__(self, program: Program) -> None:
         self.program = program
         self.tree = program.tree
+        self._unfed: list[cst.Call] = []
 
     @cached_property
     def draws(self) -> list[TrainLoop]:
@@ -47,9 +48,19 @@ class TrainLoops:
         two with next() (FixMatch's labeled and unlabeled batches)."""
         found: dict[tuple[cst.For | cst.While, str], TrainLoop] = {}
         for call in self.program.backward_calls:
-            for loop in self._loader_loops(call, self.tree.function(call), set()):
+            drawn = self._loader_loops(call, self.tree.function(call), set())
+            for loop in drawn:
                 found.setdefault((loop.loop, code(loop.loader)), loop)
+            if not drawn:
+                self._unfed.append(call)
         return list(found.values())
+
+    @cached_property
+    def unfed(self) -> list[cst.Call]:
+        """The `backward()` calls no DataLoader feeds: batches the script makes itself
+        (`X[torch.randint(0, n, (bs,))]`), or none (a full batch)."""
+        self.draws
+        return self._unfed
 
     @cached_property
     def loops(self) -> list[TrainLoop]:

@@ -641,12 +641,36 @@ class Analyzer:
         facts.syncing = self._syncing(facts)
         facts.preparation, facts.prepared_functions, facts.prepared_calls = self._data_preparation(facts)
         facts.taken = self._check_names(entry)
+        self._warn_unsplit_stages(facts, found.unfed)
         self._check_custom_methods(facts)
         self._check_aliases(facts)
         self._check_hand_set_gradients(facts)
         self._penalties_of_input_gradients(facts)
         self._check_backwards_per_forward(facts)
         return facts
+
+    def _warn_unsplit_stages(self, facts: Facts, unfed: list[cst.Call]) -> None:
+        """A second stage that trains the wrapped model on batches it makes itself (`idx =
+        torch.randint(0, n, (bs,))`, `X[idx]`) beside a DataLoader stage: ddpify splits only the
+        loader, so each rank draws from the whole data there (the same batches under one seed:
+        no faster than one process). It still trains right: a warning, not a refusal."""
+        seen: set[int] = set()
+        for backward in unfed:
+            function = self.tree.function(backward)
+            loops = [loop for loop in self.tree.loops(backward) if self.tree.function(loop) is function]
+            if not loops or id(loops[0]) in seen:
+                continue
+            step = loops[0]
+            if not any(facts.forwards_model(call, function) for call in self.tree.calls(step)):
+                continue  # a calibration on kept logits, a model of its own: nothing of the wrapped model's
+            seen.add(id(step))
+            head = code(step.iter) if isinstance(step, cst.For) else code(step.test)
+            self.warnings.append((
+                step,
+                f"the training loop here (over `{head[:50]}`) makes its own batches, not from a DataLoader: ddpify does not split "
+                "them by rank, so each rank draws from the whole data in this stage (the same batches when the ranks share a seed, "
+                "no faster than one process); give each rank its own part by hand, or feed this stage from a DataLoader",
+            ))
 
     def _check_backwards_per_forward(self, facts: Facts) -> None:
         """`loss_i.backward(retain_graph=True)` for each task on one forward (PCGrad, MGDA): DDP
