@@ -1109,8 +1109,10 @@ def test_post_training_quantization_and_copies_take_the_plain_model() -> None:
     after = (
         "q = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)\n"
         "c = torch.ao.quantization.convert(model.cpu().eval())\nexport = copy.deepcopy(model.cpu())\n"
+        "k = torch.ao.quantization.quantize_dynamic(model=model.cpu(), qconfig_spec={nn.Linear})\n"
     )
     output = convert(standard(after=after, imports="import copy\n")).output
+    assert "k = torch.ao.quantization.quantize_dynamic(model=model.module.cpu(), qconfig_spec={nn.Linear})" in output  # helper corpus AS, repro 09
     assert "q = torch.ao.quantization.quantize_dynamic(model.module, {nn.Linear}, dtype=torch.qint8)" in output
     assert "c = torch.ao.quantization.convert(model.module.cpu().eval())" in output and "export = copy.deepcopy(model.module.cpu())" in output
 

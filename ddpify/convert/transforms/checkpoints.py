@@ -24,6 +24,10 @@ PATH_READS = {"read_text", "read_bytes"}
 PATH_WRITES = {"write_text", "write_bytes"}
 
 
+# the keyword each of s.MODEL_EXPORTS takes the model by (`quantize_dynamic(model=...)`, `trace(func=...)`)
+EXPORTED_KEYWORDS = {"model", "module", "mod", "func", "obj", "graph_module"}
+
+
 class Checkpoints(Transform):
     name = "checkpoint"
     DESCRIPTION = "state_dict through model.module, map_location on torch.load, barrier before reading back"
@@ -158,7 +162,8 @@ class Checkpoints(Transform):
         ...)`, `torch.onnx.export(model, ...)`: the plain model is exported. The wrapper fails to
         trace (its forward broadcasts buffers through the process group; scripting refuses its
         `*inputs`), and what does export carries `module.` in every name."""
-        exported = call.args[0].value if call.args and call.args[0].keyword is None else None
+        first = s.arg(call, 0, None) or next((a for a in call.args if a.keyword is not None and a.keyword.value in EXPORTED_KEYWORDS), None)
+        exported = first.value if first is not None else None  # `quantize_dynamic(model=net, ...)`
         exported = s.unchained(exported) if exported is not None else None  # `torch.jit.script(model.eval())`: eval() returns the wrapper
         if exported is None or not isinstance(exported, (cst.Name, cst.Attribute)) or not self.facts.is_model(exported, function):
             return
