@@ -6952,3 +6952,24 @@ def test_a_stage_making_its_own_batches_beside_a_loader_stage_is_warned_about(st
     assert bool(found) == warned, warnings(result)
     if warned:
         assert found[0].message.startswith("the training loop here (over `range(20)`)") and len(found) == 1
+
+
+@pytest.mark.parametrize(
+    ("generator", "seed"),
+    [
+        pytest.param("torch.Generator().manual_seed(42)", "42", id="inline"),
+        pytest.param("g", "seed", id="bound-then-seeded"),
+        pytest.param("torch.Generator()", "", id="unseeded"),
+    ],
+)  # fmt: skip
+def test_a_loader_shuffling_from_a_seeded_generator_keeps_its_seed_in_the_sampler(generator: str, seed: str) -> None:
+    """Helper corpus AU, repro 03: `DataLoader(..., shuffle=True, generator=torch.Generator().manual_seed(s))`
+    became a DistributedSampler shuffling from seed 0: a sweep over `--seed` saw one order of the
+    data. The sampler takes the generator's seed; an unseeded generator gives it none."""
+    loader = (
+        "seed = 7\ng = torch.Generator()\ng.manual_seed(seed)\n"
+        f"loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True, generator={generator})"
+    )
+    output = convert(standard(loader=loader)).output
+    given = f", seed={seed}" if seed else ""
+    assert f"sampler=DistributedSampler(train_dataset, shuffle=True{given}), generator={generator})" in output, output

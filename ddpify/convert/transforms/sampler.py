@@ -15,7 +15,7 @@ from ddpify.analysis.splits import runs_per_pass, seeded_before, shuffled_from_t
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
-from ddpify.syntax import code
+from ddpify.syntax import code, dotted
 
 DATASET_NAMES = ("train_dataset", "train_set", "train_data")
 SHAPE_METHODS = {"reshape", "view", "expand", "repeat"}
@@ -213,7 +213,7 @@ class Sampler(Transform):
                 shuffle_code = code(shuffle.value) if shuffle is not None else "False"
                 if shuffle is not None:  # a DataLoader takes a sampler or shuffle, not both
                     self.plan.replace(call, _without(shuffle))
-            self.plan.replace(used.value, cst.parse_expression(f"DistributedSampler({dataset_code}, shuffle={shuffle_code})"))
+            self.plan.replace(used.value, cst.parse_expression(f"DistributedSampler({dataset_code}, shuffle={shuffle_code}{self._seed(call, plan.function)})"))
             self.change(call, f"training DataLoader sharded across ranks: `{code(used.value)}` becomes a DistributedSampler")
             self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
             return
@@ -224,7 +224,7 @@ class Sampler(Transform):
         if shuffle is None and spread is not None:
             shuffle_code = self._pop_shuffle(call, spread, plan.function)
             moved = f"shuffle taken out of **{code(spread.value)} into the sampler"
-        sampler = keyword("sampler", f"DistributedSampler({dataset_code}, shuffle={shuffle_code})")
+        sampler = keyword("sampler", f"DistributedSampler({dataset_code}, shuffle={shuffle_code}{self._seed(call, plan.function)})")
         # `shuffle=mode == "train"` in a builder function: it makes the evaluation loaders too, which
         # are not sharded (a dict of loaders per phase is: its phase loop reduces every phase's totals)
         split = training_split_test(shuffle.value) if shuffle is not None and not self._in_comprehension(call) else None
@@ -236,6 +236,26 @@ class Sampler(Transform):
         self.change(call, f"training DataLoader sharded across ranks with DistributedSampler ({moved})")
         self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
         self._keep_full_batches(call)
+
+    def _seed(self, call: cst.Call, function: cst.FunctionDef | None) -> str:
+        """`, seed=42` for a loader that shuffled from `generator=torch.Generator().manual_seed(42)`
+        (inline, or a generator bound once and seeded): the sampler now shuffles, from its own
+        seed (0 unless given), and a sweep over seeds would otherwise see one order of the data."""
+        given = s.arg(call, None, "generator")
+        generator = given.value if given is not None else None
+        if type(generator) is cst.Name:
+            bound = self.program.bound_once(function, generator.value)
+            seeded = [
+                c for c in self.program.calls_in(function)
+                if (m := s.method_call(c)) is not None and m[1] == "manual_seed" and dotted(m[0]) == generator.value and c.args
+            ]  # `g = torch.Generator(); g.manual_seed(seed)`
+            if type(bound) is cst.Call and self.tree.qname(bound.func) == "torch.Generator" and len(seeded) == 1:
+                return f", seed={code(seeded[0].args[0].value)}"
+            generator = bound  # type: ignore[assignment]
+        found = s.method_call(generator) if generator is not None else None
+        if found is not None and found[1] == "manual_seed" and type(found[0]) is cst.Call and self.tree.qname(found[0].func) == "torch.Generator":
+            return f", seed={code(generator.args[0].value)}" if generator.args else ""  # type: ignore[union-attr]
+        return ""
 
     def _keep_full_batches(self, call: cst.Call) -> None:
         """`x.reshape(batch_size, -1)`, `x.view(batch_size, ...)`: the script assumes full batches,
