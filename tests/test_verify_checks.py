@@ -30,7 +30,7 @@ def rank_facts(**fields) -> dict:
 def ddp_model(*params: dict, forward_grad: int = 4, direct: int = 0, bypassed: int = 0) -> dict:
     return {
         "site": "train.py:10", "module": "Net", "forward": forward_grad, "forward_grad": forward_grad,
-        "direct_forward_grad": direct, "bypassed_backward": bypassed, "first_input": None, "params": list(params),
+        "direct_forward_grad": direct, "bypassed_backward": bypassed, "first_unfed_input": None, "params": list(params),
     }  # fmt: skip
 
 
@@ -210,7 +210,10 @@ def test_data_without_a_loader_is_unchecked() -> None:
     facts = {r: rank_facts(backward_without_loader=4) for r in (0, 1)}
     check = checks.data_sharding(facts, finished=True)
     assert check.status == UNCHECKED and check.ok
-    assert check.detail == "4 of 4 backward() call(s) on rank 0 came before any DataLoader batch: that data is unchecked"
+    assert check.detail == (
+        "4 of 4 backward() call(s) on rank 0 came before any DataLoader batch or after a DataLoader's pass had ended "
+        "(batches the script makes itself): that data is unchecked"
+    )
 
 
 def test_evaluation_loaders_are_not_judged() -> None:

@@ -180,10 +180,13 @@ def data_sharding(facts: Facts, finished: bool) -> Check:
     without = first.get("backward_without_loader", 0)
     unchecked = ""
     if without:
-        unchecked = f"{without} of {backward} backward() call(s) on rank {ranks[0]} came before any DataLoader batch: that data is unchecked"
-        inputs = [[m.get("first_input") for m in facts[rank].get("ddp", [])] for rank in ranks]
+        unchecked = (
+            f"{without} of {backward} backward() call(s) on rank {ranks[0]} came before any DataLoader batch or after a DataLoader's "
+            "pass had ended (batches the script makes itself): that data is unchecked"
+        )
+        inputs = [[m.get("first_unfed_input") for m in facts[rank].get("ddp", [])] for rank in ranks]
         if inputs[0] and all(i == inputs[0] for i in inputs[1:]):
-            unchecked += " (the first training inputs were identical on every rank)"
+            unchecked += " (the first of those inputs were identical on every rank)"
     if problems:
         return Check(name, FAIL, "; ".join(problems + ([unchecked] if unchecked else [])), {"loaders": evidence})
     if not training:

@@ -127,7 +127,7 @@ class Facts:
             "direct_forward_grad": entry["direct_forward_grad"],
             "bypassed_backward": entry["bypassed_backward"],
             "superseded": entry.get("superseded", False),
-            "first_input": entry["first_input"],
+            "first_unfed_input": entry["first_unfed_input"],
             "params": [fingerprint_param(name, p) for name, p in entry["params"]],
         }
 
@@ -337,7 +337,7 @@ def patch_ddp(facts):
                 "forward_grad": 0,
                 "direct_forward_grad": 0,
                 "bypassed_backward": 0,
-                "first_input": None,
+                "first_unfed_input": None,
                 "_ddp_since_backward": False,
                 "_direct_since_backward": False,
             }
@@ -360,9 +360,9 @@ def patch_ddp(facts):
             if torch.is_grad_enabled():
                 entry["forward_grad"] += 1
                 entry["_ddp_since_backward"] = True
-                if entry["first_input"] is None:
+                if entry["first_unfed_input"] is None and facts.last_loader is None:  # what no DataLoader batch vouches for
                     try:
-                        entry["first_input"] = fingerprint_batch([inputs, kwargs])
+                        entry["first_unfed_input"] = fingerprint_batch([inputs, kwargs])
                     except Exception:
                         facts.error("DDP input")
         facts.ddp_depth += 1
@@ -560,7 +560,12 @@ def patch_dataloader(facts):
 
     @functools.wraps(original_next)
     def __next__(self):
-        data = original_next(self)
+        try:
+            data = original_next(self)
+        except StopIteration:
+            if facts.last_loader is not None and facts.last_loader is getattr(self, "_ddpify_entry", None):
+                facts.last_loader = None  # the pass ended: a backward now trains on batches no DataLoader gave
+            raise
         entry = getattr(self, "_ddpify_entry", None)
         if entry is not None:
             entry["batches"] += 1
