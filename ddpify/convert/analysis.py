@@ -1767,10 +1767,15 @@ class Analyzer:
             branches = [node.body, node.orelse.body]
         else:
             return False
+        bound = {
+            n.value for loop in self.tree.loops(node) if (dotted(self.program.unwrap_iterable(loop.iter)) or "").startswith("self.")
+            for n in self.tree.walk(loop.target) if type(n) is cst.Name
+        }  # `for blk in self.blocks:` around `checkpoint(blk, x) if ... else blk(x)` (helper corpus BD, repro 01)
         used = [
             {n.attr.value for n in self.tree.walk(b) if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == "self"} & layers
+            | {f"loop:{n.value}" for n in self.tree.walk(b) if type(n) is cst.Name and n.value in bound}
             for b in branches
-        ]
+        ]  # fmt: skip
         return bool(used[0]) and all(u == used[0] for u in used)
 
     def _builds_layer(self, value: cst.Call) -> bool:
