@@ -98,6 +98,9 @@ class Program:
             elif isinstance(node, cst.ClassDef) and isinstance(tree.parent(node), cst.Module):
                 self.classes[node.name.value] = node
         self._scope_cache: dict[cst.FunctionDef | None, list[cst.CSTNode]] = {}
+        # `torch.seed()` calls whose fresh seed the converter makes rank 0's on every rank (filled
+        # by convert's analysis once it knows the entry; lint's reading leaves it empty)
+        self.shared_seeds: set[int] = set()
         self._assignment_cache: dict[cst.FunctionDef | None, dict[str, list[tuple[cst.CSTNode, int | None]]]] = {}
         self._global_writers: dict[str, list[cst.FunctionDef]] | None = None  # `global_writers`, by name
         self._calls_in_cache: dict[cst.FunctionDef | None, list[cst.Call]] = {}

@@ -4315,6 +4315,25 @@ def test_a_seed_drawn_per_process_is_rank_0s_on_every_rank() -> None:
     assert "jitter = rank0_value" not in output
 
 
+@pytest.mark.parametrize("draw", ["seed = torch.seed()\n", "torch.seed()\n"], ids=["kept", "alone"])
+def test_a_fresh_seed_set_in_each_process_is_rank_0s_on_every_rank(draw: str) -> None:
+    """Helper corpus BD, repro 03 (AS 08): `seed = torch.seed()`, a fresh seed per run, then data
+    drawn and split from it: each rank drew and set its own, so its own data set and split (an
+    early stop on it split the ranks). Rank 0's is broadcast and set; the data is then alike, and
+    neither the split nor the data is warned about or given a generator of its own."""
+    loader = (
+        draw + "X = torch.randn(64, 4)\ntrain_set, val_set = torch.utils.data.random_split(TensorDataset(X, X.sum(1, keepdim=True)), [48, 16])\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True)"
+    )
+    result = convert(standard(loader=loader))
+    if draw.startswith("seed"):
+        assert "    seed = torch.seed()\n    seed = rank0_value(seed)  # one seed: the same data and splits on every rank\n    torch.manual_seed(seed)\n" in result.output
+    else:
+        assert "    torch.seed()\n    torch.manual_seed(rank0_value(torch.initial_seed()))  # one seed" in result.output
+    assert "random_split(TensorDataset(X, X.sum(1, keepdim=True)), [48, 16])\n" in result.output
+    assert not any("the training data is drawn here" in n.message for n in result.warnings), result.warnings
+
+
 def test_a_script_that_names_its_own_rank_asks_dist_for_the_process_rank() -> None:
     """Helper corpus I: a latent dimension (or a LoRA rank) called `rank` in main() got the whole
     script refused. Its `rank` stays the script's; the guards ask `dist.get_rank()`. (A `backend`
@@ -6980,3 +6999,15 @@ def test_a_loader_shuffling_from_a_seeded_generator_keeps_its_seed_in_the_sample
     output = convert(standard(loader=loader)).output
     given = f", seed={seed}" if seed else ""
     assert f"sampler=DistributedSampler(train_dataset, shuffle=True{given}), generator={generator})" in output, output
+
+
+def test_training_data_split_in_a_tuple_assignment_is_followed_to_its_draws() -> None:
+    """`train_set, val_set = random_split(TensorDataset(X, y), ...)` with `X = torch.randn(...)`
+    unseeded: the draws behind a tuple target went unfollowed, and nothing said that every rank
+    made its own data set (helper corpus BD, repro 03)."""
+    loader = (
+        "X = torch.randn(64, 4)\ntrain_set, val_set = torch.utils.data.random_split(TensorDataset(X, X.sum(1, keepdim=True)), [48, 16])\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True)"
+    )
+    result = convert(standard(loader=loader))
+    assert any(n.message.startswith("the training data is drawn here") for n in result.warnings), result.warnings

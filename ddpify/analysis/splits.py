@@ -154,7 +154,9 @@ def unseeded_data(tree: Tree, program: Program, dataset: cst.BaseExpression, fun
                 # `xs.append(np.random.randn(n, 8) + c)` class by class, then `np.concatenate(xs)`
                 work += [(a.value, scope) for c in program.calls_in(scope) if (m := s.method_call(c)) is not None and m[1] in ("append", "extend")
                          and type(m[0]) is cst.Name and m[0].value == node.value and tree.order(c) < tree.order(node) for a in c.args[:1]]
-                earlier = [v for v, i in program.assignments(scope, node.value) if i is None and tree.order(v) < tree.order(node)]
+                earlier = [
+                    program.element(v, i) for v, i in program.assignments(scope, node.value) if tree.order(v) < tree.order(node)
+                ]  # also `train_set, val_set = random_split(TensorDataset(X, y), ...)`: drawn from X and y (helper corpus BD, repro 03)
                 if earlier:  # the value the name holds here: its last assignment before, in this scope
                     work.append((max(earlier, key=tree.order), scope))
                     continue
@@ -179,7 +181,7 @@ def _drawn_when_built(tree: Tree, program: Program, built: cst.Call, scope: cst.
         if name not in DATA_DRAWS or any(a.keyword is not None and a.keyword.value in OWN_GENERATOR for a in call.args):
             continue
         library = _library(name)
-        if any(_seeds(tree, c, library) and tree.order(c) < tree.order(call) for c in calls):
+        if any(_seeds(tree, c, library, program.shared_seeds) and tree.order(c) < tree.order(call) for c in calls):
             continue
         if not _seeded_before(tree, program, built, scope, 2, library):
             found.append(call)
@@ -192,9 +194,30 @@ def _library(draw: str) -> str:
     return "numpy" if root == "sklearn" else root
 
 
-def _seeds(tree: Tree, call: cst.Call, library: str) -> bool:
+# A fresh seed from the operating system, set as torch's global generator's and returned.
+FRESH_SEEDS = {"torch.seed", "torch.random.seed"}
+
+
+def fresh_seeds(tree: Tree, program: Program, function: cst.FunctionDef | None) -> list[cst.Call]:
+    """`seed = torch.seed()` (or the call alone) on a line of its own in `function`, outside
+    loops: a fresh seed per run, which each process would draw for itself."""
+    found = []
+    for call in program.calls_in(function):
+        if not tree.is_call_to(call, FRESH_SEEDS) or tree.loops(call):
+            continue
+        parent = tree.parent(call)
+        alone = type(parent) is cst.Expr or (type(parent) is cst.Assign and len(parent.targets) == 1 and type(parent.targets[0].target) is cst.Name)
+        if alone and type(tree.parent(parent)) is cst.SimpleStatementLine and len(tree.parent(parent).body) == 1:  # type: ignore[union-attr]
+            found.append(call)
+    return found
+
+
+def _seeds(tree: Tree, call: cst.Call, library: str, shared: set[int] | frozenset = frozenset()) -> bool:
     """A seed call for `library`'s generator: its own (`np.random.seed`), or a helper of the
-    script's that may seed them all (`set_seed(0)`)."""
+    script's that may seed them all (`set_seed(0)`); or a fresh `torch.seed()` in `shared`,
+    which the converter makes rank 0's on every rank."""
+    if id(call) in shared:
+        return library == "torch"
     if not is_seed_call(tree, call):
         return False
     name = tree.qname(call.func) or ""
@@ -209,11 +232,11 @@ def seeded_before(tree: Tree, program: Program, point: cst.CSTNode, function: cs
 
 def _seeded_before(tree: Tree, program: Program, point: cst.CSTNode, function: cst.FunctionDef | None, depth: int, library: str) -> bool:
     where = tree.order(point)
-    if any(_seeds(tree, c, library) and tree.order(c) < where for c in program.calls_in(function)):
+    if any(_seeds(tree, c, library, program.shared_seeds) and tree.order(c) < where for c in program.calls_in(function)):
         return True
     if function is None:
         return False
-    if any(_seeds(tree, c, library) for c in program.calls_in(None) if tree.order(c) < where):
+    if any(_seeds(tree, c, library, program.shared_seeds) for c in program.calls_in(None) if tree.order(c) < where):
         return True  # module code before the function runs (a seed at import)
     if depth == 0:
         return False

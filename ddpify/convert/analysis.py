@@ -20,6 +20,7 @@ from ddpify.analysis import sync
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.analysis.output import FILE_WRITE, Outputs
 from ddpify.analysis.rebinds import rebinds_after
+from ddpify.analysis.splits import fresh_seeds
 from ddpify.analysis.switches import GradSwitches
 from ddpify.analysis.wrappers import wrapper_names
 from ddpify.program import Origin, Program
@@ -618,6 +619,8 @@ class Analyzer:
             raise NotConvertible(self._no_loader_reason(backward_calls))
         self._check_carried_state(loops, {m.ref for m in models})
         entry = self._entry(loaders, models)
+        if entry.kind != "library":
+            self.program.shared_seeds = {id(call) for call in fresh_seeds(self.tree, self.program, entry.function)}
         self._check_spawned_workers(entry)
         device = self._device(entry, models)
         refs, handed_both = self._model_refs(models)

@@ -63,6 +63,19 @@ class SharedRunNames(Transform):
             self.plan.insert_after(statement, statements(f"{name} = rank0_value({name})  # {why}\n"))
             self.change(statement, f"`{name}` is {what} (`{code(assign.value)}`): every rank takes rank 0's (rank0_value)")
             done = True
+        for call in self.program.calls_in(entry.function):
+            if id(call) not in self.program.shared_seeds:
+                continue
+            # `seed = torch.seed()`: a fresh seed per run, which each process would draw and set for itself
+            statement = self.tree.statement(call)
+            parent = self.tree.parent(call)
+            name = dotted(parent.targets[0].target) if type(parent) is cst.Assign else None
+            again = f"{name} = rank0_value({name})  # one seed: the same data and splits on every rank\ntorch.manual_seed({name})\n" if name else (
+                "torch.manual_seed(rank0_value(torch.initial_seed()))  # one seed: the same data and splits on every rank\n"
+            )
+            self.plan.insert_after(statement, statements(again))
+            self.change(statement, f"`{code(call)}` draws and sets a seed in each process: every rank takes rank 0's (rank0_value) and seeds with it")
+            done = True
         if done:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(HELPER))
