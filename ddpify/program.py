@@ -10,7 +10,7 @@ that names it.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -844,13 +844,14 @@ class Program:
         """The functions defined directly inside `function`."""
         return [f for f in self.all_functions if self.tree.function(f) is function]
 
-    def propagate(self, seeds: list[tuple[str, cst.FunctionDef | None]]) -> dict[cst.FunctionDef | None, set[str]]:
+    def propagate(self, seeds: list[tuple[str, cst.FunctionDef | None]], plain: Collection[int] = ()) -> dict[cst.FunctionDef | None, set[str]]:
         """Names that denote the same object as the seeds, per function.
 
         An object named `ref` in a function is also named by the parameter it is passed to
         (`train(model)`), by `self.<attr>` when a constructor stores it, in every method for a
         `self.<attr>` seed, in every function and method for a global, and in the functions defined
-        inside a function (closures) that read it from there.
+        inside a function (closures) that read it from there. Arguments whose ids are in `plain`
+        hand something else (the converter hands `model.module` there).
         """
         refs: dict[cst.FunctionDef | None, set[str]] = {}
         work = list(seeds)
@@ -876,7 +877,7 @@ class Program:
                     continue
                 callee = target[0]
                 for a in call.args:
-                    if dotted(a.value) != ref:
+                    if dotted(a.value) != ref or id(a.value) in plain:
                         continue
                     param = self.parameter_for(call, callee, a.value)
                     if param is None:

@@ -957,6 +957,40 @@ def test_a_model_built_around_a_pretrained_wrapped_one_holds_the_plain_one() -> 
     assert output.count("loader.sampler.set_epoch(loader.sampler.epoch + 1)  # another pass over it") == 1
 
 
+@pytest.mark.parametrize(
+    ("forward", "reason"),
+    [
+        pytest.param("return self.cls(self.encoder(x))", "", id="all-of-it-with-gradients"),
+        pytest.param("with torch.no_grad():\n            h = self.encoder.body(x)\n        return self.cls(h)", "runs only a part of it", id="a-part-of-it"),
+        pytest.param("with torch.no_grad():\n            h = self.encoder(x)\n        return self.cls(h)", "runs it without gradients", id="frozen-features"),
+    ],
+)  # fmt: skip
+def test_a_probe_built_around_a_wrapped_encoder_reaches_the_plain_one(forward: str, reason: str) -> None:
+    """Helper corpus BB, repro 03 and script 09: `LinearClassifier(model)` after pretraining got
+    `model.module`, but its forward's `self.encoder.features(x)` became `self.encoder.module.features(x)`
+    ("'Encoder' object has no attribute 'module'" at any world size): what the probe holds is the
+    plain encoder. A probe running part of it, or all of it under no_grad, needs find_unused_parameters."""
+    helpers = (
+        "class Encoder(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n\n"
+        "    def forward(self, x):\n        return self.body(x)\n\n\n"
+        "class Head(nn.Module):\n    def __init__(self, encoder):\n        super().__init__()\n        self.encoder = encoder\n        self.cls = nn.Linear(4, 1)\n\n"
+        f"    def forward(self, x):\n        {forward}\n"
+    )
+    body = (
+        f"{DEVICE}\n{LOADER}\nencoder = Encoder().to(device)\nopt = torch.optim.SGD(encoder.parameters(), lr=0.1)\nfor x, y in loader:\n"
+        "    loss = nn.functional.mse_loss(encoder(x).sum(1, keepdim=True), y)\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+        "probe = Head(encoder).to(device)\nopt2 = torch.optim.SGD(probe.cls.parameters(), lr=0.1)\nfor x, y in loader:\n"
+        "    loss = nn.functional.mse_loss(probe(x), y)\n    opt2.zero_grad()\n    loss.backward()\n    opt2.step()\n"
+    )
+    result = convert(script(body, helpers))
+    assert "probe = Head(encoder.module).to(device)" in result.output and "self.encoder.module" not in result.output
+    if reason:
+        assert "probe = DDP(probe, find_unused_parameters=True)" in result.output
+        assert any(reason in n.message for n in result.notes), [n.message for n in result.notes]
+    else:
+        assert "probe = DDP(probe)\n" in result.output
+
+
 def test_a_statistics_pass_over_a_loader_split_another_way_is_reduced() -> None:
     """`mean, std = feature_stats(loader)` over a loader whose WeightedRandomSampler draws each
     rank's share: each rank normalized with its own part's statistics (helper corpus AH, 03)."""

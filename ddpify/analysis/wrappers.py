@@ -28,21 +28,23 @@ def wrapper_names(
     seeds: list[Seed],
     wrapped_at: Mapping[Seed, cst.CSTNode],
     plain_returns: Collection[Seed] = (),
+    plain_arguments: Collection[int] = (),
 ) -> Refs:
     """Names denoting the wrapped model, per function. `wrapped_at`: for a seed, the statement
-    after which its name holds the wrapper (before it, the plain module)."""
+    after which its name holds the wrapper (before it, the plain module); `plain_arguments`: ids
+    of arguments handed as the plain model (`Head(encoder.module)`)."""
     seeds = list(seeds)
-    refs = program.propagate(seeds)
+    refs = program.propagate(seeds, plain_arguments)
     held = _instance_attributes(program, refs)
     if held:
         seeds += held
-        refs = program.propagate(seeds)
+        refs = program.propagate(seeds, plain_arguments)
     for _ in range(3):  # `best = trainer.fit()`, then `final = best`
         aliases = _aliases(tree, program, refs, wrapped_at, plain_returns)
         if not aliases:
             break
         seeds += aliases
-        refs = program.propagate(seeds)
+        refs = program.propagate(seeds, plain_arguments)
     return refs
 
 

@@ -188,6 +188,9 @@ class Facts:
     handed_both: set[tuple[str, cst.FunctionDef]]
     outputs: Outputs  # what a call outputs: the analyzer's own classification, shared
     warnings: list[tuple[cst.CSTNode | None, str]] = field(default_factory=list)
+    # `classifier = Probe(encoder)` after `encoder` was trained and wrapped: (the model built,
+    # its construction, the argument, the wrapped model it is handed), which it holds plain
+    built_around: list[tuple[TrainedModel, cst.Call, cst.Arg, TrainedModel]] = field(default_factory=list)
     # `rank`, `world_size` the script binds itself in its entry (a LoRA rank): asked of dist there.
     taken: set[str] = field(default_factory=set)
     # Statements of the entry that prepare data files through same-file helpers (download, unzip,
@@ -623,7 +626,8 @@ class Analyzer:
             self.program.shared_seeds = {id(call) for call in fresh_seeds(self.tree, self.program, entry.function)}
         self._check_spawned_workers(entry)
         device = self._device(entry, models)
-        refs, handed_both = self._model_refs(models)
+        built_around = self._built_around(models)
+        refs, handed_both = self._model_refs(models, {id(argument.value) for _, _, argument, _ in built_around})
         facts = Facts(
             tree=self.tree,
             program=self.program,
@@ -640,6 +644,7 @@ class Analyzer:
             handed_both=handed_both,
             outputs=self.outputs,
             warnings=self.warnings,
+            built_around=built_around,
         )
         facts.syncing = self._syncing(facts)
         facts.preparation, facts.prepared_functions, facts.prepared_calls = self._data_preparation(facts)
@@ -2096,12 +2101,35 @@ class Analyzer:
             for function in self.program.called_from({target})
         )
 
-    def _model_refs(self, models: list[TrainedModel]) -> tuple[dict[cst.FunctionDef | None, set[str]], set[tuple[str, cst.FunctionDef]]]:
+    def _built_around(self, models: list[TrainedModel]) -> list[tuple[TrainedModel, cst.Call, cst.Arg, TrainedModel]]:
+        """`model = Head(encoder)` after `encoder` was pretrained and wrapped (a two-stage recipe),
+        `Head` a same-file module: it is handed the plain encoder (holding the wrapper would nest
+        one DDP in the other), so its methods reach `self.encoder` as the plain one too."""
+        found = []
+        for model in models:
+            for value, _ in self.program.assignments(model.function, model.ref):
+                call = unchained(value) if type(value) is cst.Call else value
+                if type(call) is not cst.Call or type(call.func) is not cst.Name or call.func.value not in self.program.classes:
+                    continue
+                if "forward" not in self.program.class_methods(self.program.classes[call.func.value]):
+                    continue  # a trainer or a loss wrapper that runs the wrapped model: it keeps the wrapper
+                for argument in call.args:
+                    held = next((m for m in models if m is not model and m.element is None and m.ref == dotted(argument.value)), None)
+                    if held is not None and held.function is model.function and held.anchor is not None and self._after(call, held.anchor):
+                        found.append((model, call, argument, held))
+        return found
+
+    def _after(self, node: cst.CSTNode, anchor: cst.CSTNode) -> bool:
+        """`node` runs after the wrap that follows `anchor` (not inside the anchor itself)."""
+        return self.tree.order(node) > self.tree.order(anchor) and not self.tree.inside(node, anchor)
+
+    def _model_refs(self, models: list[TrainedModel], plain: set[int]) -> tuple[dict[cst.FunctionDef | None, set[str]], set[tuple[str, cst.FunctionDef]]]:
         # A list of models is no model: its elements are reached through the list.
         seeds = [(m.ref, m.function) for m in models if m.element is None]
         wrapped_at = {(m.ref, m.function): m.anchor for m in models if m.element is None and m.anchor is not None}
-        # the function that wraps a model returns the plain one (`return model.module`)
-        refs = wrapper_names(self.tree, self.program, seeds, wrapped_at, plain_returns=set(wrapped_at))
+        # the function that wraps a model returns the plain one (`return model.module`); `plain`:
+        # arguments handed as the plain model (`Head(encoder.module)`)
+        refs = wrapper_names(self.tree, self.program, seeds, wrapped_at, plain_returns=set(wrapped_at), plain_arguments=plain)
         # A helper the model's function calls only before the wrap (`resume_checkpoint(model)`)
         # gets the plain model: its parameter is no wrapped model; called before and after, either.
         handed_both: set[tuple[str, cst.FunctionDef]] = set()

@@ -423,21 +423,40 @@ class WrapModel(Transform):
         the new module holds the plain encoder (`Head(encoder.module)`; holding the wrapper
         nested one DDP in another), and it needs find_unused_parameters when the encoder's
         forward may leave parameters without gradients (its pretraining head, unused now)."""
-        for model in self.facts.models:
-            for value, _ in self.program.assignments(model.function, model.ref):
-                call = unchained(value) if type(value) is cst.Call else value
-                if type(call) is not cst.Call or type(call.func) is not cst.Name or call.func.value not in self.program.classes:
+        for model, call, argument, held in self.facts.built_around:
+            self.plan.replace(argument.value, cst.parse_expression(self.plain(held.ref, call)))
+            self.change(call, f"`{code(call.func)}` is built around the plain `{held.ref}` (`.module`): a DDP wrapper inside the model DDP wraps would nest one in the other")
+            if held.unused_parameters and not model.unused_parameters:
+                model.unused_parameters = f"it holds `{held.ref}`, and {held.unused_parameters}"
+            partly = self._runs_part_of(call, argument)
+            if partly and not model.unused_parameters:
+                model.unused_parameters = f"`{code(call.func)}` holds `{held.ref}` and {partly}: the rest of its parameters get no gradient"
+
+    def _runs_part_of(self, call: cst.Call, argument: cst.Arg) -> str:
+        """How a module built around a trained model leaves some of its parameters without
+        gradients: it runs only a part of it (`self.encoder.features(x)`), or runs it under
+        no_grad (a linear probe on frozen features). "" when it runs all of it with gradients."""
+        init = self.program.class_methods(self.program.classes[call.func.value]).get("__init__")  # type: ignore[attr-defined]
+        param = self.program.parameter_for(call, init, argument.value) if init is not None else None
+        if init is None or param is None:
+            return ""
+        kept = [
+            name for node in self.program.scope_nodes(init) if type(node) is cst.Assign and len(node.targets) == 1
+            and type(node.value) is cst.Name and node.value.value == param and (name := dotted(node.targets[0].target) or "").startswith("self.")
+        ]  # fmt: skip
+        cls = self.program.owner_class(init)
+        for method in self.program.class_methods(cls).values() if cls is not None and kept else ():
+            if method is init:
+                continue
+            for node in self.program.scope_nodes(method):
+                if type(node) is not cst.Attribute or dotted(node) not in kept:
                     continue
-                if "forward" not in self.program.class_methods(self.program.classes[call.func.value]):
-                    continue  # a trainer or a loss wrapper that runs the wrapped model: it keeps the wrapper
-                for argument in call.args:
-                    held = next((m for m in self.facts.models if m is not model and m.ref == dotted(argument.value)), None)
-                    if held is None or not self.facts.is_model(argument.value, model.function):
-                        continue
-                    self.plan.replace(argument.value, cst.parse_expression(self.plain(held.ref, call)))
-                    self.change(call, f"`{call.func.value}` is built around the plain `{held.ref}` (`.module`): a DDP wrapper inside the model DDP wraps would nest one in the other")
-                    if held.unused_parameters and not model.unused_parameters:
-                        model.unused_parameters = f"it holds `{held.ref}`, and {held.unused_parameters}"
+                parent = self.tree.parent(node)
+                if type(parent) is cst.Attribute and type(self.tree.parent(parent)) is cst.Call:
+                    return f"runs only a part of it (`{code(parent)}`, line {self.tree.line(node)})"
+                if type(parent) is cst.Call and parent.func is node and self.tree.grad_disabled(node):
+                    return f"runs it without gradients (line {self.tree.line(node)})"
+        return ""
 
     @staticmethod
     def _unused_flag(model: TrainedModel) -> str:
