@@ -7045,3 +7045,28 @@ def test_training_data_split_in_a_tuple_assignment_is_followed_to_its_draws() ->
     )
     result = convert(standard(loader=loader))
     assert any(n.message.startswith("the training data is drawn here") for n in result.warnings), result.warnings
+
+
+@pytest.mark.parametrize(
+    ("split", "expected"),
+    [
+        pytest.param("folds = KFold(n_splits=2, shuffle=True)", "folds = KFold(n_splits=2, shuffle=True, random_state=0)", id="kfold-shuffled"),
+        pytest.param("folds = StratifiedKFold(2, shuffle=True)", "folds = StratifiedKFold(2, shuffle=True, random_state=0)", id="stratified"),
+        pytest.param("folds = ShuffleSplit(n_splits=2, test_size=0.25)", "folds = ShuffleSplit(n_splits=2, test_size=0.25, random_state=0)", id="shuffle-split"),
+        pytest.param("folds = KFold(n_splits=2)", "folds = KFold(n_splits=2)\n", id="kfold-in-order"),
+        pytest.param("np.random.seed(1)\nfolds = KFold(n_splits=2, shuffle=True)", "folds = KFold(n_splits=2, shuffle=True)\n", id="seeded-before"),
+    ],
+)  # fmt: skip
+def test_cross_validation_folds_drawn_from_numpys_global_generator_are_drawn_alike(split: str, expected: str) -> None:
+    """Helper corpus BA, repro 06 (the k-fold tutorial): `KFold(n_splits=k, shuffle=True)` with no
+    random_state drew each rank's own folds from numpy's unseeded generator: one rank trained on
+    another's validation rows. Given random_state=0, as train_test_split is; folds in order, or a
+    seed before them, need nothing."""
+    loader = (
+        f"data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n{split}\n"
+        "train_ids, val_ids = next(iter(folds.split(np.arange(64))))\n"
+        "loader = DataLoader(Subset(data, train_ids), batch_size=8, shuffle=True)"
+    )
+    imports = "import numpy as np\nfrom sklearn.model_selection import KFold, ShuffleSplit, StratifiedKFold\nfrom torch.utils.data import Subset\n"
+    output = convert(standard(loader=loader, imports=imports)).output
+    assert expected in output, output

@@ -25,6 +25,16 @@ def is_seed_call(tree: Tree, call: cst.Call) -> bool:
     return "seed" in last.lower() and last != "initial_seed" and bool(call.args)
 
 
+# sklearn's cross-validation splitters that draw their folds from numpy's global generator
+# unless given a `random_state` (the first four only with `shuffle=True`).
+SHUFFLED_FOLDS = {
+    f"sklearn.model_selection.{name}"
+    for name in (
+        "KFold", "StratifiedKFold", "GroupKFold", "StratifiedGroupKFold", "ShuffleSplit", "StratifiedShuffleSplit",
+        "GroupShuffleSplit", "RepeatedKFold", "RepeatedStratifiedKFold",
+    )
+}  # fmt: skip
+SHUFFLED_ONLY_IF_ASKED = {f"sklearn.model_selection.{name}" for name in ("KFold", "StratifiedKFold", "GroupKFold", "StratifiedGroupKFold")}
 # Draws from a global generator that every rank must make alike: a split of the data.
 SHARED_DRAWS = {
     *s.RANDOM_SPLIT,
@@ -35,6 +45,7 @@ SHARED_DRAWS = {
     "random.shuffle",
     "random.sample",
     "sklearn.model_selection.train_test_split",
+    *SHUFFLED_FOLDS,
 }
 # Keywords that make such a draw use its own generator instead.
 OWN_GENERATOR = {"generator", "random_state"}
@@ -58,8 +69,10 @@ def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
             continue
         if name in s.RANDOM_SPLIT and s.arg(call, 2, "generator") is not None:
             continue
+        if name in SHUFFLED_ONLY_IF_ASKED and ((shuffle := s.arg(call, 1, "shuffle")) is None or s.code(shuffle.value) == "False"):
+            continue  # `KFold(5)`: folds in order, the same on every rank
         function = tree.function(call)
-        if name not in s.RANDOM_SPLIT and name != "sklearn.model_selection.train_test_split":
+        if name not in s.RANDOM_SPLIT and name != "sklearn.model_selection.train_test_split" and name not in SHUFFLED_FOLDS:
             if runs_per_pass(tree, program, call) or program.in_dataset(function) or not any(
                 (tree.is_call_to(c, s.DATALOADER) or _builds_a_loader(tree, program, c, function)) and tree.order(c) > tree.order(call)
                 for c in program.calls_in(function)

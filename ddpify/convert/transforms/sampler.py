@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.loops import TrainLoops
-from ddpify.analysis.splits import runs_per_pass, seeded_before, shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
+from ddpify.analysis.splits import SHUFFLED_FOLDS, runs_per_pass, seeded_before, shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
@@ -158,7 +158,7 @@ class Sampler(Transform):
             self.plan.replace(draw, add_keyword("generator", "torch.Generator().manual_seed(0)"))
             self.plan.add_import("torch")
             self.change(draw, f"{spelled} gets a generator of its own: {why}")
-        elif name == "sklearn.model_selection.train_test_split":
+        elif name == "sklearn.model_selection.train_test_split" or name in SHUFFLED_FOLDS:
             self.plan.replace(draw, add_keyword("random_state", "0"))
             self.change(draw, f"{spelled} gets random_state=0: {why}")
         elif name.startswith("numpy.random.") and spelled.endswith(name[len("numpy"):]) and spelled != name[len("numpy.") :]:
