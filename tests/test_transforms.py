@@ -3376,6 +3376,59 @@ if __name__ == "__main__":
     assert "        for epoch in range(epochs):\n            self.train_dataloader.sampler.set_epoch(epoch)\n" in output
 
 
+@pytest.mark.parametrize(
+    ("calls", "sharded"),
+    [
+        pytest.param('build_loader(shuffle=True), build_loader(shuffle=False)', "if shuffle else None", id="true-and-false"),
+        pytest.param('build_loader(), build_loader(shuffle=False)', "if shuffle else None", id="the-default-and-false"),
+        pytest.param('build_loader(shuffle=True), build_loader(shuffle=True)', "shuffle=shuffle))", id="true-twice"),
+    ],
+)  # fmt: skip
+def test_a_builder_whose_calls_shuffle_only_the_training_split_shards_only_it(calls: str, sharded: str) -> None:
+    """Helper corpus BA, repro 07 (out-of-fold predictions): `get_loader(X[tr], y[tr], shuffle=True)`
+    and `get_loader(X[va], y[va], shuffle=False)` from one builder: the validation fold was sharded
+    too, its predictions gathered out of order into `oof[va]` (AUC 0.45 against 0.89), and a fold not
+    divisible by the world size crashed. The parameter is the split's test, as `mode == "train"` is."""
+    source = f"""\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def build_loader(shuffle=True):
+    dataset = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    return DataLoader(dataset, batch_size=8, shuffle=shuffle)
+
+
+def predict(model, loader):
+    out = []
+    with torch.no_grad():
+        for x, _ in loader:
+            out.append(model(x).argmax(1))
+    return torch.cat(out)
+
+
+def main():
+    train_loader, valid_loader = {calls}
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in train_loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    print(predict(model, valid_loader).float().mean())
+
+
+if __name__ == "__main__":
+    main()
+"""
+    output = convert(source).output
+    assert sharded in output, output
+    if sharded.startswith("if"):
+        assert "all_gather" not in output and "all_reduce" not in output  # the whole validation loader's predictions need no gathering
+
+
 def test_one_builder_for_every_split_shards_only_the_training_one() -> None:
     """`build_loader(mode)` with `shuffle=True if mode == "train" else False` (CLIP tutorials):
     the validation loader it makes is whole, so its sampler is the training split's only, and an

@@ -259,10 +259,20 @@ def _seeded_before(tree: Tree, program: Program, point: cst.CSTNode, function: c
 # --- one loader builder for every split ----------------------------------------------------------
 
 
-def training_split_test(shuffle: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:
+def training_split_test(
+    shuffle: cst.BaseExpression, program: Program | None = None, builder: cst.FunctionDef | None = None
+) -> tuple[cst.BaseExpression, bool] | None:
     """For a builder that shuffles only the training split (`shuffle=True if mode == "train" else
-    False`, `shuffle=mode == "train"`, `shuffle=is_train`): the test, and whether it is true for
-    training. A flag that only asks to shuffle (`args.shuffle`) names no split: None."""
+    False`, `shuffle=mode == "train"`, `shuffle=is_train`, or a parameter its calls pass as True for
+    one split and False for another, `get_loader(X[va], y[va], shuffle=False)`): the test, and
+    whether it is true for training. A flag that only asks to shuffle (`args.shuffle`) names no
+    split: None."""
+    if type(shuffle) is cst.Name and program is not None and builder is not None and shuffle.value in program.param_names(builder):
+        passed = {s.code(a) if a is not None else "default" for a in (program.argument_for(c, builder, shuffle.value) for c, _ in program.call_sites(builder))}
+        default = program.default(builder, shuffle.value)
+        passed = {s.code(default) if p == "default" and default is not None else p for p in passed}
+        if passed == {"True", "False"}:
+            return shuffle, True
     if isinstance(shuffle, cst.IfExp) and {s.code(shuffle.body), s.code(shuffle.orelse)} == {"True", "False"}:
         test, training_when = shuffle.test, s.code(shuffle.body) == "True"
     elif isinstance(shuffle, (cst.Comparison, cst.Name, cst.Attribute)):

@@ -262,7 +262,7 @@ class ReduceMetrics(Transform):
                 continue
             for node in self.tree.calls(target[0]):
                 shuffle = s.arg(node, 2, "shuffle") if self.tree.is_call_to(node, s.DATALOADER) else None
-                split = training_split_test(shuffle.value) if shuffle is not None else None
+                split = training_split_test(shuffle.value, self.program, target[0]) if shuffle is not None else None
                 if split is not None and builds_training_split(self.program, target[0], value, split[0]) == (not split[1]):
                     return True
         return False

@@ -227,7 +227,7 @@ class Sampler(Transform):
         sampler = keyword("sampler", f"DistributedSampler({dataset_code}, shuffle={shuffle_code}{self._seed(call, plan.function)})")
         # `shuffle=mode == "train"` in a builder function: it makes the evaluation loaders too, which
         # are not sharded (a dict of loaders per phase is: its phase loop reduces every phase's totals)
-        split = training_split_test(shuffle.value) if shuffle is not None and not self._in_comprehension(call) else None
+        split = training_split_test(shuffle.value, self.program, plan.function) if shuffle is not None and not self._in_comprehension(call) else None
         if split is not None:
             mode = code(split[0]) if split[1] else f"not ({code(split[0])})"
             sampler = keyword("sampler", f"DistributedSampler({dataset_code}, shuffle=True) if {mode} else None")
