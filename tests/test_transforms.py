@@ -7123,3 +7123,21 @@ def test_cross_validation_folds_drawn_from_numpys_global_generator_are_drawn_ali
     imports = "import numpy as np\nfrom sklearn.model_selection import KFold, ShuffleSplit, StratifiedKFold\nfrom torch.utils.data import Subset\n"
     output = convert(standard(loader=loader, imports=imports)).output
     assert expected in output, output
+
+
+def test_a_best_copy_made_by_a_saving_helper_is_waited_for_and_not_removed_under_a_reader() -> None:
+    """Helper corpus BB, repro 05 (MoCo's `save_checkpoint`, `shutil.copyfile(filename, best)`),
+    and AZ, repro 05: the load of the copy got no barrier (rank 1 read no file, or an older one),
+    and rank 0's `shutil.rmtree` of the folder raced the other ranks' loads. A barrier before the
+    load, and one before the removal, where every rank passes."""
+    helpers = (
+        "def save_checkpoint(state, is_best, filename):\n    torch.save(state, filename)\n    if is_best:\n"
+        "        shutil.copyfile(filename, os.path.join(os.path.dirname(filename), 'model_best.pth.tar'))\n"
+    )
+    loop = LOOP + (
+        "    save_checkpoint({'state_dict': model.state_dict()}, epoch == 1, os.path.join('ckpt', f'checkpoint_{epoch}.pth.tar'))\n"
+        "best = torch.load(os.path.join('ckpt', 'model_best.pth.tar'))\nmodel.load_state_dict(best['state_dict'])\nshutil.rmtree('ckpt')\n"
+    )
+    output = convert(standard(loop=loop, helpers=helpers, imports="import os\nimport shutil\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    best = torch.load(" in output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('ckpt')\n" in output

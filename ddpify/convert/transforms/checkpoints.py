@@ -24,6 +24,10 @@ PATH_READS = {"read_text", "read_bytes"}
 PATH_WRITES = {"write_text", "write_bytes"}
 
 
+# Calls that remove a file or a folder.
+FILE_REMOVALS = {"shutil.rmtree", "os.remove", "os.unlink"}
+# Calls that write a file as a copy of another: (src, dst).
+FILE_COPIES = {"shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move", "os.replace", "os.rename"}
 # the keyword each of s.MODEL_EXPORTS takes the model by (`quantize_dynamic(model=...)`, `trace(func=...)`)
 EXPORTED_KEYWORDS = {"model", "module", "mod", "func", "obj", "graph_module"}
 
@@ -39,6 +43,7 @@ class Checkpoints(Transform):
             saves: list[cst.Call] = []
             written: dict[str, cst.Call] = {}  # path as spelled -> the `open(path, "w")` that writes it
             waited: set[str] = set()
+            loads: list[cst.Call] = []  # what every rank reads before rank 0 may remove it
             for node in self.program.calls_in(function):
                 self._read_after_write(node, function, written, waited)
                 found = s.method_call(node)
@@ -53,8 +58,37 @@ class Checkpoints(Transform):
                     self._save_plain_model(node, function)
                 elif self.tree.is_call_to(node, s.TORCH_LOAD):
                     self._load(node, function, saves)
+                    loads.append(node)
+                elif self.tree.is_call_to(node, FILE_REMOVALS) and loads and self._removed_after_reading(node, function, loads):
+                    loads = []  # one barrier serves the removals after it
                 elif self.tree.is_call_to(node, s.MODEL_EXPORTS):
                     self._export_plain_model(node, function)
+
+    def _removed_after_reading(self, removal: cst.Call, function: cst.FunctionDef | None, loads: list[cst.Call]) -> bool:
+        """`shutil.rmtree(run_dir)` (rank 0's) after every rank loaded `run_dir/best.pt`: rank 0
+        may remove it while another rank still reads it (FileNotFoundError). A barrier first, where
+        every rank passes: in the block of the load, outside any loop the load is not in."""
+        target = s.arg(removal, 0, "path")
+        if target is None or private_to_process(self.tree, self.program, target.value, function):
+            return False
+        parts = self._path_parts(target.value, function)
+        for load in loads:
+            read = s.arg(load, 0, "f")
+            if read is None or not parts & self._path_parts(read.value, function):
+                continue
+            statement = self.tree.statement(removal)
+            if self.tree.loops(removal) != self.tree.loops(load) or not self.tree.inside(statement, self.tree.block(self.tree.statement(load))):
+                return False
+            self.plan.insert_before(statement, statements("dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n"))
+            self.change(removal, f"barrier before `{code(removal.func)}(...)`: rank 0 removes what every rank loaded at line {self.tree.line(load)}")
+            return True
+        return False
+
+    def _path_parts(self, path: cst.BaseExpression, function: cst.FunctionDef | None) -> set[str]:
+        """The variables and string literals a path is built from (`os.path.join("ckpt", name)`:
+        `ckpt`, `name`, and what `name` is built from)."""
+        literals = {part for n in self.tree.walk(path) if type(n) is cst.SimpleString and (value := string_value(n)) for part in value.split("/")}
+        return (literals - {"", "."}) | self._path_names(path, function)
 
     def _read_after_write(self, call: cst.Call, function: cst.FunctionDef | None, written: dict[str, cst.Call], waited: set[str]) -> None:
         """`open("config.json", "w")` (rank 0's), then `open("config.json")` to read it on every
@@ -246,7 +280,10 @@ class Checkpoints(Transform):
             if other is function or self.facts.in_dataset(other):
                 continue
             for save in self.program.calls_in(other):
-                saved = s.arg(save, 1, "f") if self.tree.is_call_to(save, s.TORCH_SAVE) else None
+                if self.tree.is_call_to(save, s.TORCH_SAVE):
+                    saved = s.arg(save, 1, "f")
+                else:  # `shutil.copyfile(filename, best)`: MoCo's save_checkpoint (helper corpus BB, repro 05)
+                    saved = s.arg(save, 1, "dst") if self.tree.is_call_to(save, FILE_COPIES) else None
                 if saved is None:
                     continue
                 written = self._file_names(self._saved_path(save, saved.value, other), other)
