@@ -6429,16 +6429,23 @@ def test_a_data_parallel_model_gets_its_gpu_as_device_ids() -> None:
 
 
 @pytest.mark.parametrize(
-    "made",
-    ["nn.Parameter(torch.ones(1))", "torch.ones(1, requires_grad=True)", "torch.ones(1).requires_grad_()"],
-)
-def test_a_parameter_trained_beside_the_model_has_its_gradient_averaged(made: str) -> None:
+    ("made", "listed"),
+    [
+        ("nn.Parameter(torch.ones(1))", "inline"), ("torch.ones(1, requires_grad=True)", "inline"), ("torch.ones(1).requires_grad_()", "inline"),
+        ("nn.Parameter(torch.ones(1))", "bound"),
+    ],
+)  # fmt: skip
+def test_a_parameter_trained_beside_the_model_has_its_gradient_averaged(made: str, listed: str) -> None:
     """`log_vars = nn.Parameter(torch.zeros(2))` in the model's optimizer (learned task
     weights): DDP averages only the model's gradients, so it trained apart on every rank and
     the replicas drifted (helper corpus N). Its gradient is averaged before the step. So is a
-    plain tensor made with requires_grad (GradNorm's weights; helper corpus AN, repros 07, 07b)."""
+    plain tensor made with requires_grad (GradNorm's weights; helper corpus AN, repros 07, 07b),
+    and one listed in a name the optimizer is handed (CLIP's `logit_scale` in `params = ... +
+    [logit_scale]`; helper corpus BB, repro 02)."""
     model = f"model = nn.Linear(4, 1).to(device)\nscale = {made}"
-    body = f"{DEVICE}\n{LOADER}\n{model}\noptimizer = torch.optim.SGD(list(model.parameters()) + [scale], lr=0.1)\n"
+    params = "list(model.parameters()) + [scale]"
+    optimizer = f"optimizer = torch.optim.SGD({params}, lr=0.1)" if listed == "inline" else f"params = {params}\noptimizer = torch.optim.SGD(params, lr=0.1)"
+    body = f"{DEVICE}\n{LOADER}\n{model}\n{optimizer}\n"
     loop = LOOP.replace("mse_loss(model(x), y)", "mse_loss(model(x) * scale, y)")
     output = convert(script(body + loop)).output
     assert (

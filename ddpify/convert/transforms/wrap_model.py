@@ -530,7 +530,9 @@ class WrapModel(Transform):
                 continue
             function = self.tree.function(call)
             bare, listed = [], set()
-            for node in self.tree.walk(call.args[0].value):
+            work = [(node, 1) for node in self.tree.walk(call.args[0].value)]
+            while work:
+                node, depth = work.pop(0)
                 if type(node) is not cst.Name or node.value in bare:
                     continue
                 origins = [o.node for o in self.program.origins(node, function)]
@@ -539,6 +541,8 @@ class WrapModel(Transform):
                 elif origins and all(self._learnable_leaves(o) for o in origins):
                     bare.append(node.value)  # `task_w = [torch.zeros((), requires_grad=True) for _ in range(2)]` (helper corpus AS, repro 04)
                     listed.add(node.value)
+                elif depth > 0:  # `params = list(enc.parameters()) + [logit_scale]`, then `AdamW(params)` (helper corpus BB, repro 02)
+                    work += [(inner, depth - 1) for o in origins if type(o) in (cst.BinaryOperation, cst.List, cst.Tuple) for inner in self.tree.walk(o)]
             parent = self.tree.parent(call)
             optimizer = dotted(parent.targets[0].target) if type(parent) is cst.Assign and len(parent.targets) == 1 else None
             if not bare or optimizer is None:
