@@ -7148,3 +7148,23 @@ def test_a_best_copy_made_by_a_saving_helper_is_waited_for_and_not_removed_under
     output = convert(standard(loop=loop, helpers=helpers, imports="import os\nimport shutil\n")).output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    best = torch.load(" in output
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('ckpt')\n" in output
+
+
+@pytest.mark.parametrize("norm", ["nn.BatchNorm1d(4)", "nn.LayerNorm(4)"])
+def test_a_batchnorm_model_evaluated_by_a_method_of_its_own_takes_rank_0s_buffers(norm: str) -> None:
+    """Helper corpus BA, repro 01: `model.predict_proba(X_val)` (an sklearn-like method, become
+    `model.module.predict_proba`) ran on each rank's own BatchNorm statistics, which DDP shares only
+    at its own forward: the validation losses differed, the early stop on them split the ranks
+    (gloo: "Connection closed by peer"). After each pass, every rank takes rank 0's buffers; a
+    model without buffers needs nothing."""
+    helpers = (
+        f"class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Sequential(nn.Linear(4, 4), {norm}, nn.Linear(4, 1))\n\n"
+        "    def forward(self, x):\n        return self.body(x)\n\n    @torch.no_grad()\n    def predict(self, x):\n        self.eval()\n        return self(x)\n"
+    )
+    loop = LOOP + "    val = nn.functional.mse_loss(model.predict(torch.ones(8, 4)), torch.zeros(8, 1)).item()\n    if val < 0.01:\n        break\n"
+    output = convert(standard(model="model = Net().to(device)", loop=loop, helpers=helpers)).output
+    shared = (
+        "        for buffer in model.module.buffers():  # `model.module.predict` runs outside DDP's forward, which shares them: rank 0's, on every rank\n"
+        "            dist.broadcast(buffer, 0)\n        val = nn.functional.mse_loss(model.module.predict("
+    )
+    assert (shared in output) is norm.startswith("nn.BatchNorm"), output

@@ -675,7 +675,10 @@ class WrapModel(Transform):
         waiting (helper corpus X, repro 08). After each pass of its training loop, every rank
         takes rank 0's buffers, as timm's distribute_bn does."""
         for model in self.facts.models:
-            if not model.repeated_forward or model.element is not None or not (model.batch_norms or model.registers_buffers):
+            if model.element is not None or not (model.batch_norms or model.registers_buffers):
+                continue
+            outside = None if model.repeated_forward else self._run_outside_ddp(model)
+            if not model.repeated_forward and outside is None:
                 continue
             for loop in self.facts.train_loops:
                 if loop.function is not model.function and model.ref not in self.facts.model_refs.get(loop.function, set()):
@@ -683,11 +686,48 @@ class WrapModel(Transform):
                 if not any(dotted(c.func) == model.ref or any(dotted(a.value) == model.ref for a in c.args) for c in self.tree.calls(loop.loop.body)):
                     continue  # neither run in the loop nor handed to a helper there (`loss = step(model, x, y)`)
                 buffer = next(n for n in ("buffer", "model_buffer", "own_buffer") if not self.program.binds(loop.function, n))
+                method = f"{self.plain(model.ref, outside)}.{outside.func.attr.value}" if outside is not None else ""  # type: ignore[attr-defined]
+                why = "kept per rank since the wrap (broadcast_buffers off)" if outside is None else f"`{method}` runs outside DDP's forward, which shares them"
                 self.plan.insert_after(loop.loop, statements(
-                    f"for {buffer} in {self.plain(model.ref, loop.loop)}.buffers():  # kept per rank since the wrap (broadcast_buffers off): rank 0's, on every rank\n"
+                    f"for {buffer} in {self.plain(model.ref, loop.loop)}.buffers():  # {why}: rank 0's, on every rank\n"
                     f"    dist.broadcast({buffer}, 0)\n"
                 ))
-                self.change(loop.loop, f"`{model.ref}` takes rank 0's buffers after each pass: with broadcast_buffers off, each rank's statistics drifted apart")
+                self.change(loop.loop, (
+                    f"`{model.ref}` takes rank 0's buffers after each pass: "
+                    + ("with broadcast_buffers off, each rank's statistics drifted apart" if outside is None else
+                       f"`{method}` (line {self.tree.line(outside)}) evaluates it outside DDP's forward, on each rank's own statistics")
+                ))
+
+    def _run_outside_ddp(self, model: TrainedModel) -> cst.Call | None:
+        """A method of the model's own called outside its training loops (`model.predict_proba(X_val)`,
+        which becomes `model.module.predict_proba`): it runs on this rank's BatchNorm statistics,
+        which DDP shares only at its own forward, so an early stop on it split the ranks (helper
+        corpus BA, repro 01)."""
+        loops = [loop.loop for loop in self.facts.train_loops]
+        cls = self._model_class(model)
+        for call, function in self.facts.custom_method_calls() if cls is not None else ():
+            if type(call.func) is cst.Attribute and dotted(call.func.value) == model.ref and not any(self.tree.inside(call, loop) for loop in loops):
+                if (function is model.function or model.ref in self.facts.model_refs.get(function, set())) and self._runs_layers(cls, call.func.attr.value):  # type: ignore[arg-type]
+                    return call
+        return None
+
+    def _runs_layers(self, cls: cst.ClassDef, attribute: str, depth: int = 2) -> bool:
+        """`attribute` of the model's class runs some of its layers: a layer itself
+        (`model.backbone(x)`), or a method calling `self(...)`, a layer, or such a method
+        (`predict_proba`; not `get_block_size`, nor nn.Module's own `named_modules`)."""
+        methods = self.program.class_methods(cls)
+        if attribute not in methods:
+            init = methods.get("__init__")
+            return init is not None and any(
+                type(v) is cst.Call and self._builds_a_layer(v) for v, i in self.program.assignments(init, f"self.{attribute}") if i is None
+            )
+        for call in self.program.calls_in(methods[attribute]):
+            if type(call.func) is cst.Name and call.func.value == "self":
+                return True
+            called = dotted(call.func) or ""
+            if called.startswith("self.") and called.count(".") == 1 and depth > 0 and self._runs_layers(cls, called[5:], depth - 1):
+                return True
+        return False
 
     def _copy_attribute(self, holder: cst.BaseExpression, function: cst.FunctionDef | None) -> tuple[str, str] | None:
         """The attribute an averaging object keeps the model's copy in, and the method that lists
