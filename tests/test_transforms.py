@@ -7168,3 +7168,15 @@ def test_a_batchnorm_model_evaluated_by_a_method_of_its_own_takes_rank_0s_buffer
         "            dist.broadcast(buffer, 0)\n        val = nn.functional.mse_loss(model.module.predict("
     )
     assert (shared in output) is norm.startswith("nn.BatchNorm"), output
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_loader_of_batches_made_beforehand_keeps_batch_size_none(keep: bool) -> None:
+    """Helper corpus AY, repro 03: `DataLoader(buckets, batch_size=None, shuffle=True)` over a
+    dataset of batches made by length became `batch_size=None // world_size` with
+    --keep-global-batch (TypeError), and the report said "the global batch is None x world size"."""
+    loader = "loader = DataLoader([(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(8)], batch_size=None, shuffle=True)"
+    result = convert(standard(loader=loader), keep_global_batch=keep)
+    assert "batch_size=None, sampler=DistributedSampler(" in result.output and "None //" not in result.output
+    assert not any("None x world size" in n.message for n in result.notes)
+    assert any("cannot shrink them" in w for w in warnings(result)) is keep

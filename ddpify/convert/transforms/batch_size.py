@@ -28,6 +28,11 @@ class BatchSize(Transform):
                     self.warn(call, "batch_size is passed through **kwargs: divide it by the world size by hand to keep the global batch")
                 continue
             value = code(batch.value)
+            if value == "None":  # `batch_size=None`: a dataset of batches made beforehand (buckets by length)
+                self.change(call, "batch_size=None: the dataset's items are batches already, and each rank gets its share of them")
+                if self.options.keep_global_batch:
+                    self.warn(call, "batch_size=None: the dataset makes the batches, so --keep-global-batch cannot shrink them; make them world-size times smaller there to keep the global batch")
+                continue
             if not self.options.keep_global_batch:
                 self.change(call, f"batch_size={value} is per process: the global batch is {value} x world size (--keep-global-batch keeps it at {value})")
                 continue
