@@ -7180,3 +7180,21 @@ def test_a_loader_of_batches_made_beforehand_keeps_batch_size_none(keep: bool) -
     assert "batch_size=None, sampler=DistributedSampler(" in result.output and "None //" not in result.output
     assert not any("None x world size" in n.message for n in result.notes)
     assert any("cannot shrink them" in w for w in warnings(result)) is keep
+
+
+@pytest.mark.parametrize(
+    ("handler", "warned"),
+    [
+        ("except RuntimeError as e:\n            if 'out of memory' not in str(e):\n                raise\n            optimizer.zero_grad()\n            continue", True),
+        ("except RuntimeError:\n            print('failed')\n            raise", False),
+    ],
+    ids=["skips-the-batch", "raises"],
+)  # fmt: skip
+def test_a_backward_whose_failure_skips_the_batch_is_warned_about(handler: str, warned: bool) -> None:
+    """Helper corpus AY, repro 06 (speech recipes): `try: loss.backward()` with an except that
+    skips the batch on out of memory converted in silence; a rank that skips leaves the others in
+    backward's all-reduce (gloo: "collective mismatch"; NCCL waits for good)."""
+    loop = LOOP.replace("        loss.backward()\n", f"        try:\n            loss.backward()\n        {handler}\n")
+    assert loop != LOOP
+    result = convert(standard(loop=loop))
+    assert any("this handler skips the step when `loss.backward()`" in w for w in warnings(result)) is warned

@@ -650,12 +650,34 @@ class Analyzer:
         facts.preparation, facts.prepared_functions, facts.prepared_calls = self._data_preparation(facts)
         facts.taken = self._check_names(entry)
         self._warn_unsplit_stages(facts, found.unfed)
+        self._warn_skipped_failures()
         self._check_custom_methods(facts)
         self._check_aliases(facts)
         self._check_hand_set_gradients(facts)
         self._penalties_of_input_gradients(facts)
         self._check_backwards_per_forward(facts)
         return facts
+
+    def _warn_skipped_failures(self) -> None:
+        """`try: loss.backward()` with an `except RuntimeError:` that skips the batch (out of
+        memory, speech recipes): a rank that fails there leaves the others in backward's all-reduce,
+        which NCCL waits on for good. Said, not changed: only the script knows what may fail."""
+        for backward in self.program.backward_calls:
+            for ancestor in self.tree.ancestors(backward):
+                if type(ancestor) in (cst.FunctionDef, cst.For, cst.While):
+                    break
+                if type(ancestor) is cst.Try and self.tree.inside(backward, ancestor.body):
+                    for handler in ancestor.handlers:
+                        leaves = [n for n in self.tree.walk(handler.body) if type(n) in (cst.Continue, cst.Break, cst.Return)]
+                        raises = [n for n in handler.body.body if type(n) is cst.SimpleStatementLine and any(type(b) is cst.Raise for b in n.body)]
+                        if leaves and not raises:
+                            self.warnings.append((handler, (
+                                f"this handler skips the step when `{code(backward)}` (line {self.tree.line(backward)}) fails (out of memory): a rank "
+                                "that skips leaves the others waiting in backward's gradient all-reduce (NCCL waits for good); let the error "
+                                "stop the run, or decide the skip on every rank together"
+                            )))
+                            break
+                    break
 
     def _warn_unsplit_stages(self, facts: Facts, unfed: list[cst.Call]) -> None:
         """A second stage that trains the wrapped model on batches it makes itself (`idx =
