@@ -2168,6 +2168,8 @@ def test_model_built_in_another_module_is_named() -> None:
         pytest.param(
             "h = self.body(x)\n        return self.head(h), self.aux(h)", "`Net.forward` returns outputs of separate layers", id="separate-heads",
         ),
+        # helper corpus AY, repro 02: modules with no parameters left out of the forward leave none unused
+        pytest.param("x = self.body(x)\n        return self.head(torch.relu(x))", "", id="a-parameter-free-module-left-out"),
         # helper corpus BD, repros 01 and 02: activation checkpointing behind a flag runs the same block either way
         pytest.param(
             "x = self.body(x)\n        for blk in self.blocks:\n            if self.training:\n                x = checkpoint(blk, x, use_reentrant=False)\n"
@@ -2181,11 +2183,13 @@ def test_find_unused_parameters_from_the_models_source(forward: str, reason: str
         "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n"
         "        self.head = nn.Linear(4, 1)\n" + ("        self.aux = nn.Linear(4, 1)\n" if "aux" in forward else "")
         + ("        self.blocks = nn.ModuleList([nn.Linear(4, 4)])\n" if "blocks" in forward else "")
+        + ("        self.act = nn.ReLU()\n        self.frontend = Frontend()\n" if "relu" in forward else "")
         + f"\n    def forward(self, x):\n        {forward}\n"
     )
     loop = LOOP.replace("model(x)", "model(x)[0]") if "return h, " in forward or "aux(h)" in forward else LOOP
     source = standard(model="model = Net().to(device)", loop=loop, imports="from torch.utils.checkpoint import checkpoint\n")
-    result = convert(source.replace("\n\ndef main", "\n" + net + "\n\ndef main"))
+    frontend = "class Frontend(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.register_buffer('window', torch.ones(4))\n\n"
+    result = convert(source.replace("\n\ndef main", "\n" + frontend + net + "\n\ndef main"))
     if reason:
         assert "model = DDP(model, find_unused_parameters=True)\n" in result.output
         assert any(reason in n.message for n in result.notes)

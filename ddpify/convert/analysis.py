@@ -81,6 +81,19 @@ class NotConvertible(Exception):
 # In-place updates a hand-written optimizer step makes (`p.data.add_(p.grad, alpha=-lr)`).
 HAND_UPDATES = {"add_", "sub_", "addcmul_", "addcdiv_"}
 
+# torch.nn modules with no parameters of their own: never the reason a forward leaves some unused.
+PARAMETER_FREE = {
+    "ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "Mish", "ELU", "SELU", "CELU", "Sigmoid", "Tanh", "Hardtanh", "Hardswish",
+    "Hardsigmoid", "Softplus", "Softsign", "Tanhshrink", "Threshold", "Softmax", "LogSoftmax", "Softmax2d", "Dropout", "Dropout1d",
+    "Dropout2d", "Dropout3d", "AlphaDropout", "Identity", "Flatten", "Unflatten", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d",
+    "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d",
+    "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "CosineSimilarity",
+    "PairwiseDistance", "MSELoss", "L1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss",
+    "KLDivLoss", "CTCLoss",
+}  # fmt: skip
+
+
 @dataclass
 class Entry:
     # "library": no entry point (a Trainer class another module drives): the group is set up on first use.
@@ -1488,7 +1501,7 @@ class Analyzer:
             if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
                 for target in node.targets:
                     name = dotted(target.target)
-                    if name and name.startswith("self.") and name.count(".") == 1 and self._builds_layer(node.value):
+                    if name and name.startswith("self.") and name.count(".") == 1 and self._builds_layer(node.value) and self._has_parameters(node.value):
                         layers.append(name[5:])
         unused = [name for name in layers if name not in used]
         if unused:
@@ -1811,6 +1824,21 @@ class Analyzer:
     def _builds_layer(self, value: cst.Call) -> bool:
         name = self.tree.qname(value.func) or ""
         return name.startswith("torch.nn.") or (isinstance(value.func, cst.Name) and value.func.value in self.program.classes)
+
+    def _has_parameters(self, value: cst.Call, depth: int = 2) -> bool:
+        """A module built by `value` may hold parameters: not torch's parameter-free modules
+        (`nn.ReLU()`, `nn.Dropout(p)`, pooling, losses), nor a same-file class that builds none
+        (a spectrogram frontend holding only a window buffer; helper corpus AY, repro 02)."""
+        name = self.tree.qname(value.func) or ""
+        if name.startswith("torch.nn.") and name.rsplit(".", 1)[-1] in PARAMETER_FREE:
+            return False
+        if type(value.func) is not cst.Name or value.func.value not in self.program.classes or depth == 0:
+            return True
+        for method in self.program.class_methods(self.program.classes[value.func.value]).values():
+            for node in self.program.scope_nodes(method):
+                if type(node) is cst.Call and (self.tree.is_call_to(node, s.PARAMETER) or (self._builds_layer(node) and self._has_parameters(node, depth - 1))):
+                    return True
+        return False
 
     def _skips_layers(self, node: cst.If) -> bool:
         """`if sel.numel() == 0: continue` in a loop over experts: the rest of the loop's body,
