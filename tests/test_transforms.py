@@ -1707,6 +1707,23 @@ def test_a_checkpoint_in_a_temporary_folder_is_written_by_every_rank() -> None:
     assert "rank == 0" not in output.split("TemporaryDirectory")[1] and "barrier" not in output
 
 
+def test_a_checkpoint_in_the_nodes_temp_folder_is_written_by_each_nodes_first_rank() -> None:
+    """Helper corpus BD, repros 04 and 06 (AZ 05, 06): `os.path.join(tempfile.gettempdir(), "best.pt")`
+    was taken for a folder of the process's own, so every rank saved, read and removed the same
+    file at once (FileNotFoundError, or EOFError from a half-written one, 7 runs in 8). The node's
+    ranks share that folder and another node has its own: its first rank writes, the others wait."""
+    after = (
+        'path = os.path.join(tempfile.gettempdir(), "best.pt")\ntorch.save(model.state_dict(), path)\n'
+        "model.load_state_dict(torch.load(path))\nos.remove(path)\n"
+    )
+    output = convert("import os\nimport tempfile\n" + standard(after=after)).output
+    assert (
+        "    if local_rank == 0:\n        torch.save(model.module.state_dict(), path)\n"
+        "    dist.barrier()  # this node's first rank wrote this file: wait until it is complete\n"
+    ) in output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before this node's first rank removes it\n    if local_rank == 0:\n        os.remove(path)\n" in output
+
+
 def test_a_training_function_called_for_one_model_does_not_hide_the_next() -> None:
     """`train(model_a, ...)` then `model_b` built and trained by the same function: both are
     wrapped, each right before its own training."""

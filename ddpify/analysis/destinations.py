@@ -16,15 +16,16 @@ NODE_LOCAL_FOLDERS = ("/tmp/", "/dev/shm/", "/var/tmp/", "/scratch/local/")
 
 
 def private_to_process(tree: Tree, program: Program, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
-    """A buffer in memory, a temporary file or directory (`tempfile.*`, also through a path
-    joined onto one), or os.devnull: each process has its own, so a write there by every rank
-    is no duplicate, and a rank reads back only what it wrote itself."""
+    """A buffer in memory, a temporary file or directory made for this process (`tempfile.mkdtemp()`,
+    `TemporaryDirectory()`, also through a path joined onto one; not `tempfile.gettempdir()`, the
+    node's folder, which its ranks share), or os.devnull: each process has its own, so a write
+    there by every rank is no duplicate, and a rank reads back only what it wrote itself."""
 
     def private(node: cst.CSTNode) -> bool:
         if type(node) is not cst.Name and type(node) is not cst.Attribute:
             return False
         name = tree.qname(node)
-        return name is not None and (name in IN_MEMORY or name.startswith("tempfile.") or name == "os.devnull")
+        return name is not None and (name in IN_MEMORY or (name.startswith("tempfile.") and name not in NODE_TEMP) or name == "os.devnull")
 
     return _derives(tree, program, expr, function, private)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.analysis.destinations import private_to_process
+from ddpify.analysis.destinations import node_local, private_to_process
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, string_value
@@ -79,7 +79,8 @@ class Checkpoints(Transform):
             statement = self.tree.statement(removal)
             if self.tree.loops(removal) != self.tree.loops(load) or not self.tree.inside(statement, self.tree.block(self.tree.statement(load))):
                 return False
-            self.plan.insert_before(statement, statements("dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n"))
+            remover = "this node's first rank" if node_local(self.tree, self.program, target.value, function) else "rank 0"
+            self.plan.insert_before(statement, statements(f"dist.barrier()  # every rank read from here above: wait for them before {remover} removes it\n"))
             self.change(removal, f"barrier before `{code(removal.func)}(...)`: rank 0 removes what every rank loaded at line {self.tree.line(load)}")
             return True
         return False
@@ -233,7 +234,8 @@ class Checkpoints(Transform):
             written = self._saved_elsewhere(call, path.value, function)
         if written:
             statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
-            self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
+            writer = "this node's first rank" if node_local(self.tree, self.program, path.value, function) else "rank 0"  # type: ignore[union-attr]
+            self.plan.insert_before(statement, statements(f"dist.barrier()  # {writer} wrote this file: wait until it is complete\n"))
             self.change(call, f"barrier before reading {code(path.value)} back: rank 0 saves it, every rank loads it")
         elif path is not None and (helper := self._handed_the_model_before(call, function)) is not None and not self.tree.loops(call):
             statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened

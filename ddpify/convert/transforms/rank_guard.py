@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.analysis.destinations import private_to_process
+from ddpify.analysis.destinations import node_local, private_to_process
 from ddpify.analysis.output import CHECKPOINT, FILE_HANDLERS, FILE_WRITE, FOLDER, TENSORBOARD, TQDM, WRITES
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
@@ -204,6 +204,8 @@ class RankZeroGuards(Transform):
 
     def _guard(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, kinds: list[str]) -> None:
         condition = self.is_main_process(function, statement)
+        if self._writes_node_local(statement, function):  # each node's own temp folder: its first rank writes there
+            condition = f"{self.facts.local_rank_expr(function, statement)} == 0"
         what = " and ".join(dict.fromkeys(kinds))
         if isinstance(statement, cst.If) and statement.orelse is None:
             def rewrite(updated: cst.CSTNode, condition=condition) -> cst.CSTNode:
@@ -237,6 +239,16 @@ class RankZeroGuards(Transform):
             top = self.tree.statement(self.tree.parent(top))  # type: ignore[arg-type]
         if self.tree.parent(top) is entry.block and not self.facts.before_setup(function, top) and top not in self._written_before_training:
             self._written_before_training.append(top)
+
+    def _writes_node_local(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
+        """Every output of the statement writes into the node's own temporary folder
+        (`os.path.join(tempfile.gettempdir(), "best.pt")`, `"/tmp/run"`): the ranks of a node share
+        it, and another node has its own, where its ranks read back what they need (helper corpus
+        BD, repro 06; AZ, repro 03 on two nodes)."""
+        outputs = [out for call in self.tree.calls(statement) if (out := self.facts.outputs.of(call, function)) is not None]
+        return bool(outputs) and all(
+            out.kind in WRITES and out.destination is not None and node_local(self.tree, self.program, out.destination, function) for out in outputs
+        )
 
     def _output(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> list[str]:
         """What a statement outputs, when outputting is all it does (else [])."""
