@@ -877,8 +877,8 @@ class Program:
                     continue
                 callee = target[0]
                 for a in call.args:
-                    if dotted(a.value) != ref or id(a.value) in plain:
-                        continue
+                    if dotted(unchained(a.value)) != ref or id(a.value) in plain:
+                        continue  # also `export_all(model.cpu(), out)`: the module the chain is called on
                     param = self.parameter_for(call, callee, a.value)
                     if param is None:
                         continue

@@ -7219,3 +7219,25 @@ def test_a_backward_whose_failure_skips_the_batch_is_warned_about(handler: str, 
     assert loop != LOOP
     result = convert(standard(loop=loop))
     assert any("this handler skips the step when `loss.backward()`" in w for w in warnings(result)) is warned
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [
+        pytest.param(
+            "cpu_model = model.cpu()\ncpu_model.eval()\ntorch.jit.trace(cpu_model, torch.randn(1, 4)).save('traced.pt')\n"
+            "torch.save(cpu_model.state_dict(), 'state.pt')\n",
+            ["torch.jit.trace(cpu_model.module, torch.randn(1, 4))", "torch.save(cpu_model.module.state_dict(), 'state.pt')"], id="an-alias-made-by-a-chain",
+        ),
+        pytest.param("export(model.cpu())\n", ["    torch.jit.trace(net.module, torch.randn(1, 4)).save('traced.pt')\n"], id="a-helper-handed-a-chain"),
+    ],
+)  # fmt: skip
+def test_a_model_exported_through_a_chain_of_its_own_methods_is_the_plain_one(after: str, expected: list[str]) -> None:
+    """Helper corpus BD, repros 08, 09 and 12: `cpu_model = model.cpu()` (the wrapper, which
+    `.cpu()` returns), then `torch.jit.trace(cpu_model, x)`, or `export(model.cpu())` with the
+    trace in a helper: the wrapper was traced ("Tried to trace ... ProcessGroup" with BatchNorm)
+    and saved with `module.` in every name."""
+    helpers = "def export(net):\n    torch.jit.trace(net, torch.randn(1, 4)).save('traced.pt')\n"
+    output = convert(standard(after=after, helpers=helpers)).output
+    for line in expected:
+        assert line in output, output

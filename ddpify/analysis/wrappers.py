@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 import libcst as cst
 
 from ddpify.program import Program
-from ddpify.syntax import Tree, dotted
+from ddpify.syntax import Tree, dotted, unchained
 
 Refs = dict[cst.FunctionDef | None, set[str]]
 Seed = tuple[str, cst.FunctionDef | None]
@@ -129,6 +129,8 @@ def _holds_the_wrapper(
     tree: Tree, program: Program, value: cst.CSTNode, function: cst.FunctionDef | None, refs: Refs,
     wrapped_at: Mapping[Seed, cst.CSTNode], plain_returns: Collection[Seed],
 ) -> bool:  # fmt: skip
+    if isinstance(value, cst.Call) and unchained(value) is not value:
+        value = unchained(value)  # `cpu_model = model.cpu()`: the module it is called on (helper corpus BD, repro 08)
     ref = dotted(value) if isinstance(value, cst.BaseExpression) else None
     if ref is not None:
         wrap = wrapped_at.get((ref, function))
