@@ -7241,3 +7241,25 @@ def test_a_model_exported_through_a_chain_of_its_own_methods_is_the_plain_one(af
     output = convert(standard(after=after, helpers=helpers)).output
     for line in expected:
         assert line in output, output
+
+
+@pytest.mark.parametrize("used", ["calibration", "loss-wrapper"])
+def test_a_calibration_wrapper_built_around_the_trained_model_holds_the_plain_one(used: str) -> None:
+    """Helper corpus BD, repro 10 and script 07 (temperature scaling): `scaled = ModelWithTemperature(net)`
+    after training held the DDP wrapper, and `scaled.state_dict()` saved `model.module.*` keys that
+    load into no plain class. It holds `net.module` now; a wrapper the training loop runs (a loss
+    wrapper) keeps the DDP model, whose forward must go through DDP."""
+    helpers = (
+        "class Scaled(nn.Module):\n    def __init__(self, model):\n        super().__init__()\n        self.model = model\n"
+        "        self.temperature = nn.Parameter(torch.ones(1))\n\n    def forward(self, x):\n        return self.model(x) / self.temperature\n"
+    )
+    if used == "calibration":
+        body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+        body += "scaled = Scaled(model).to(device)\nt_opt = torch.optim.SGD([scaled.temperature], lr=0.01)\ntorch.save(scaled.state_dict(), 'calibrated.pt')\n"
+        output = convert(script(body, helpers)).output
+        assert "    scaled = Scaled(model.module).to(device)\n" in output
+    else:
+        body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nscaled = Scaled(model)\n"
+        body += LOOP.replace("mse_loss(model(x), y)", "mse_loss(scaled(x), y)")
+        output = convert(script(body, helpers)).output
+        assert "Scaled(model.module)" not in output

@@ -203,7 +203,7 @@ class Facts:
     warnings: list[tuple[cst.CSTNode | None, str]] = field(default_factory=list)
     # `classifier = Probe(encoder)` after `encoder` was trained and wrapped: (the model built,
     # its construction, the argument, the wrapped model it is handed), which it holds plain
-    built_around: list[tuple[TrainedModel, cst.Call, cst.Arg, TrainedModel]] = field(default_factory=list)
+    built_around: list[tuple[TrainedModel | None, cst.Call, cst.Arg, TrainedModel]] = field(default_factory=list)
     # `rank`, `world_size` the script binds itself in its entry (a LoRA rank): asked of dist there.
     taken: set[str] = field(default_factory=set)
     # Statements of the entry that prepare data files through same-file helpers (download, unzip,
@@ -2151,7 +2151,7 @@ class Analyzer:
             for function in self.program.called_from({target})
         )
 
-    def _built_around(self, models: list[TrainedModel]) -> list[tuple[TrainedModel, cst.Call, cst.Arg, TrainedModel]]:
+    def _built_around(self, models: list[TrainedModel]) -> list[tuple[TrainedModel | None, cst.Call, cst.Arg, TrainedModel]]:
         """`model = Head(encoder)` after `encoder` was pretrained and wrapped (a two-stage recipe),
         `Head` a same-file module: it is handed the plain encoder (holding the wrapper would nest
         one DDP in the other), so its methods reach `self.encoder` as the plain one too."""
@@ -2167,6 +2167,31 @@ class Analyzer:
                     held = next((m for m in models if m is not model and m.element is None and m.ref == dotted(argument.value)), None)
                     if held is not None and held.function is model.function and held.anchor is not None and self._after(call, held.anchor):
                         found.append((model, call, argument, held))
+        built = {id(call) for _, call, _, _ in found}
+        loops = [loop.loop for loop in self.program.fact(TrainLoops).loops]
+        for held in models:
+            if held.element is not None or held.anchor is None:
+                continue
+            for node in self.program.scope_nodes(held.function):
+                # `scaled = ModelWithTemperature(net)` after training, itself trained by no optimizer over
+                # its parameters() (temperature scaling): it holds the plain model too, or it would save
+                # `model.module.*` keys (helper corpus BD, repro 10). Not a wrapper the training loop
+                # runs (a loss wrapper, `flow = Flow(model)`, whose forward must go through DDP).
+                if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
+                    continue
+                call = unchained(node.value) if type(node.value) is cst.Call else node.value
+                if type(call) is not cst.Call or id(call) in built or type(call.func) is not cst.Name or call.func.value not in self.program.classes:
+                    continue
+                if "forward" not in self.program.class_methods(self.program.classes[call.func.value]) or not self._after(call, held.anchor):
+                    continue
+                holder = node.targets[0].target.value
+                if any(m.ref == holder and m.function is held.function for m in models):
+                    continue
+                if any(dotted(c.func) is not None and (dotted(c.func) or "").split(".")[0] == holder for loop in loops for c in self.tree.calls(loop)):
+                    continue
+                for argument in call.args:
+                    if dotted(argument.value) == held.ref:
+                        found.append((None, call, argument, held))
         return found
 
     def _after(self, node: cst.CSTNode, anchor: cst.CSTNode) -> bool:

@@ -426,6 +426,8 @@ class WrapModel(Transform):
         for model, call, argument, held in self.facts.built_around:
             self.plan.replace(argument.value, cst.parse_expression(self.plain(held.ref, call)))
             self.change(call, f"`{code(call.func)}` is built around the plain `{held.ref}` (`.module`): a DDP wrapper inside the model DDP wraps would nest one in the other")
+            if model is None:
+                continue  # an evaluation or calibration wrapper, not wrapped itself
             if held.unused_parameters and not model.unused_parameters:
                 model.unused_parameters = f"it holds `{held.ref}`, and {held.unused_parameters}"
             partly = self._runs_part_of(call, argument)
