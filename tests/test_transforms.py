@@ -7263,3 +7263,20 @@ def test_a_calibration_wrapper_built_around_the_trained_model_holds_the_plain_on
         body += LOOP.replace("mse_loss(model(x), y)", "mse_loss(scaled(x), y)")
         output = convert(script(body, helpers)).output
         assert "Scaled(model.module)" not in output
+
+
+def test_models_of_a_list_saved_in_a_loop_over_it_save_the_plain_models() -> None:
+    """Helper corpus BC, repro 03 and script 06 (deep mutual learning): `for k, m in enumerate(models):
+    torch.save(m.state_dict(), f"peer{k}.pt")` over a list of wrapped models kept `module.` in
+    every key, and the read-back of `peer0.pt` got no barrier: the load failed on every rank."""
+    body = (
+        f"{DEVICE}\n{LOADER}\nmodels = [nn.Linear(4, 1).to(device) for _ in range(2)]\n"
+        "optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]\nfor x, y in loader:\n"
+        "    for m, opt in zip(models, optimizers):\n        loss = nn.functional.mse_loss(m(x), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+        "for k, m in enumerate(models):\n    torch.save(m.state_dict(), f'peer{k}.pt')\nstates = [m.state_dict() for m in models]\n"
+        "deploy = nn.Linear(4, 1)\ndeploy.load_state_dict(torch.load('peer0.pt'))\n"
+    )
+    output = convert(script(body)).output
+    assert "            torch.save(m.module.state_dict(), f'peer{k}.pt')\n" in output
+    assert "    states = [m.module.state_dict() for m in models]\n" in output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    deploy.load_state_dict(torch.load('peer0.pt'" in output

@@ -7,6 +7,8 @@ in every rank), and a file that rank 0 saved is read back by the other ranks onl
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpify import syntax as s
@@ -150,6 +152,11 @@ class Checkpoints(Transform):
         same folder name (`os.path.join(run_dir, ...)` saved as `path + ".tmp"` and renamed)."""
         if code(saved) == code(loaded):
             return True
+        if type(saved) is cst.FormattedString and type(loaded) is cst.SimpleString and (text := string_value(loaded)) is not None:
+            # `torch.save(..., f"peer{k}.pt")` in a loop, then `torch.load("peer0.pt")` (helper corpus BC, repro 03)
+            pattern = "".join(re.escape(p.value) if type(p) is cst.FormattedStringText else ".*" for p in saved.parts)
+            if re.fullmatch(pattern, text):
+                return True
         return bool(self._path_names(saved, function) & self._path_names(loaded, function))
 
     def _path_names(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 2) -> set[str]:
@@ -207,9 +214,22 @@ class Checkpoints(Transform):
         self.change(call, f"`{code(call.func)}(...)` exports the plain model (`{self.plain(ref, exported)}`), not its DDP wrapper")
 
     def _in_model_list(self, node: cst.BaseExpression) -> bool:
-        """`nets[1]`: an element of a list whose models were wrapped one by one."""
+        """`nets[1]`, or `m` of `for k, m in enumerate(models):` (or of a comprehension over
+        them): an element of a list whose models were wrapped one by one."""
         listed = {model.ref for model in self.facts.models if model.element is not None}
-        return isinstance(node, cst.Subscript) and s.dotted(node.value) in listed
+        if isinstance(node, cst.Subscript):
+            return s.dotted(node.value) in listed
+        if type(node) is not cst.Name:
+            return False
+        for ancestor in self.tree.ancestors(node):
+            loop = ancestor if type(ancestor) is cst.For else ancestor.for_in if type(ancestor) in (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp) else None
+            if loop is None or node.value not in {n.value for n in self.tree.walk(loop.target) if type(n) is cst.Name}:  # type: ignore[union-attr]
+                continue
+            iterated = self.program.unwrap_iterable(loop.iter)  # type: ignore[union-attr]  # `enumerate(models)`
+            return s.dotted(iterated) in listed or (
+                type(iterated) is cst.Call and self.tree.is_builtin_call(iterated, "zip") and any(s.dotted(a.value) in listed for a in iterated.args)
+            )
+        return False
 
     def _load(self, call: cst.Call, function: cst.FunctionDef | None, saves: list[cst.Call]) -> None:
         if s.arg(call, 1, "map_location") is None:
