@@ -7280,3 +7280,18 @@ def test_models_of_a_list_saved_in_a_loop_over_it_save_the_plain_models() -> Non
     assert "            torch.save(m.module.state_dict(), f'peer{k}.pt')\n" in output
     assert "    states = [m.module.state_dict() for m in models]\n" in output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    deploy.load_state_dict(torch.load('peer0.pt'" in output
+
+
+def test_the_newest_checkpoint_picked_from_a_listing_is_picked_after_rank_0s_saves() -> None:
+    """Helper corpus BB, repro 06 and script 09: `last = sorted(glob.glob("ckpts/ep*.pth"))[-1]`
+    right after rank 0's saves listed the folder before rank 0 had written the last one, so the
+    ranks resumed from different epochs (replicas differed); rank 0's removal of the files in a
+    loop over another listing raced the other ranks' loads."""
+    loop = LOOP + (
+        "    torch.save(model.state_dict(), os.path.join('ckpts', f'ep{epoch}.pth'))\n"
+        "last = sorted(glob.glob(os.path.join('ckpts', 'ep*.pth')))[-1]\nmodel.load_state_dict(torch.load(last))\n"
+        "for f in glob.glob(os.path.join('ckpts', '*.pth')):\n    os.remove(f)\n"
+    )
+    output = convert(standard(loop=loop, imports="import glob\nimport os\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    last = sorted(glob.glob(" in output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        for f in glob.glob(" in output

@@ -26,6 +26,8 @@ PATH_READS = {"read_text", "read_bytes"}
 PATH_WRITES = {"write_text", "write_bytes"}
 
 
+# Calls that list a folder's files.
+FOLDER_LISTINGS = {"glob.glob", "glob.iglob", "os.listdir", "os.scandir"}
 # Calls that remove a file or a folder.
 FILE_REMOVALS = {"shutil.rmtree", "os.remove", "os.unlink"}
 # Calls that write a file as a copy of another: (src, dst).
@@ -73,13 +75,19 @@ class Checkpoints(Transform):
         target = s.arg(removal, 0, "path")
         if target is None or private_to_process(self.tree, self.program, target.value, function):
             return False
-        parts = self._path_parts(target.value, function)
+        removed = target.value
+        loop = next((lp for lp in self.tree.loops(removal) if type(lp) is cst.For and code(lp.target) == code(removed)), None)
+        if loop is not None:  # `for f in glob.glob(os.path.join("ckpts", "*.pth")): os.remove(f)`
+            removed = loop.iter  # type: ignore[union-attr]
+        parts = self._path_parts(removed, function)
         for load in loads:
             read = s.arg(load, 0, "f")
-            if read is None or not parts & self._path_parts(read.value, function):
+            listing = self._listing(read.value, function, load) if read is not None else None
+            read_parts = (self._path_parts(read.value, function) | (self._path_parts(listing.value, function) if listing is not None else set())) if read is not None else set()
+            if not parts & read_parts:
                 continue
-            statement = self.tree.statement(removal)
-            if self.tree.loops(removal) != self.tree.loops(load) or not self.tree.inside(statement, self.tree.block(self.tree.statement(load))):
+            statement = self.tree.statement(removal if loop is None else loop)
+            if self.tree.loops(statement) != self.tree.loops(load) or not self.tree.inside(statement, self.tree.block(self.tree.statement(load))):
                 return False
             remover = "this node's first rank" if node_local(self.tree, self.program, target.value, function) else "rank 0"
             self.plan.insert_before(statement, statements(f"dist.barrier()  # every rank read from here above: wait for them before {remover} removes it\n"))
@@ -239,9 +247,13 @@ class Checkpoints(Transform):
         argument = s.arg(call, 0, "f")
         opened = self._opened(argument.value, function, call) if argument is not None else None
         path = s.arg(opened, 0, "file") if opened is not None else argument  # `with open(p, "rb") as f: torch.load(f)`
+        listing = self._listing(path.value, function, call) if path is not None else None
         written = [
             save for save in saves
-            if (p := s.arg(save, 1, "f")) is not None and path is not None and self._same_place(self._saved_path(save, p.value, function), path.value, function)
+            if (p := s.arg(save, 1, "f")) is not None and path is not None and (
+                self._same_place(self._saved_path(save, p.value, function), path.value, function)
+                or (listing is not None and self._path_parts(self._saved_path(save, p.value, function), function) & self._path_parts(listing.value, function))
+            )
         ]  # fmt: skip
         if written and path is not None and private_to_process(self.tree, self.program, path.value, function):
             written = []  # a temporary file of this process: each rank saved its own copy
@@ -254,6 +266,8 @@ class Checkpoints(Transform):
             written = self._saved_elsewhere(call, path.value, function)
         if written:
             statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
+            if listing is not None and any(self.tree.order(save) < self.tree.order(listing) for save in written):
+                statement = self.tree.statement(listing)  # before the folder is listed: the newest checkpoint is the same on every rank
             writer = "this node's first rank" if node_local(self.tree, self.program, path.value, function) else "rank 0"  # type: ignore[union-attr]
             self.plan.insert_before(statement, statements(f"dist.barrier()  # {writer} wrote this file: wait until it is complete\n"))
             self.change(call, f"barrier before reading {code(path.value)} back: rank 0 saves it, every rank loads it")
@@ -264,6 +278,18 @@ class Checkpoints(Transform):
                 f"barrier before reading {code(path.value)}: `{code(helper.func)}(...)` {self.origin_of(helper, self.tree.function(helper))}, handed the model "
                 f"(line {self.tree.line(helper)}), may have written it"
             ))
+
+    def _listing(self, path: cst.BaseExpression, function: cst.FunctionDef | None, at: cst.CSTNode) -> cst.Assign | None:
+        """`last = sorted(glob.glob(os.path.join("ckpts", "ep*.pth")))[-1]` before `torch.load(last)`:
+        the assignment that picks the file from a listing of a folder (helper corpus BB, repro 06)."""
+        if type(path) is not cst.Name:
+            return None
+        bound = [v for v, i in self.program.assignments(function, path.value) if i is None and self.tree.order(v) < self.tree.order(at)]
+        if len(bound) != 1:
+            return None
+        parent = self.tree.parent(bound[0])
+        lists = any(self.tree.is_call_to(c, FOLDER_LISTINGS) or ((m := s.method_call(c)) is not None and m[1] in ("glob", "rglob", "iterdir")) for c in self.tree.calls(bound[0]))
+        return parent if lists and type(parent) is cst.Assign else None
 
     def _opened(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, at: cst.CSTNode) -> cst.Call | None:
         """The `open(...)` a file object used at `at` comes from: the `with open(path, "rb") as f`
