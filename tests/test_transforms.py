@@ -7295,3 +7295,14 @@ def test_the_newest_checkpoint_picked_from_a_listing_is_picked_after_rank_0s_sav
     output = convert(standard(loop=loop, imports="import glob\nimport os\n")).output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    last = sorted(glob.glob(" in output
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        for f in glob.glob(" in output
+
+
+def test_a_helper_writing_into_the_processs_own_temp_folder_runs_on_every_rank() -> None:
+    """Helper corpus AY, repro 04 and script 09: `make_checkpoint(os.path.join(tempfile.mkdtemp(), "enc.pt"))`
+    before training was taken for data preparation and run on rank 0 alone, then waited for:
+    rank 1's own temp folder stayed empty (FileNotFoundError). Each rank writes and reads its own."""
+    helpers = "def make_checkpoint(path):\n    torch.save(nn.Linear(4, 1).state_dict(), path)\n"
+    model = "ckpt = os.path.join(tempfile.mkdtemp(), 'enc.pt')\nmake_checkpoint(ckpt)\nmodel = nn.Linear(4, 1)\nmodel.load_state_dict(torch.load(ckpt))\nmodel = model.to(device)"
+    output = convert(standard(model=model, helpers=helpers, imports="import os\nimport tempfile\n")).output
+    assert "    make_checkpoint(ckpt)\n    model = nn.Linear(4, 1)\n    model.load_state_dict(torch.load(ckpt" in output
+    assert "barrier" not in output, output

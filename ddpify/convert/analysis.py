@@ -17,6 +17,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis import sync
+from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.analysis.output import FILE_WRITE, Outputs
 from ddpify.analysis.rebinds import rebinds_after
@@ -2785,6 +2786,8 @@ class Analyzer:
             if called & tensor_writers and not called & (writers - tensor_writers) and (first is None or self.tree.order(statement) > first):
                 continue  # a save after training started: a checkpoint, not data
             loops = any(isinstance(n, (cst.For, cst.While)) for n in self.tree.walk(statement))
+            if any(private_to_process(self.tree, self.program, a.value, entry.function) for c in self.tree.calls(statement) for a in c.args):
+                continue  # `make_checkpoint(os.path.join(tempfile.mkdtemp(), "enc.pt"))`: each process writes its own (helper corpus AY, repro 04)
             if called & writers and not loops and not self._keeps_a_value(statement, entry.function):
                 statements.append(statement)  # `opt = parse_option()` is kept by every rank: not one of them
             elif called & (writers | built) and not loops and (first is None or self.tree.order(statement) < first):

@@ -262,7 +262,7 @@ class Checkpoints(Transform):
             # `if os.path.exists(best): load` apart from the save: a barrier only some ranks reach hangs
             self.warn(call, f"{code(path.value)} is read back where not every rank may get (a branch apart from its save): wait for rank 0's save (dist.barrier()) where every rank passes")  # type: ignore[union-attr]
             written = []
-        if not written and path is not None and not saves:
+        if not written and path is not None and not saves and not private_to_process(self.tree, self.program, path.value, function):
             written = self._saved_elsewhere(call, path.value, function)
         if written:
             statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
