@@ -7306,3 +7306,13 @@ def test_a_helper_writing_into_the_processs_own_temp_folder_runs_on_every_rank()
     output = convert(standard(model=model, helpers=helpers, imports="import os\nimport tempfile\n")).output
     assert "    make_checkpoint(ckpt)\n    model = nn.Linear(4, 1)\n    model.load_state_dict(torch.load(ckpt" in output
     assert "barrier" not in output, output
+
+
+def test_a_second_epoch_loop_over_the_same_loader_goes_on_with_new_orders() -> None:
+    """Helper corpus BD, repro 11 (BC 08, AW 03, AH 06): pretraining then fine-tuning, two epoch
+    loops over one loader in one function, both got `set_epoch(epoch)`: the second stage replayed
+    the first one's shuffles exactly. The later stage moves the sampler on from where it is."""
+    loop = LOOP + LOOP.replace("for epoch in range(2):", "for epoch in range(3):")
+    output = convert(standard(loop=loop)).output
+    assert output.count("loader.sampler.set_epoch(epoch)\n") == 1
+    assert "        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order: an earlier stage used the first epochs' orders\n" in output

@@ -26,7 +26,10 @@ class SetEpoch(Transform):
     def run(self) -> None:
         if not self.facts.loader_plans:
             return
-        for start in self.facts.epoch_starts:
+        staged: set[tuple[int, str]] = set()  # (function, loader) of an epoch loop already met
+        for start in sorted(self.facts.epoch_starts, key=lambda st: self.tree.order(st.loop)):
+            stage = (id(self.tree.function(start.loop)), start.loader)
+            later_stage, _ = stage in staged, staged.add(stage)
             if start.epoch is None and not isinstance(start.loop.body, cst.IndentedBlock):
                 self.warn(start.loop, f"no epoch counter found for this loop: call `{start.loader}.sampler.set_epoch(epoch)` at the start of each epoch")
                 continue
@@ -41,6 +44,8 @@ class SetEpoch(Transform):
                 set_epoch = f"{onward}  # a new order for each pass of this loop"
             elif self._runs_again(start.loop, start.loader):  # `train(...)` called for two stages: its epochs start at 0 again
                 set_epoch = f"{onward}  # a new order also when this function runs again"
+            elif later_stage:  # a second epoch loop over the same loader (fine-tuning after pretraining): its epochs start at 0 again
+                set_epoch = f"{onward}  # a new order: an earlier stage used the first epochs' orders"
             if start.optional:  # a flag may choose a sampler of the script's own, which has no set_epoch
                 self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
                 set_epoch = f"if isinstance({start.loader}.sampler, DistributedSampler):\n    {set_epoch}"
@@ -50,7 +55,7 @@ class SetEpoch(Transform):
                 self.plan.insert_before(rebuilt, line)
             else:
                 self.plan.prepend(start.loop.body, line)
-            shown = f"{start.loader}.sampler.epoch + 1" if start.epoch in (PASSES, None) else start.epoch
+            shown = f"{start.loader}.sampler.epoch + 1" if start.epoch in (PASSES, None) or "sampler.epoch + 1" in set_epoch else start.epoch
             self.change(start.loop, f"`{start.loader}.sampler.set_epoch({shown})` each epoch, so every epoch shuffles differently")
         self._later_single_passes()
         for call, loader in self.facts.refills():
