@@ -7316,3 +7316,16 @@ def test_a_second_epoch_loop_over_the_same_loader_goes_on_with_new_orders() -> N
     output = convert(standard(loop=loop)).output
     assert output.count("loader.sampler.set_epoch(epoch)\n") == 1
     assert "        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order: an earlier stage used the first epochs' orders\n" in output
+
+
+def test_an_object_a_training_loop_feeds_its_batches_is_warned_about() -> None:
+    """Helper corpus BH, repro 02 and script 04: a same-file AP meter fed every training step
+    (`meter.add(out, y)` keeping lists in the object) was neither gathered nor said: the logged
+    training mAP covered rank 0's shard only. Said now, as for a pass without backward()."""
+    helpers = (
+        "class APMeter:\n    def __init__(self):\n        self.scores = []\n\n    def add(self, out):\n        self.scores.append(out.detach())\n\n"
+        "    def value(self):\n        return float(torch.cat(self.scores).mean())\n"
+    )
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    meter = APMeter()\n") + "        meter.add(model(x))\n    print(meter.value())\n"
+    result = convert(standard(loop=loop, helpers=helpers))
+    assert any(w.startswith("`meter.add(...)` feeds `meter` this rank's shard of `loader` only") for w in warnings(result)), warnings(result)

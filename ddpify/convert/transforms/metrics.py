@@ -79,6 +79,7 @@ class ReduceMetrics(Transform):
         for loop in self.facts.train_loops:
             self._warn_batch_queues(loop)
             totals = self._accumulators(loop)
+            self._warn_objects_fed_by_a_pass(loop, totals, training=True)
             if totals:
                 # `run_epoch(model, val_loader)` also evaluates a whole loader through the same loop
                 whole = self._also_whole(loop)
@@ -169,7 +170,7 @@ class ReduceMetrics(Transform):
                     found.append(TrainLoop(node, self.program.unwrap_iterable(node.iter), function))
         return found
 
-    def _warn_objects_fed_by_a_pass(self, loop: TrainLoop, totals: dict[str, Kind]) -> None:
+    def _warn_objects_fed_by_a_pass(self, loop: TrainLoop, totals: dict[str, Kind], training: bool = False) -> None:
         """`stats.push(xb.numpy())` in a pass over the sharded loader, `stats` an object of a
         class of this file made before it and read after it (a normalizer fit by hand): it keeps
         this rank's shard only, in attributes no reduction here can reach. Said, not changed (a
@@ -186,10 +187,14 @@ class ReduceMetrics(Transform):
             if not any(self._from_batch(loop, a.value) for a in call.args) or not self._read_after(loop, name):
                 continue
             warned.add(name)
+            example = (
+                "a metric computed from it, such as a training mAP, is this rank's; gather what it keeps over ranks "
+                "(dist.all_gather_object) before reading it" if training else
+                "a mean and std fit on it normalize each rank its own way; reduce its totals over ranks (dist.all_reduce), or read the dataset itself"
+            )
             self.warn(call, (
                 f"`{code(call.func)}(...)` feeds `{name}` this rank's shard of `{code(loop.loader)}` only: what it holds after "
-                "the pass covers 1/world_size of the data and differs per rank (a mean and std fit on it normalize each rank "
-                "its own way); reduce its totals over ranks (dist.all_reduce), or read the dataset itself"
+                f"the pass covers 1/world_size of the data and differs per rank ({example})"
             ))
 
     def _passes_without_backward(self, function: cst.FunctionDef | None, training: set[int]) -> list[cst.For]:
