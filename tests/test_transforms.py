@@ -7329,3 +7329,69 @@ def test_an_object_a_training_loop_feeds_its_batches_is_warned_about() -> None:
     loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    meter = APMeter()\n") + "        meter.add(model(x))\n    print(meter.value())\n"
     result = convert(standard(loop=loop, helpers=helpers))
     assert any(w.startswith("`meter.add(...)` feeds `meter` this rank's shard of `loader` only") for w in warnings(result)), warnings(result)
+
+
+def test_d2ls_accumulator_fed_by_the_training_loop_is_summed_over_ranks() -> None:
+    """Helper corpus BG, repro 02 and scripts 01, 03, 05, 08 (d2l's `train_ch6`): `metric =
+    Accumulator(3)`, `metric.add(l * X.shape[0], accuracy(y_hat, y), X.shape[0])` at each step,
+    then `metric[0] / metric[2]` printed: the totals covered rank 0's shard. Its list of totals is
+    summed over ranks after the loop, as an AverageMeter's totals are."""
+    helpers = (
+        "class Accumulator:\n    def __init__(self, n):\n        self.data = [0.0] * n\n\n    def add(self, *args):\n"
+        "        self.data = [a + float(b) for a, b in zip(self.data, args)]\n\n    def __getitem__(self, idx):\n        return self.data[idx]\n"
+    )
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    metric = Accumulator(2)\n") + (
+        "        metric.add(loss.item() * x.shape[0], x.shape[0])\n    print(metric[0] / metric[1])\n"
+    )
+    result = convert(standard(loop=loop, helpers=helpers))
+    assert (
+        "        metric_data = torch.tensor(metric.data, dtype=torch.float64)\n        dist.all_reduce(metric_data)\n"
+        "        metric.data = metric_data.tolist()\n"
+    ) in result.output
+    assert not any("feeds `metric`" in w for w in warnings(result))
+
+
+def test_a_whole_split_handed_on_through_a_training_function_is_not_reduced() -> None:
+    """Helper corpus BG, script 05 (d2l's `train_ch3(net, train_iter, test_iter, ...)`): the
+    test loader from `load_array(..., is_train=False)`, a builder sharding only its training
+    split, reached `evaluate_accuracy` through train_ch3's parameter and was summed over ranks as
+    a shard (each rank counted the whole test set world_size times)."""
+    source = textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def load_array(n, is_train=True):
+            return DataLoader(TensorDataset(torch.randn(n, 4), torch.randn(n, 1)), batch_size=8, shuffle=is_train)
+
+
+        def evaluate(net, data_iter):
+            total, n = 0.0, 0
+            with torch.no_grad():
+                for x, y in data_iter:
+                    total += nn.functional.mse_loss(net(x), y, reduction="sum").item()
+                    n += len(y)
+            return total / n
+
+
+        def fit(net, train_iter, test_iter):
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in train_iter:
+                    opt.zero_grad()
+                    nn.functional.mse_loss(net(x), y).backward()
+                    opt.step()
+                print(evaluate(net, test_iter))
+
+
+        def main():
+            net = nn.Linear(4, 1)
+            fit(net, load_array(64), load_array(32, is_train=False))
+
+
+        if __name__ == "__main__":
+            main()
+        """)
+    output = convert(source).output
+    assert "if is_train else None" in output and "all_reduce" not in output.split("def evaluate")[1].split("def fit")[0], output

@@ -259,10 +259,8 @@ class ReduceMetrics(Transform):
     def _other_split(self, argument: cst.BaseExpression, caller: cst.FunctionDef | None) -> bool:
         """`valid_loader = build_loader("valid")` from a builder whose sampler shards only the
         training split (`shuffle=mode == "train"`): a whole loader, not a shard."""
-        name = dotted(argument)
-        for value, index in self.program.assignments(caller, name) if name is not None else []:
-            value = self.program.element(value, index)
-            target = self.program.callee(value, caller) if isinstance(value, cst.Call) else None
+        for value, where in self._made_by(argument, caller):
+            target = self.program.callee(value, where) if isinstance(value, cst.Call) else None
             if target is None:
                 continue
             for node in self.tree.calls(target[0]):
@@ -271,6 +269,22 @@ class ReduceMetrics(Transform):
                 if split is not None and builds_training_split(self.program, target[0], value, split[0]) == (not split[1]):
                     return True
         return False
+
+    def _made_by(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 3) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None]]:
+        """The values a name is bound to, each with its scope, also through the callers of the
+        function it is a parameter of (`train_ch3(net, train_iter, test_iter)` handed
+        `test_iter = load_array(..., is_train=False)` in main(); helper corpus BG, script 05)."""
+        if type(expr) is cst.Call:
+            return [(expr, function)]  # `fit(net, load_array(64), load_array(32, is_train=False))`
+        name = dotted(expr)
+        if name is None:
+            return []
+        found = [(self.program.element(value, index), function) for value, index in self.program.assignments(function, name)]
+        if not found and depth > 0 and function is not None and name in self.program.param_names(function):
+            for call, caller in self.program.call_sites(function):
+                handed = self.program.argument_for(call, function, name)
+                found += self._made_by(handed, caller, depth - 1) if handed is not None else []
+        return found  # type: ignore[return-value]
 
     # --- what is accumulated ---------------------------------------------------------
 
@@ -353,8 +367,10 @@ class ReduceMetrics(Transform):
                 appended.setdefault(found[0].value, []).append(node.args[0].value)  # type: ignore[union-attr]
             elif found and found[1] in ("append", "extend") and node.args and (holder := _list_holder(found[0])) is not None:  # type: ignore[union-attr]
                 listed.setdefault(holder, []).append(node.args[0].value)  # type: ignore[union-attr]
-            if found and found[1] == "update" and type(found[0]) is cst.Name and node.args and self._from_batch(loop, node.args[0].value):  # type: ignore[union-attr]
-                updated.add(found[0].value)
+            if (
+                found and type(found[0]) is cst.Name and node.args and any(self._from_batch(loop, a.value) for a in node.args[:1] if found[1] == "update")  # type: ignore[union-attr]
+            ) or (found and found[1] == "add" and type(found[0]) is cst.Name and self._meter_class(loop, found[0].value) is not None):
+                updated.add(found[0].value)  # also d2l's `metric.add(l * n, acc, n)` into an Accumulator
             if (
                 found and found[1] == "update" and type(found[0]) is cst.Subscript and type(found[0].value) is cst.Name
                 and node.args and self._from_batch(loop, node.args[0].value)  # type: ignore[union-attr]
@@ -531,7 +547,7 @@ class ReduceMetrics(Transform):
         file, or of one of the script's own modules beside it (`from utils import AverageMeter`),
         with the program that defines it."""
         found = self._update_of(made)
-        if found is None or not _meter_totals(found[0], found[2]) or _running_statistic(found[0], found[2]) is not None:
+        if found is None or not (_meter_totals(found[0], found[2]) or _meter_lists(found[0], found[2])) or _running_statistic(found[0], found[2]) is not None:
             return None  # `self.mean += (v - self.mean) * k / self.n`: no total, a sum over ranks of it is no mean
         return found[0], found[1]
 
@@ -544,7 +560,8 @@ class ReduceMetrics(Transform):
             found: tuple[Program, cst.ClassDef] | None = (self.program, self.program.classes[func.value])
         else:
             found = self.program.companion_class(self.tree.qname(func))
-        update = found[0].class_methods(found[1]).get("update") if found is not None else None
+        methods = found[0].class_methods(found[1]) if found is not None else {}
+        update = methods.get("update") or methods.get("add")  # d2l's Accumulator adds with add(*args)
         return (found[0], found[1], update) if found is not None and update is not None else None
 
     def _running_meter(self, loop: TrainLoop, name: str) -> cst.CSTNode | None:
@@ -566,7 +583,7 @@ class ReduceMetrics(Transform):
         found = []
         for call in self.tree.calls(loop.loop.body):
             method = method_call(call)
-            if method is None or method[1] != "update":
+            if method is None or method[1] not in ("update", "add"):
                 continue
             obj = method[0].value if type(method[0]) is cst.Subscript else method[0]
             if type(obj) is cst.Name and obj.value == name:
@@ -600,8 +617,9 @@ class ReduceMetrics(Transform):
     def _meter_reduction(self, program: Program, cls: cst.ClassDef, name: str, function: cst.FunctionDef | None, fed: list[cst.Call]) -> list[str]:
         """`fed`: the update() calls of the loop, whose arguments may be tensors with a dimension."""
         methods = program.class_methods(cls)
-        update = methods["update"]
+        update = methods.get("update") or methods["add"]
         attributes = _meter_totals(program, update)
+        lists = _meter_lists(program, update)
         starts = {}
         for method in (methods.get("__init__"), methods.get("reset")):
             for a in attributes:
@@ -621,6 +639,9 @@ class ReduceMetrics(Transform):
                 value = f"{tensor}[{i}].item()"
                 lines.append(f"{name}.{a} = int({value})" if isinstance(starts.get(a), cst.Integer) and a in counts else f"{name}.{a} = {value}")
         lines += [f"dist.all_reduce({name}.{a})  # a tensor: summed in place" for a in tensors]
+        for a in lists:  # `self.data = [a + float(b) for a, b in zip(self.data, args)]`: a list of totals
+            tensor = self._free(function, f"{name}_{a}", f"reduced_{name}_{a}")
+            lines += [f"{tensor} = torch.tensor({name}.{a}, dtype=torch.float64)", f"dist.all_reduce({tensor})", f"{name}.{a} = {tensor}.tolist()"]
         tree = program.tree
         for node in program.scope_nodes(update):
             if type(node) is not cst.Assign or len(node.targets) != 1 or (target := dotted(node.targets[0].target)) is None or not target.startswith("self."):
@@ -1311,6 +1332,26 @@ def _meter_totals(program: Program, update: cst.FunctionDef) -> list[str]:
         if (added := _added_to(node)) is not None and (target := dotted(added[0])) is not None:
             if target.startswith("self.") and target.count(".") == 1 and target[5:] not in found:
                 found.append(target[5:])
+    return found
+
+
+def _meter_lists(program: Program, update: cst.FunctionDef) -> list[str]:
+    """The list attributes update() adds to slot by slot: d2l's Accumulator, `self.data = [a +
+    float(b) for a, b in zip(self.data, args)]`."""
+    found = []
+    tree = program.tree
+    for node in program.scope_nodes(update):
+        if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.value) is not cst.ListComp:
+            continue
+        target, comp = dotted(node.targets[0].target) or "", node.value
+        if not target.startswith("self.") or target.count(".") != 1 or comp.for_in.inner_for_in is not None or comp.for_in.ifs:
+            continue
+        zipped = comp.for_in.iter
+        if not (type(zipped) is cst.Call and tree.qname(zipped.func) == "builtins.zip" and zipped.args and dotted(zipped.args[0].value) == target):
+            continue
+        names = [n.value for n in tree.walk(comp.for_in.target) if type(n) is cst.Name]
+        if type(comp.elt) is cst.BinaryOperation and type(comp.elt.operator) is cst.Add and dotted(comp.elt.left) == names[0] and target[5:] not in found:
+            found.append(target[5:])
     return found
 
 
