@@ -7395,3 +7395,37 @@ def test_a_whole_split_handed_on_through_a_training_function_is_not_reduced() ->
         """)
     output = convert(source).output
     assert "if is_train else None" in output and "all_reduce" not in output.split("def evaluate")[1].split("def fit")[0], output
+
+
+def test_a_module_level_model_trained_from_the_main_block_is_wrapped_there() -> None:
+    """Helper corpus BG, repro 01 (d2l: `net = nn.Sequential(...)` at module level, then
+    `train_ch6(net, ...)` in the `__main__` block): `net = DDP(net)` went right after the model, at
+    module level, before the main block sets the process group up ("Default process group has not
+    been initialized" on every run). The wrap goes in the main block, right before training, after
+    the move train_ch6 makes."""
+    source = textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def train(net, loader, device):
+            net.to(device)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in loader:
+                    opt.zero_grad()
+                    nn.functional.mse_loss(net(x.to(device)), y.to(device)).backward()
+                    opt.step()
+
+
+        net = nn.Linear(4, 1)
+
+        if __name__ == "__main__":
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+            train(net, loader, device)
+        """)
+    output = convert(source).output
+    assert "net = nn.Linear(4, 1)\n\nif __name__" in output
+    assert "    net.to(device)  # `train` moves it there: DDP wraps a model already on its device\n    net = DDP(net)\n    train(net, loader, device)\n" in output
