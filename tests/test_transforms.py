@@ -5162,6 +5162,12 @@ class Net(nn.Module):
         pytest.param(
             "side = x[:, :1]\n        for pair in self.pairs:\n            x, side = pair(x, side)\n        return self.out(x) + side", "", id="the-last-read-after-the-loop",
         ),
+        # helper corpus BF, repro 04 (N-BEATS): the last block's backcast goes into a residual nothing reads after the loop
+        pytest.param(
+            "res, total = x, 0\n        for pair in self.pairs:\n            back, side = pair(res, x[:, :1])\n            res = res - back\n"
+            "            total = total + side\n        return self.out(x) + total",
+            "drops what the last `back` that `pair` computes in its loop over `self.pairs` goes into", id="a-residual-carried-only",
+        ),
         pytest.param("o, _ = self.rnn(x.unsqueeze(1))\n        return self.out(o[:, -1])", "", id="a-torch-layers-state"),
     ],
 )  # fmt: skip

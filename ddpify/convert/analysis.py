@@ -1616,9 +1616,24 @@ class Analyzer:
                     after = [r for r in later if not self.tree.inside(r, loop) or self.tree.order(r) > self.tree.order(node)]
                     if not after and len(names) > 1:
                         return f"drops the last `{name.value}` that `{code(func)}` computes in its loop over `{code(loop.iter)}` (line {line})"
+                    if after and len(names) > 1 and all(self.tree.inside(r, loop) for r in after) and self._carried_only(after, loop, reads):
+                        # N-BEATS: `back, f = block(res)`, `res = res - back`, and `res` is read by no one after the loop
+                        return f"drops what the last `{name.value}` that `{code(func)}` computes in its loop over `{code(loop.iter)}` goes into (line {line})"
                 elif not later:
                     return f"drops `{name.value}`, an output of `{layer}` (line {line})"
         return ""
+
+    def _carried_only(self, uses: list[cst.Name], loop: cst.For, reads: dict[str, list[cst.Name]]) -> bool:
+        """Each use of a layer's output in the loop goes into a name carried to the next
+        iteration only (`res = res - back`): nothing after the loop reads that name."""
+        for use in uses:
+            statement = next((a for a in self.tree.ancestors(use) if type(a) is cst.Assign), None)
+            if statement is None or len(statement.targets) != 1 or type(statement.targets[0].target) is not cst.Name:
+                return False
+            carried = statement.targets[0].target.value
+            if any(not self.tree.inside(r, loop) for r in reads.get(carried, [])):
+                return False
+        return True
 
     def _separate_outputs(self, held: cst.BaseExpression, method: cst.FunctionDef) -> set[int]:
         """The positions of the outputs of `self.enc` (built as `self.enc = Enc(...)`, or held in
