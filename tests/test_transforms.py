@@ -7435,3 +7435,17 @@ def test_a_module_level_model_trained_from_the_main_block_is_wrapped_there() -> 
     output = convert(source).output
     assert "net = nn.Linear(4, 1)\n\nif __name__" in output
     assert "    net.to(device)  # `train` moves it there: DDP wraps a model already on its device\n    net = DDP(net)\n    train(net, loader, device)\n" in output
+
+
+def test_a_total_over_the_batches_of_a_weighted_sampler_loader_is_averaged() -> None:
+    """Helper corpus BF, repro 01: `running / len(train_loader)` over a loader drawing with
+    `WeightedRandomSampler(w, num_samples=len(ds))`: the loader's length was followed into the
+    sampler's `len(ds)` and taken for the data's size, so the total was summed (the loss printed
+    at twice its value on 2 ranks). A loader's length counts a rank's own batches: averaged."""
+    loader = (
+        "ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nsampler = torch.utils.data.WeightedRandomSampler(torch.ones(64), num_samples=len(ds))\n"
+        "loader = DataLoader(ds, batch_size=8, sampler=sampler)"
+    )
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    running = 0.0\n") + "        running += loss.item()\n    print(running / len(loader))\n"
+    output = convert(standard(loader=loader, loop=loop)).output
+    assert "running = (totals / world_size).item()" in output, output

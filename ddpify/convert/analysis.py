@@ -551,6 +551,10 @@ class Facts:
             if depth > 0 and type(node) is cst.Name and node.value not in data:
                 scope = function if function is not None and self.program.assignments(function, node.value) else None
                 values = [v for v, i in self.program.assignments(scope, node.value) if i is None]
+                if len(values) == 1 and type(values[0]) is cst.Call and (
+                    self.tree.is_call_to(values[0], s.DATALOADER) or "Sampler" in (self.tree.qname(values[0].func) or "")  # type: ignore[attr-defined]
+                ):
+                    continue  # `len(train_loader)` of `DataLoader(ds, sampler=WeightedRandomSampler(w, num_samples=len(ds)))`: a rank's own (helper corpus BF, repro 01)
                 if len(values) == 1 and not self.tree.inside(values[0], loop.loop) and self.sizes_data(values[0], loop, depth - 1):  # type: ignore[arg-type]
                     return True
         return False
