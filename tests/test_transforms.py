@@ -7449,3 +7449,11 @@ def test_a_total_over_the_batches_of_a_weighted_sampler_loader_is_averaged() -> 
     loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    running = 0.0\n") + "        running += loss.item()\n    print(running / len(loader))\n"
     output = convert(standard(loader=loader, loop=loop)).output
     assert "running = (totals / world_size).item()" in output, output
+
+
+def test_a_pathlib_unlink_after_every_rank_loaded_the_file_waits_for_them() -> None:
+    """Helper corpus BE, repro 03: `ckpt.unlink()` of pathlib after every rank loaded `ckpt` got
+    no barrier, where `os.remove(ckpt)` did: rank 0 removed the file under a slower rank's load."""
+    loop = LOOP + "    torch.save(model.state_dict(), ckpt)\nmodel.load_state_dict(torch.load(ckpt))\nckpt.unlink()\n"
+    output = convert(standard(loop="ckpt = Path('runs') / 'best.pt'\n" + loop, imports="from pathlib import Path\n")).output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        ckpt.unlink()\n" in output, output

@@ -63,7 +63,7 @@ class Checkpoints(Transform):
                 elif self.tree.is_call_to(node, s.TORCH_LOAD):
                     self._load(node, function, saves)
                     loads.append(node)
-                elif self.tree.is_call_to(node, FILE_REMOVALS) and loads and self._removed_after_reading(node, function, loads):
+                elif loads and self._removed(node) is not None and self._removed_after_reading(node, function, loads):
                     loads = []  # one barrier serves the removals after it
                 elif self.tree.is_call_to(node, s.MODEL_EXPORTS):
                     self._export_plain_model(node, function)
@@ -72,10 +72,9 @@ class Checkpoints(Transform):
         """`shutil.rmtree(run_dir)` (rank 0's) after every rank loaded `run_dir/best.pt`: rank 0
         may remove it while another rank still reads it (FileNotFoundError). A barrier first, where
         every rank passes: in the block of the load, outside any loop the load is not in."""
-        target = s.arg(removal, 0, "path")
-        if target is None or private_to_process(self.tree, self.program, target.value, function):
+        removed = self._removed(removal)
+        if removed is None or private_to_process(self.tree, self.program, removed, function):
             return False
-        removed = target.value
         loop = next((lp for lp in self.tree.loops(removal) if type(lp) is cst.For and code(lp.target) == code(removed)), None)
         if loop is not None:  # `for f in glob.glob(os.path.join("ckpts", "*.pth")): os.remove(f)`
             removed = loop.iter  # type: ignore[union-attr]
@@ -89,16 +88,29 @@ class Checkpoints(Transform):
             statement = self.tree.statement(removal if loop is None else loop)
             if self.tree.loops(statement) != self.tree.loops(load) or not self.tree.inside(statement, self.tree.block(self.tree.statement(load))):
                 return False
-            remover = "this node's first rank" if node_local(self.tree, self.program, target.value, function) else "rank 0"
+            remover = "this node's first rank" if node_local(self.tree, self.program, removed, function) else "rank 0"
             self.plan.insert_before(statement, statements(f"dist.barrier()  # every rank read from here above: wait for them before {remover} removes it\n"))
             self.change(removal, f"barrier before `{code(removal.func)}(...)`: rank 0 removes what every rank loaded at line {self.tree.line(load)}")
             return True
         return False
 
+    def _removed(self, call: cst.Call) -> cst.BaseExpression | None:
+        """What a call removes: `shutil.rmtree(path)`, `os.remove(path)`, or pathlib's
+        `Path(p).unlink()` / `best.unlink(missing_ok=True)` (helper corpus BE, repro 03)."""
+        if self.tree.is_call_to(call, FILE_REMOVALS):
+            target = s.arg(call, 0, "path")
+            return target.value if target is not None else None
+        found = s.method_call(call)
+        if found is not None and found[1] in ("unlink", "rmdir") and not call.args or (found is not None and found[1] == "unlink" and all(a.keyword for a in call.args)):
+            return found[0]  # type: ignore[index]
+        return None
+
     def _path_parts(self, path: cst.BaseExpression, function: cst.FunctionDef | None) -> set[str]:
         """The variables and string literals a path is built from (`os.path.join("ckpt", name)`:
         `ckpt`, `name`, and what `name` is built from)."""
         literals = {part for n in self.tree.walk(path) if type(n) is cst.SimpleString and (value := string_value(n)) for part in value.split("/")}
+        if type(path) is cst.Name:  # `ckpt` of `ckpt.unlink()`: the name itself, not the method read off it
+            return (literals - {"", "."}) | {path.value} | {n for value, _ in self.program.assignments(function, path.value) for n in self._path_names(value, function, 1)}  # type: ignore[arg-type]
         return (literals - {"", "."}) | self._path_names(path, function)
 
     def _read_after_write(self, call: cst.Call, function: cst.FunctionDef | None, written: dict[str, cst.Call], waited: set[str]) -> None:
