@@ -7457,3 +7457,23 @@ def test_a_pathlib_unlink_after_every_rank_loaded_the_file_waits_for_them() -> N
     loop = LOOP + "    torch.save(model.state_dict(), ckpt)\nmodel.load_state_dict(torch.load(ckpt))\nckpt.unlink()\n"
     output = convert(standard(loop="ckpt = Path('runs') / 'best.pt'\n" + loop, imports="from pathlib import Path\n")).output
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        ckpt.unlink()\n" in output, output
+
+
+def test_a_checkpoint_path_a_training_method_saves_and_returns_is_waited_for() -> None:
+    """Helper corpus BF, repro 02 and script 09: `best_path = Trainer(...).fit(2)`, whose `fit`
+    saves each epoch on rank 0 and returns the last path, then `torch.load(best_path)` and
+    `shutil.rmtree("ckpts")`: no barrier before either (rank 1: FileNotFoundError)."""
+    helpers = (
+        "class Trainer:\n    def __init__(self, model, loader, ckpt_dir):\n        self.model, self.loader, self.ckpt_dir = model, loader, ckpt_dir\n"
+        "        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\n    def fit(self, epochs):\n        best = None\n"
+        "        for epoch in range(epochs):\n            for x, y in self.loader:\n                loss = nn.functional.mse_loss(self.model(x), y)\n"
+        "                self.opt.zero_grad()\n                loss.backward()\n                self.opt.step()\n"
+        "            best = os.path.join(self.ckpt_dir, f'epoch{epoch}.pt')\n            torch.save(self.model.state_dict(), best)\n        return best\n"
+    )
+    body = (
+        f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nbest_path = Trainer(model, loader, 'ckpts').fit(2)\n"
+        "fresh = nn.Linear(4, 1)\nfresh.load_state_dict(torch.load(best_path))\nshutil.rmtree('ckpts')\n"
+    )
+    output = convert(script(body, helpers, "import os\nimport shutil\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    fresh.load_state_dict(torch.load(best_path" in output, output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('ckpts')\n" in output

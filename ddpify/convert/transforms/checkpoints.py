@@ -15,7 +15,7 @@ from ddpify import syntax as s
 from ddpify.analysis.destinations import node_local, private_to_process
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
-from ddpify.syntax import code, string_value
+from ddpify.syntax import code, dotted, string_value
 
 # Without a device variable: this rank's GPU (set_device) where there is one.
 FALLBACK = '"cuda" if torch.cuda.is_available() else "cpu"'
@@ -94,6 +94,23 @@ class Checkpoints(Transform):
             return True
         return False
 
+    def _saved_and_returned(self, path: cst.BaseExpression, function: cst.FunctionDef | None, load: cst.Call) -> list[cst.Call]:
+        """`best_path = Trainer(...).fit(2)`, whose `fit` saves to `best` (rank 0's save) and
+        returns it, then `torch.load(best_path)`: the save the returned path names (helper
+        corpus BF, repro 02)."""
+        if type(path) is not cst.Name:
+            return []
+        bound = [v for v, i in self.program.assignments(function, path.value) if i is None and self.tree.order(v) < self.tree.order(load)]
+        made = bound[-1] if bound else None
+        target = self.program.callee(made, function) if type(made) is cst.Call else None
+        if target is None or self.tree.loops(load):
+            return []
+        returned = {dotted(r) for r in self.program.returns(target[0])} - {None}
+        return [
+            save for save in self.program.calls_in(target[0])
+            if self.tree.is_call_to(save, s.TORCH_SAVE) and (saved := s.arg(save, 1, "f")) is not None and dotted(saved.value) in returned
+        ]  # fmt: skip
+
     def _removed(self, call: cst.Call) -> cst.BaseExpression | None:
         """What a call removes: `shutil.rmtree(path)`, `os.remove(path)`, or pathlib's
         `Path(p).unlink()` / `best.unlink(missing_ok=True)` (helper corpus BE, repro 03)."""
@@ -108,10 +125,13 @@ class Checkpoints(Transform):
     def _path_parts(self, path: cst.BaseExpression, function: cst.FunctionDef | None) -> set[str]:
         """The variables and string literals a path is built from (`os.path.join("ckpt", name)`:
         `ckpt`, `name`, and what `name` is built from)."""
-        literals = {part for n in self.tree.walk(path) if type(n) is cst.SimpleString and (value := string_value(n)) for part in value.split("/")}
-        if type(path) is cst.Name:  # `ckpt` of `ckpt.unlink()`: the name itself, not the method read off it
-            return (literals - {"", "."}) | {path.value} | {n for value, _ in self.program.assignments(function, path.value) for n in self._path_names(value, function, 1)}  # type: ignore[arg-type]
-        return (literals - {"", "."}) | self._path_names(path, function)
+        def literals(expr: cst.CSTNode) -> set[str]:
+            return {part for n in self.tree.walk(expr) if type(n) is cst.SimpleString and (value := string_value(n)) for part in value.split("/")} - {"", "."}
+
+        if type(path) is cst.Name:  # `ckpt` of `ckpt.unlink()`: the name itself (not the method read off it), and what it is made from
+            values = [value for value, _ in self.program.assignments(function, path.value)]
+            return {path.value} | {part for value in values for part in literals(value) | self._path_names(value, function, 1)}  # type: ignore[arg-type]
+        return literals(path) | self._path_names(path, function)
 
     def _read_after_write(self, call: cst.Call, function: cst.FunctionDef | None, written: dict[str, cst.Call], waited: set[str]) -> None:
         """`open("config.json", "w")` (rank 0's), then `open("config.json")` to read it on every
@@ -275,7 +295,7 @@ class Checkpoints(Transform):
             self.warn(call, f"{code(path.value)} is read back where not every rank may get (a branch apart from its save): wait for rank 0's save (dist.barrier()) where every rank passes")  # type: ignore[union-attr]
             written = []
         if not written and path is not None and not saves and not private_to_process(self.tree, self.program, path.value, function):
-            written = self._saved_elsewhere(call, path.value, function)
+            written = self._saved_elsewhere(call, path.value, function) or self._saved_and_returned(path.value, function, call)
         if written:
             statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
             if listing is not None and any(self.tree.order(save) < self.tree.order(listing) for save in written):
