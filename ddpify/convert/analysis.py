@@ -1854,10 +1854,19 @@ class Analyzer:
             return False
         if type(value.func) is not cst.Name or value.func.value not in self.program.classes or depth == 0:
             return True
-        for method in self.program.class_methods(self.program.classes[value.func.value]).values():
-            for node in self.program.scope_nodes(method):
-                if type(node) is cst.Call and (self.tree.is_call_to(node, s.PARAMETER) or (self._builds_layer(node) and self._has_parameters(node, depth - 1))):
-                    return True
+        init = self.program.class_methods(self.program.classes[value.func.value]).get("__init__")
+        for node in self.program.scope_nodes(init) if init is not None else ():
+            if type(node) is not cst.Call:
+                continue
+            called = self.tree.qname(node.func) or ""
+            found = s.method_call(node)
+            if found is not None and (found[1] in ("register_buffer", "__init__") or type(found[0]) is cst.Call and code(found[0]) == "super()"):
+                continue  # `self.register_buffer("window", ...)`, `super().__init__()`
+            if called.startswith("builtins.") or (called.startswith("torch.") and not called.startswith("torch.nn.")):
+                continue  # `torch.hann_window(n)`, `len(...)`: no parameter
+            if self._builds_layer(node) and not self._has_parameters(node, depth - 1):
+                continue
+            return True  # a layer, an nn.Parameter, or a call ddpify cannot see into (`make_mlp()`): may hold parameters
         return False
 
     def _skips_layers(self, node: cst.If) -> bool:
