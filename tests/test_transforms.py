@@ -7249,7 +7249,7 @@ def test_a_model_exported_through_a_chain_of_its_own_methods_is_the_plain_one(af
         assert line in output, output
 
 
-@pytest.mark.parametrize("used", ["calibration", "loss-wrapper"])
+@pytest.mark.parametrize("used", ["calibration", "loss-wrapper", "handed-to-a-trainer"])
 def test_a_calibration_wrapper_built_around_the_trained_model_holds_the_plain_one(used: str) -> None:
     """Helper corpus BD, repro 10 and script 07 (temperature scaling): `scaled = ModelWithTemperature(net)`
     after training held the DDP wrapper, and `scaled.state_dict()` saved `model.module.*` keys that
@@ -7264,10 +7264,16 @@ def test_a_calibration_wrapper_built_around_the_trained_model_holds_the_plain_on
         body += "scaled = Scaled(model).to(device)\nt_opt = torch.optim.SGD([scaled.temperature], lr=0.01)\ntorch.save(scaled.state_dict(), 'calibrated.pt')\n"
         output = convert(script(body, helpers)).output
         assert "    scaled = Scaled(model.module).to(device)\n" in output
-    else:
+    elif used == "loss-wrapper":
         body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nscaled = Scaled(model)\n"
         body += LOOP.replace("mse_loss(model(x), y)", "mse_loss(scaled(x), y)")
         output = convert(script(body, helpers)).output
+        assert "Scaled(model.module)" not in output
+    else:  # a second stage trains the model through the wrapper, in a same-file function
+        fit = "def fit(net, loader, optimizer):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(net(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+        body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+        body += "scaled = Scaled(model)\nfit(scaled, loader, optimizer)\n"
+        output = convert(script(body, helpers + "\n\n" + fit)).output
         assert "Scaled(model.module)" not in output
 
 

@@ -2226,8 +2226,14 @@ class Analyzer:
                 holder = node.targets[0].target.value
                 if any(m.ref == holder and m.function is held.function for m in models):
                     continue
-                if any(dotted(c.func) is not None and (dotted(c.func) or "").split(".")[0] == holder for loop in loops for c in self.tree.calls(loop)):
-                    continue
+                if any(type(n) is cst.Name and n.value == holder for loop in loops for n in self.tree.walk(loop)):
+                    continue  # run (or handed on) in a training loop
+                trains = self.program.training_functions
+                if any(
+                    (target := self.program.callee(c, held.function)) is not None and target[0] in trains and any(dotted(a.value) == holder for a in c.args)
+                    for c in self.program.calls_in(held.function)
+                ):
+                    continue  # handed to a function that trains (`fit(scaled, loader)`)
                 for argument in call.args:
                     if dotted(argument.value) == held.ref:
                         found.append((None, call, argument, held))
