@@ -640,8 +640,9 @@ class Analyzer:
             raise NotConvertible(self._no_loader_reason(backward_calls))
         self._check_carried_state(loops, {m.ref for m in models})
         entry = self._entry(loaders, models)
-        if entry.kind != "library":
-            self.program.shared_seeds = {id(call) for call in fresh_seeds(self.tree, self.program, entry.function)}
+        if entry.kind != "library":  # not before a `__main__` block's setup: rank0_value needs the process group
+            fresh = fresh_seeds(self.tree, self.program, entry.function)
+            self.program.shared_seeds = {id(call) for call in fresh if entry.kind != "main-block" or self.tree.inside(call, entry.block)}
         self._check_spawned_workers(entry)
         device = self._device(entry, models)
         built_around = self._built_around(models)

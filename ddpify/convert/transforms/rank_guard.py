@@ -203,9 +203,9 @@ class RankZeroGuards(Transform):
         return found
 
     def _guard(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, kinds: list[str]) -> None:
-        condition = self.is_main_process(function, statement)
+        condition, who = self.is_main_process(function, statement), "rank 0"
         if self._writes_node_local(statement, function):  # each node's own temp folder: its first rank writes there
-            condition = f"{self.facts.local_rank_expr(function, statement)} == 0"
+            condition, who = f"{self.facts.local_rank_expr(function, statement)} == 0", "each node's first rank (its own temp folder)"
         what = " and ".join(dict.fromkeys(kinds))
         if isinstance(statement, cst.If) and statement.orelse is None:
             def rewrite(updated: cst.CSTNode, condition=condition) -> cst.CSTNode:
@@ -217,7 +217,7 @@ class RankZeroGuards(Transform):
             self.plan.replace(statement, rewrite)
         else:
             self.plan.guard(statement, condition)
-        self.change(statement, f"{what} only on rank 0")
+        self.change(statement, f"{what} only on {who}")
         if CHECKPOINT in kinds or FILE_WRITE in kinds:
             self._before_training(statement, function)
 
