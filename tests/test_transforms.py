@@ -7483,3 +7483,11 @@ def test_a_checkpoint_path_a_training_method_saves_and_returns_is_waited_for() -
     output = convert(script(body, helpers, "import os\nimport shutil\n")).output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    fresh.load_state_dict(torch.load(best_path" in output, output
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('ckpts')\n" in output
+
+
+def test_the_barrier_before_a_removal_under_a_test_goes_before_the_test() -> None:
+    """Review: `if os.path.exists(p): os.remove(p)` after every rank loaded `p` becomes rank 0's
+    whole (`if rank == 0 and os.path.exists(p):`): a barrier inside it would wait for rank 0 alone."""
+    loop = LOOP + "    torch.save(model.state_dict(), 'best.pt')\nmodel.load_state_dict(torch.load('best.pt'))\nif os.path.exists('best.pt'):\n    os.remove('best.pt')\n"
+    output = convert(standard(loop=loop, imports="import os\n")).output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0 and os.path.exists('best.pt'):\n        os.remove('best.pt')\n" in output, output

@@ -86,8 +86,11 @@ class Checkpoints(Transform):
             if not parts & read_parts:
                 continue
             statement = self.tree.statement(removal if loop is None else loop)
-            if self.tree.loops(statement) != self.tree.loops(load) or not self.tree.inside(statement, self.tree.block(self.tree.statement(load))):
+            block = self.tree.block(self.tree.statement(load))
+            if self.tree.loops(statement) != self.tree.loops(load) or not self.tree.inside(statement, block):
                 return False
+            while self.tree.block(statement) is not block:  # `if os.path.exists(p): os.remove(p)`: before the `if`, which
+                statement = self.tree.statement(self.tree.parent(statement))  # type: ignore[arg-type]  # becomes rank 0's
             remover = "this node's first rank" if node_local(self.tree, self.program, removed, function) else "rank 0"
             self.plan.insert_before(statement, statements(f"dist.barrier()  # every rank read from here above: wait for them before {remover} removes it\n"))
             self.change(removal, f"barrier before `{code(removal.func)}(...)`: rank 0 removes what every rank loaded at line {self.tree.line(load)}")
