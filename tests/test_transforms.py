@@ -6459,7 +6459,7 @@ def test_a_data_parallel_model_gets_its_gpu_as_device_ids() -> None:
     ("made", "listed"),
     [
         ("nn.Parameter(torch.ones(1))", "inline"), ("torch.ones(1, requires_grad=True)", "inline"), ("torch.ones(1).requires_grad_()", "inline"),
-        ("nn.Parameter(torch.ones(1))", "bound"),
+        ("nn.Parameter(torch.ones(1))", "bound"), ("nn.Parameter(torch.ones(1))", "builder"),
     ],
 )  # fmt: skip
 def test_a_parameter_trained_beside_the_model_has_its_gradient_averaged(made: str, listed: str) -> None:
@@ -6472,9 +6472,12 @@ def test_a_parameter_trained_beside_the_model_has_its_gradient_averaged(made: st
     model = f"model = nn.Linear(4, 1).to(device)\nscale = {made}"
     params = "list(model.parameters()) + [scale]"
     optimizer = f"optimizer = torch.optim.SGD({params}, lr=0.1)" if listed == "inline" else f"params = {params}\noptimizer = torch.optim.SGD(params, lr=0.1)"
+    helpers = ""
+    if listed == "builder":  # a same-file builder returns the optimizer (helper corpus BE, repro 01)
+        optimizer, helpers = "optimizer = build_optimizer(model, scale)", "def build_optimizer(net, extra):\n    return torch.optim.SGD(list(net.parameters()) + [extra], lr=0.1)\n"
     body = f"{DEVICE}\n{LOADER}\n{model}\n{optimizer}\n"
     loop = LOOP.replace("mse_loss(model(x), y)", "mse_loss(model(x) * scale, y)")
-    output = convert(script(body + loop)).output
+    output = convert(script(body + loop, helpers)).output
     assert (
         "            if scale.grad is not None:  # trained beside the DDP model: its gradient averaged over ranks by hand\n"
         "                dist.all_reduce(scale.grad)\n                scale.grad /= world_size\n            optimizer.step()\n"

@@ -547,6 +547,17 @@ class WrapModel(Transform):
                     work += [(inner, depth - 1) for o in origins if type(o) in (cst.BinaryOperation, cst.List, cst.Tuple) for inner in self.tree.walk(o)]
             parent = self.tree.parent(call)
             optimizer = dotted(parent.targets[0].target) if type(parent) is cst.Assign and len(parent.targets) == 1 else None
+            if bare and optimizer is None and type(parent) is cst.Return and function is not None:
+                # `return AdamW([{"params": model.parameters()}, {"params": [log_temp]}])` in a same-file builder:
+                # the optimizer and the parameter under the caller's names (helper corpus BE, repro 01)
+                for site, caller in self.program.call_sites(function):
+                    named = self.tree.parent(site)
+                    handed = [self.program.argument_for(site, function, b) for b in bare]
+                    if type(named) is cst.Assign and len(named.targets) == 1 and all(type(h) is cst.Name for h in handed):
+                        optimizer, function = dotted(named.targets[0].target), caller
+                        listed = {h.value for h, b in zip(handed, bare) if b in listed}  # type: ignore[union-attr]
+                        bare = [h.value for h in handed]  # type: ignore[union-attr]
+                        break
             if not bare or optimizer is None:
                 continue
             steps = [
