@@ -7494,3 +7494,11 @@ def test_the_barrier_before_a_removal_under_a_test_goes_before_the_test() -> Non
     loop = LOOP + "    torch.save(model.state_dict(), 'best.pt')\nmodel.load_state_dict(torch.load('best.pt'))\nif os.path.exists('best.pt'):\n    os.remove('best.pt')\n"
     output = convert(standard(loop=loop, imports="import os\n")).output
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0 and os.path.exists('best.pt'):\n        os.remove('best.pt')\n" in output, output
+
+
+def test_a_fitted_scaler_dumped_with_joblib_is_written_by_rank_0() -> None:
+    """Helper corpus BF, repro 03 and script 04: `joblib.dump(scaler, "scaler.joblib")` was left on
+    every rank, and two ranks wrote one file (verify: written by ranks 0 and 1)."""
+    loader = LOADER + "\njoblib.dump({'mean': 0.0}, 'scaler.joblib')"
+    output = convert(standard(loader=loader, imports="import joblib\n")).output
+    assert "    if rank == 0:\n        joblib.dump({'mean': 0.0}, 'scaler.joblib')\n" in output, output

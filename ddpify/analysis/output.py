@@ -50,6 +50,7 @@ WRITE_FUNCTIONS: dict[str, tuple[int | None, str] | None] = {
     "cv2.imwrite": None,
     "scipy.io.savemat": None,
     "skimage.io.imsave": None,
+    "joblib.dump": (1, "filename"),  # a fitted scaler or encoder kept beside the model (helper corpus BF, repro 03)
 }
 # Writes into a file object: qualified name -> (position, keyword) of the file object.
 DUMPS = {
