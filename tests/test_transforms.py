@@ -2187,6 +2187,8 @@ def test_model_built_in_another_module_is_named() -> None:
         ),
         # helper corpus AY, repro 02: modules with no parameters left out of the forward leave none unused
         pytest.param("x = self.body(x)\n        return self.head(torch.relu(x))", "", id="a-parameter-free-module-left-out"),
+        # review: a same-file class whose layers a factory builds may hold parameters; left out of the forward, they get none
+        pytest.param("x = self.body(x)  # made\n        return self.head(x)", "`Net.forward` does not use `made`", id="a-class-built-by-a-factory-left-out"),
         # helper corpus BD, repros 01 and 02: activation checkpointing behind a flag runs the same block either way
         pytest.param(
             "x = self.body(x)\n        for blk in self.blocks:\n            if self.training:\n                x = checkpoint(blk, x, use_reentrant=False)\n"
@@ -2201,11 +2203,13 @@ def test_find_unused_parameters_from_the_models_source(forward: str, reason: str
         "        self.head = nn.Linear(4, 1)\n" + ("        self.aux = nn.Linear(4, 1)\n" if "aux" in forward else "")
         + ("        self.blocks = nn.ModuleList([nn.Linear(4, 4)])\n" if "blocks" in forward else "")
         + ("        self.act = nn.ReLU()\n        self.frontend = Frontend()\n" if "relu" in forward else "")
+        + ("        self.made = Made()\n" if "made" in forward else "")
         + f"\n    def forward(self, x):\n        {forward}\n"
     )
     loop = LOOP.replace("model(x)", "model(x)[0]") if "return h, " in forward or "aux(h)" in forward else LOOP
     source = standard(model="model = Net().to(device)", loop=loop, imports="from torch.utils.checkpoint import checkpoint\n")
     frontend = "class Frontend(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.register_buffer('window', torch.ones(4))\n\n"
+    frontend += "def make_mlp():\n    return nn.Sequential(nn.Linear(4, 4))\n\n\nclass Made(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.net = make_mlp()\n\n"
     result = convert(source.replace("\n\ndef main", "\n" + frontend + net + "\n\ndef main"))
     if reason:
         assert "model = DDP(model, find_unused_parameters=True)\n" in result.output
