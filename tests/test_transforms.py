@@ -7506,3 +7506,19 @@ def test_a_fitted_scaler_dumped_with_joblib_is_written_by_rank_0() -> None:
     loader = LOADER + "\njoblib.dump({'mean': 0.0}, 'scaler.joblib')"
     output = convert(standard(loader=loader, imports="import joblib\n")).output
     assert "    if rank == 0:\n        joblib.dump({'mean': 0.0}, 'scaler.joblib')\n" in output, output
+
+
+def test_a_checkpoint_manager_objects_best_copy_is_waited_for() -> None:
+    """Helper corpus BE, repro 02: a same-file `CheckpointManager` whose `save` copies `last.pt`
+    to `self.best`, then `torch.load(ckpt.best)` and `shutil.rmtree(ckpt.root)`: no barrier before
+    either (rank 1: EOFError, or FileNotFoundError when slowed). What the class binds the path to
+    names the file; the manager's paths are one place."""
+    helpers = (
+        "class CheckpointManager:\n    def __init__(self, root):\n        self.root = root\n        self.last = os.path.join(root, 'last.pt')\n"
+        "        self.best = os.path.join(root, 'best.pt')\n\n    def save(self, state):\n        torch.save(state, self.last)\n"
+        "        shutil.copy2(self.last, self.best)\n"
+    )
+    loop = "ckpt = CheckpointManager('run')\n" + LOOP + "    ckpt.save(model.state_dict())\nmodel.load_state_dict(torch.load(ckpt.best))\nshutil.rmtree(ckpt.root)\n"
+    output = convert(standard(loop=loop, helpers=helpers, imports="import os\nimport shutil\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    model.module.load_state_dict(torch.load(ckpt.best" in output, output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree(ckpt.root)\n" in output

@@ -134,7 +134,8 @@ class Checkpoints(Transform):
         if type(path) is cst.Name:  # `ckpt` of `ckpt.unlink()`: the name itself (not the method read off it), and what it is made from
             values = [value for value, _ in self.program.assignments(function, path.value)]
             return {path.value} | {part for value in values for part in literals(value) | self._path_names(value, function, 1)}  # type: ignore[arg-type]
-        return literals(path) | self._path_names(path, function)
+        root = (dotted(path) or "").split(".")[0] if type(path) is cst.Attribute else ""  # `ckpt.root`, `ckpt.best`: one manager's paths
+        return literals(path) | self._path_names(path, function) | ({root} if root and root != "self" else set())
 
     def _read_after_write(self, call: cst.Call, function: cst.FunctionDef | None, written: dict[str, cst.Call], waited: set[str]) -> None:
         """`open("config.json", "w")` (rank 0's), then `open("config.json")` to read it on every
@@ -399,7 +400,11 @@ class Checkpoints(Transform):
         """The file names written as literals in a path, through where it comes from
         (`os.path.join(out, "best.pt")`, a parameter given `"best.pt"`): `{"best.pt"}`."""
         names = set()
-        for node in [path, *(o.node for o in self.program.resolve(path, function))]:
+        held: list[cst.CSTNode] = []
+        if type(path) is cst.Attribute and type(path.value) is cst.Name:  # `ckpt.best`, `self.best`: what the class binds it to
+            cls = self.program.owner_class(function) if path.value.value == "self" else self.program.instance_of(path.value, function)
+            held = [v for m in (self.program.class_methods(cls).values() if cls is not None else ()) for v, _ in self.program.assignments(m, f"self.{path.attr.value}")]
+        for node in [path, *(o.node for o in self.program.resolve(path, function)), *held]:
             for inner in self.tree.walk(node):
                 value = string_value(inner) if type(inner) is cst.SimpleString else None
                 name = value.rsplit("/", 1)[-1] if value else ""
