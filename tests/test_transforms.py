@@ -3402,71 +3402,31 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize(
-    ("calls", "sharded"),
+    ("split", "shuffle", "calls", "sharded"),
     [
-        pytest.param('build_loader(shuffle=True), build_loader(shuffle=False)', "if shuffle else None", id="true-and-false"),
-        pytest.param('build_loader(), build_loader(shuffle=False)', "if shuffle else None", id="the-default-and-false"),
-        pytest.param('build_loader(shuffle=True), build_loader(shuffle=True)', "shuffle=shuffle))", id="true-twice"),
+        pytest.param("mode", 'True if mode == "train" else False', 'build_loader("train"), build_loader("valid")', 'if mode == "train" else None', id="a-mode"),
+        # helper corpus BA, repro 07 (out-of-fold predictions): a shuffle parameter the calls pass as True and False
+        pytest.param("shuffle", "shuffle", "build_loader(shuffle=True), build_loader(shuffle=False)", "if shuffle else None", id="true-and-false"),
+        pytest.param("shuffle=True", "shuffle", "build_loader(), build_loader(shuffle=False)", "if shuffle else None", id="the-default-and-false"),
+        pytest.param("shuffle=True", "shuffle", "build_loader(), build_loader()", "", id="a-flag-names-no-split"),
     ],
 )  # fmt: skip
-def test_a_builder_whose_calls_shuffle_only_the_training_split_shards_only_it(calls: str, sharded: str) -> None:
-    """Helper corpus BA, repro 07 (out-of-fold predictions): `get_loader(X[tr], y[tr], shuffle=True)`
-    and `get_loader(X[va], y[va], shuffle=False)` from one builder: the validation fold was sharded
-    too, its predictions gathered out of order into `oof[va]` (AUC 0.45 against 0.89), and a fold not
-    divisible by the world size crashed. The parameter is the split's test, as `mode == "train"` is."""
+def test_one_builder_for_every_split_shards_only_the_training_one(split: str, shuffle: str, calls: str, sharded: str) -> None:
+    """`build_loader(mode)` with `shuffle=True if mode == "train" else False` (CLIP tutorials):
+    the validation loader it makes is whole, so its sampler is the training split's only, and an
+    evaluation helper over it sums nothing over ranks (each rank already saw all of it). So is a
+    `shuffle` parameter its calls pass as True for one split and False for another (helper corpus
+    BA, repro 07: the validation fold was sharded too, its predictions gathered out of order into
+    `oof[va]`, AUC 0.45 against 0.89); a flag no call passes False names no split: sharded."""
     source = f"""\
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
-def build_loader(shuffle=True):
+def build_loader({split}):
     dataset = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
-    return DataLoader(dataset, batch_size=8, shuffle=shuffle)
-
-
-def predict(model, loader):
-    out = []
-    with torch.no_grad():
-        for x, _ in loader:
-            out.append(model(x).argmax(1))
-    return torch.cat(out)
-
-
-def main():
-    train_loader, valid_loader = {calls}
-    model = nn.Linear(8, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(2):
-        for x, y in train_loader:
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
-    print(predict(model, valid_loader).float().mean())
-
-
-if __name__ == "__main__":
-    main()
-"""
-    output = convert(source).output
-    assert sharded in output, output
-    if sharded.startswith("if"):
-        assert "all_gather" not in output and "all_reduce" not in output  # the whole validation loader's predictions need no gathering
-
-
-def test_one_builder_for_every_split_shards_only_the_training_one() -> None:
-    """`build_loader(mode)` with `shuffle=True if mode == "train" else False` (CLIP tutorials):
-    the validation loader it makes is whole, so its sampler is the training split's only, and an
-    evaluation helper over it sums nothing over ranks (each rank already saw all of it)."""
-    source = """\
-import torch
-import torch.nn as nn
-from torch.utils.data import DataLoader, TensorDataset
-
-
-def build_loader(mode):
-    dataset = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
-    return DataLoader(dataset, batch_size=8, shuffle=True if mode == "train" else False)
+    return DataLoader(dataset, batch_size=8, shuffle={shuffle})
 
 
 def evaluate(model, loader):
@@ -3478,7 +3438,7 @@ def evaluate(model, loader):
 
 
 def main():
-    train_loader, valid_loader = build_loader("train"), build_loader("valid")
+    train_loader, valid_loader = {calls}
     model = nn.Linear(8, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
@@ -3493,11 +3453,12 @@ if __name__ == "__main__":
     main()
 """
     result = convert(source)
-    assert 'sampler=DistributedSampler(dataset, shuffle=True) if mode == "train" else None)' in result.output
-    assert "all_reduce" not in result.output  # the validation loader is whole on every rank
+    if sharded:
+        assert f"sampler=DistributedSampler(dataset, shuffle=True) {sharded})" in result.output, result.output
+        assert "all_reduce" not in result.output  # the validation loader is whole on every rank
+    else:
+        assert "sampler=DistributedSampler(dataset, shuffle=shuffle))" in result.output and "all_reduce" in result.output
     assert "        train_loader.sampler.set_epoch(epoch)\n" in result.output
-    flag = convert(source.replace('shuffle=True if mode == "train" else False', "shuffle=shuffle").replace("def build_loader(mode):", "def build_loader(mode, shuffle=True):"))
-    assert "sampler=DistributedSampler(dataset, shuffle=shuffle))" in flag.output  # a flag names no split: sharded
 
 
 def test_no_barrier_inside_a_dataset_that_downloads_when_asked() -> None:
@@ -7492,12 +7453,25 @@ def test_a_checkpoint_path_a_training_method_saves_and_returns_is_waited_for() -
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('ckpts')\n" in output
 
 
-def test_the_barrier_before_a_removal_under_a_test_goes_before_the_test() -> None:
+@pytest.mark.parametrize(
+    ("removal", "guarded"),
+    [
+        ("if os.path.exists('out/best.pt'):\n    os.remove('out/best.pt')\n", "    if rank == 0 and os.path.exists('out/best.pt'):\n        os.remove('out/best.pt')\n"),
+        (
+            "for fn in os.listdir('out'):\n    os.remove(os.path.join('out', fn))\nos.rmdir('out')\n",
+            "    if rank == 0:\n        for fn in os.listdir('out'):\n            os.remove(os.path.join('out', fn))\n        os.rmdir('out')\n",
+        ),
+    ],
+    ids=["under-a-test", "in-a-loop"],
+)  # fmt: skip
+def test_the_barrier_before_a_removal_goes_before_the_statement_rank_0_runs(removal: str, guarded: str) -> None:
     """Review: `if os.path.exists(p): os.remove(p)` after every rank loaded `p` becomes rank 0's
-    whole (`if rank == 0 and os.path.exists(p):`): a barrier inside it would wait for rank 0 alone."""
-    loop = LOOP + "    torch.save(model.state_dict(), 'best.pt')\nmodel.load_state_dict(torch.load('best.pt'))\nif os.path.exists('best.pt'):\n    os.remove('best.pt')\n"
+    whole (`if rank == 0 and os.path.exists(p):`): a barrier inside it would wait for rank 0 alone.
+    A removal in a loop over a listing (helper corpus BB, script 08) waits before the loop, not
+    after it, before a later `os.rmdir`."""
+    loop = LOOP + "    torch.save(model.state_dict(), 'out/best.pt')\nmodel.load_state_dict(torch.load('out/best.pt'))\n" + removal
     output = convert(standard(loop=loop, imports="import os\n")).output
-    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0 and os.path.exists('best.pt'):\n        os.remove('best.pt')\n" in output, output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n" + guarded in output, output
 
 
 def test_a_fitted_scaler_dumped_with_joblib_is_written_by_rank_0() -> None:

@@ -73,6 +73,8 @@ WRITE_METHODS: dict[str, tuple[int, str] | None] = {
 }
 # pathlib's changes to a file the receiver names (`ckpt.unlink()`, `tmp.replace(final)`).
 PATH_CHANGES = {"unlink", "rmdir", "rename", "replace", "touch"}
+# Of the writes above, those that remove what they name (the destination is what goes).
+REMOVALS = {"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree", "unlink", "rmdir"}
 # pathlib methods whose value is a path, or paths (`out.glob("*.pt")`), when their receiver is one
 PATH_METHODS = {"glob", "rglob", "iterdir", "with_suffix", "with_name", "with_stem", "joinpath", "resolve", "absolute", "expanduser"}
 # builtins that hand on the paths of their first argument (`sorted(out.glob(...))[:-2]`)

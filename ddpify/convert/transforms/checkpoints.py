@@ -13,6 +13,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.destinations import node_local, private_to_process
+from ddpify.analysis.output import REMOVALS
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted, string_value
@@ -28,8 +29,6 @@ PATH_WRITES = {"write_text", "write_bytes"}
 
 # Calls that list a folder's files.
 FOLDER_LISTINGS = {"glob.glob", "glob.iglob", "os.listdir", "os.scandir"}
-# Calls that remove a file or a folder.
-FILE_REMOVALS = {"shutil.rmtree", "os.remove", "os.unlink"}
 # Calls that write a file as a copy of another: (src, dst).
 FILE_COPIES = {"shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move", "os.replace", "os.rename"}
 # the keyword each of s.MODEL_EXPORTS takes the model by (`quantize_dynamic(model=...)`, `trace(func=...)`)
@@ -63,7 +62,7 @@ class Checkpoints(Transform):
                 elif self.tree.is_call_to(node, s.TORCH_LOAD):
                     self._load(node, function, saves)
                     loads.append(node)
-                elif loads and self._removed(node) is not None and self._removed_after_reading(node, function, loads):
+                elif loads and self._removed(node, function) is not None and self._removed_after_reading(node, function, loads):
                     loads = []  # one barrier serves the removals after it
                 elif self.tree.is_call_to(node, s.MODEL_EXPORTS):
                     self._export_plain_model(node, function)
@@ -72,7 +71,7 @@ class Checkpoints(Transform):
         """`shutil.rmtree(run_dir)` (rank 0's) after every rank loaded `run_dir/best.pt`: rank 0
         may remove it while another rank still reads it (FileNotFoundError). A barrier first, where
         every rank passes: in the block of the load, outside any loop the load is not in."""
-        removed = self._removed(removal)
+        removed = self._removed(removal, function)
         if removed is None or private_to_process(self.tree, self.program, removed, function):
             return False
         loop = next((lp for lp in self.tree.loops(removal) if type(lp) is cst.For and code(lp.target) == code(removed)), None)
@@ -85,12 +84,12 @@ class Checkpoints(Transform):
             read_parts = (self._path_parts(read.value, function) | (self._path_parts(listing.value, function) if listing is not None else set())) if read is not None else set()
             if not parts & read_parts:
                 continue
-            statement = self.tree.statement(removal if loop is None else loop)
+            statement = self.tree.statement(removal)
             block = self.tree.block(self.tree.statement(load))
-            if self.tree.loops(statement) != self.tree.loops(load) or not self.tree.inside(statement, block):
+            if not self.tree.inside(statement, block):
                 return False
-            while self.tree.block(statement) is not block:  # `if os.path.exists(p): os.remove(p)`: before the `if`, which
-                statement = self.tree.statement(self.tree.parent(statement))  # type: ignore[arg-type]  # becomes rank 0's
+            while self.tree.block(statement) is not block:  # `if os.path.exists(p): os.remove(p)`, `for f in os.listdir(d): os.remove(...)`:
+                statement = self.tree.statement(self.tree.parent(statement))  # type: ignore[arg-type]  # before the `if` or loop, which becomes rank 0's
             remover = "this node's first rank" if node_local(self.tree, self.program, removed, function) else "rank 0"
             self.plan.insert_before(statement, statements(f"dist.barrier()  # every rank read from here above: wait for them before {remover} removes it\n"))
             self.change(removal, f"barrier before `{code(removal.func)}(...)`: rank 0 removes what every rank loaded at line {self.tree.line(load)}")
@@ -114,16 +113,13 @@ class Checkpoints(Transform):
             if self.tree.is_call_to(save, s.TORCH_SAVE) and (saved := s.arg(save, 1, "f")) is not None and dotted(saved.value) in returned
         ]  # fmt: skip
 
-    def _removed(self, call: cst.Call) -> cst.BaseExpression | None:
-        """What a call removes: `shutil.rmtree(path)`, `os.remove(path)`, or pathlib's
-        `Path(p).unlink()` / `best.unlink(missing_ok=True)` (helper corpus BE, repro 03)."""
-        if self.tree.is_call_to(call, FILE_REMOVALS):
-            target = s.arg(call, 0, "path")
-            return target.value if target is not None else None
+    def _removed(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
+        """What a call removes, as the output analysis reads its destination: `shutil.rmtree(path)`,
+        `os.remove(path)`, or pathlib's `ckpt.unlink()` of a path (helper corpus BE, repro 03)."""
+        out = self.facts.outputs.of(call, function)
         found = s.method_call(call)
-        if found is not None and found[1] in ("unlink", "rmdir") and not call.args or (found is not None and found[1] == "unlink" and all(a.keyword for a in call.args)):
-            return found[0]  # type: ignore[index]
-        return None
+        name = self.tree.qname(call.func) or (found[1] if found is not None else "")
+        return out.destination if out is not None and name in REMOVALS else None
 
     def _path_parts(self, path: cst.BaseExpression, function: cst.FunctionDef | None) -> set[str]:
         """The variables and string literals a path is built from (`os.path.join("ckpt", name)`:
