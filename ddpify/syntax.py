@@ -343,6 +343,55 @@ def method_call(node: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:
     return None
 
 
+class _ReadNames(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: list[cst.Name] = []
+        self.binds = False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # `torch.device`: `device` is not a name read
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)  # `device=d`: the keyword is not a name read
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self.binds = True
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.binds = True
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.binds = True
+
+
+def read_names(expr: cst.BaseExpression) -> list[cst.Name] | None:
+    """The names an expression reads (not attribute names or keywords); None when it binds names of
+    its own (a lambda, a comprehension, `:=`)."""
+    visitor = _ReadNames()
+    expr.visit(visitor)
+    return None if visitor.binds else visitor.names
+
+
+class _ReplaceNames(cst.CSTTransformer):
+    def __init__(self, replaced: dict[int, cst.BaseExpression]) -> None:
+        self.replaced = replaced
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self.replaced.get(id(original_node), updated_node)
+
+
+def replace_names(expr: cst.BaseExpression, replaced: dict[int, cst.BaseExpression]) -> cst.BaseExpression:
+    """`expr` with the Name nodes whose ids are keys of `replaced` swapped for their values."""
+    if id(expr) in replaced:
+        return replaced[id(expr)]
+    return expr.visit(_ReplaceNames(replaced))  # type: ignore[return-value]
+
+
 def _different_branches(node: cst.CSTNode, one: cst.CSTNode, other: cst.CSTNode) -> bool:
     """`one` and `other`, children of `node`, are branches of it that exclude each other."""
     if type(node) in (cst.If, cst.IfExp):

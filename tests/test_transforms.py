@@ -7496,3 +7496,58 @@ def test_a_checkpoint_manager_objects_best_copy_is_waited_for() -> None:
     output = convert(standard(loop=loop, helpers=helpers, imports="import os\nimport shutil\n")).output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    model.module.load_state_dict(torch.load(ckpt.best" in output, output
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree(ckpt.root)\n" in output
+
+
+_REBINDING_MOVE = """\
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+    def all_devices():
+        return [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())] or [torch.device("cpu")]
+
+
+    def train(model, optimizer, loader, devices=all_devices()):
+        {move}
+        for epoch in range(2):
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+    if __name__ == "__main__":
+        torch.manual_seed(0)
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train(model, optimizer, DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True))
+    """
+
+
+@pytest.mark.parametrize(
+    ("move", "first"),
+    [
+        # helper corpus BG, repro 03: a global the function reads, re-bound (d2l, CS231n)
+        pytest.param("model = model.to(device=device)", "model.to(device=device)", id="global-device"),
+        # helper corpus BG, script 03: d2l's train_ch13, a default argument, DataParallel dropped
+        pytest.param("model = nn.DataParallel(model, device_ids=devices).to(devices[0])", "model.to(all_devices()[0])", id="default-argument"),
+    ],
+)
+def test_a_training_function_that_rebinds_the_model_it_moves_gets_the_move_before_the_wrap(move: str, first: str) -> None:
+    """`model = model.to(device=device)` inside the training function handed the model: the wrap in
+    the main block had come first, so DDP wrapped a model on the CPU and the first backward on a GPU
+    fails ("Expected CPUFloatType ... got CUDAFloatType"). The wrap makes the same move first."""
+    output = convert(textwrap.dedent(_REBINDING_MOVE.replace("{move}", move))).output
+    assert f"    {first}  # `train` moves it there: DDP wraps a model already on its device\n    model = DDP(model" in output
+
+
+def test_a_move_after_the_wrap_to_a_device_that_cannot_be_named_there_is_warned() -> None:
+    """The training function moves the model to a device of its own making: the wrap cannot make
+    the same move first, so the report says the model must be on its device before the wrap."""
+    result = convert(textwrap.dedent(_REBINDING_MOVE.replace("{move}", "here = devices[0]\n        model = model.to(here)")))
+    assert "    model = DDP(model)\n" in result.output
+    assert any("`train` moves `model` to its device after the wrap point, to a device ddpify cannot name here" in m for m in warnings(result))

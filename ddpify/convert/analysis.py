@@ -139,7 +139,7 @@ class TrainedModel:
     registers_buffers: bool = False
     # A same-file object or function handed the model after the wrap moves it (`self.model =
     # model.to(device)` in a Trainer): the move spelled for the wrap's scope, and who moves it.
-    moved_by: tuple[str, str] | None = None
+    moved_by: tuple[str | None, str] | None = None
     # Where the model runs forward again before the backward() of an earlier forward (a GAN's
     # discriminator on real, then on fake images): "" when it does not, or holds no buffers. DDP
     # broadcasts buffers in place at each forward, and cuDNN's BatchNorm backward needs the
@@ -1997,10 +1997,11 @@ class Analyzer:
             model.moved_by = self._moved_by_receiver(ref, function, found[0])
         return model
 
-    def _moved_by_receiver(self, ref: str, function: cst.FunctionDef | None, anchor: cst.BaseStatement) -> tuple[str, str] | None:
+    def _moved_by_receiver(self, ref: str, function: cst.FunctionDef | None, anchor: cst.BaseStatement) -> tuple[str | None, str] | None:
         """`Trainer(model, ..., device)` whose `__init__` does `self.model = model.to(device)`:
         the model reaches its device only after the wrap, and DDP must wrap a model already on
-        it. Returns the move spelled for the wrap's scope (`model.to(device)`) and the receiver."""
+        it. Returns the move spelled for the wrap's scope (`model.to(device)`), None where it cannot be
+        spelled there, and the receiver."""
         statements = _flatten_main_block(self.tree, function.body if function is not None else self.tree.module)
         after = [st for st in statements if self.tree.order(st) > self.tree.order(anchor)]
         for statement in after:
@@ -2015,24 +2016,59 @@ class Analyzer:
                     continue
                 for move in self.program.calls_in(callee):
                     found = s.method_call(move)
-                    if found is None or found[1] != "to" or dotted(found[0]) != param:  # `.cuda()` may be rewritten there
+                    if found is None or found[1] != "to":  # `.cuda()` may be rewritten there
+                        continue
+                    receiver = found[0]
+                    if type(receiver) is cst.Call and self.tree.is_call_to(receiver, s.DATA_PARALLEL) and receiver.args:
+                        receiver = receiver.args[0].value  # `nn.DataParallel(net, ...).to(devices[0])`, which loses the DataParallel
+                    if dotted(receiver) != param:
                         continue
                     arguments = []
                     for a in move.args:
-                        names = {n.value for n in self.tree.walk(a.value) if type(n) is cst.Name}
-                        if names - set(self.program.param_names(callee)):
-                            return None  # `self.device`: not spelled at the wrap
-                        value = a.value
-                        if type(value) is cst.Name:
-                            argument = self.program.argument_for(call, callee, value.value)
-                            if argument is None or not self._bound_before(argument, function, anchor):
-                                return None
-                            value = argument
-                        elif names:
-                            return None
-                        arguments.append((f"{a.keyword.value}=" if a.keyword is not None else "") + code(value))
+                        value = self._spelled_at_wrap(a.value, call, callee, function, anchor)
+                        if value is None:
+                            return None, code(call.func)  # `self.device`: not spelled at the wrap
+                        arguments.append((f"{a.keyword.value}=" if a.keyword is not None else "") + value)
                     return f"{ref}.{found[1]}({', '.join(arguments)})", code(call.func)
         return None
+
+    def _spelled_at_wrap(self, expr: cst.BaseExpression, call: cst.Call, callee: cst.FunctionDef, function: cst.FunctionDef | None, anchor: cst.BaseStatement) -> str | None:
+        """A move's argument in `callee` as the wrap's scope spells it: the parameters replaced by what
+        `call` hands them, or by their defaults (`devices=try_all_gpus()`, then `devices[0]`); other
+        names must be the module's own, the same at the wrap (`model = model.to(device=device)` with a
+        global `device`: helper corpus BG, repro 03). None where it cannot be spelled there."""
+        names = s.read_names(expr)
+        if names is None:
+            return None
+        params = set(self.program.param_names(callee))
+        replaced: dict[int, cst.BaseExpression] = {}
+        for node in names:
+            if node.value not in params:
+                if not self._same_global(node.value, callee, function, anchor):
+                    return None
+                continue
+            argument = self.program.argument_for(call, callee, node.value)
+            if argument is not None:
+                if not self._bound_before(argument, function, anchor):
+                    return None
+            else:
+                argument = self.program.default(callee, node.value)
+                defaults = s.read_names(argument) if argument is not None else None
+                if defaults is None or any(not self._same_global(n.value, callee, function, anchor) for n in defaults):
+                    return None
+            if node is not expr and not isinstance(argument, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.Integer)):
+                return None  # `a + b` put into `devices[0]` would need parentheses
+            replaced[id(node)] = argument
+        return code(s.replace_names(expr, replaced))
+
+    def _same_global(self, name: str, callee: cst.FunctionDef, function: cst.FunctionDef | None, anchor: cst.BaseStatement) -> bool:
+        """`name`, read in `callee`, is the module's: an import, a function or a global bound before the
+        wrap, and not rebound in the callee, in the wrap's scope or by a `global` statement."""
+        if self.program.binds(callee, name) or self.program.global_writers(name) or name in self.program.loop_targets(None):
+            return False
+        if function is not None and self.program.binds(function, name):
+            return False
+        return all(self.tree.order(v) < self.tree.order(anchor) for v, _ in self.program.assignments(None, name))
 
     def _bound_before(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, anchor: cst.BaseStatement) -> bool:
         """Every name `expr` reads is bound before `anchor` (or is a parameter or a global)."""

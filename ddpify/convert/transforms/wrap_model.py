@@ -99,7 +99,13 @@ class WrapModel(Transform):
                 ))
             else:
                 move = ""
-                if model.moved_by is not None:
+                if model.moved_by is not None and model.moved_by[0] is None:
+                    self.warn(model.anchor, (
+                        f"`{model.moved_by[1]}` moves `{model.ref}` to its device after the wrap point, to a device ddpify cannot name "
+                        f"here: DDP must wrap a model already on its device (on a GPU the first backward fails), so move `{model.ref}` "
+                        "there before this line"
+                    ))
+                elif model.moved_by is not None:
                     move = f"{model.moved_by[0]}  # `{model.moved_by[1]}` moves it there: DDP wraps a model already on its device\n"
                     self.change(model.anchor, f"`{model.moved_by[1]}` moves `{model.ref}` after the wrap point: moved first, with the same call")
                 if self._was_data_parallel(model):
