@@ -840,6 +840,18 @@ class Program:
             return None
         return f"{self._star_modules[0]}.{name}"
 
+    def _lambda_calls(self, function: cst.FunctionDef | None, ref: str) -> list[cst.Call]:
+        """Calls in the lambdas of a scope that read `ref` from it (`predict = lambda p: predict_ch8(p,
+        net)`, d2l): the lambda hands the object on when it is called."""
+        found = []
+        for node in self.tree.of_type(cst.Lambda):
+            if self.tree.function(node) is not function:
+                continue
+            if ref.split(".")[0] in {p.name.value for p in _named_params(node)}:
+                continue
+            found += [n for n in self.tree.walk(node.body) if type(n) is cst.Call]
+        return found
+
     def nested_functions(self, function: cst.FunctionDef) -> list[cst.FunctionDef]:
         """The functions defined directly inside `function`."""
         return [f for f in self.all_functions if self.tree.function(f) is function]
@@ -871,7 +883,7 @@ class Program:
                 work += [(ref, f) for f in self.nested_functions(function) if not self.binds(f, root)]
                 if function in self.global_writers(root):
                     work.append((ref, None))  # `def setup(): global model; model = ...`: the global every function reads
-            for call in self.calls_in(function):
+            for call in self.calls_in(function) + self._lambda_calls(function, ref):
                 target = self.callee(call, function)
                 if target is None:
                     continue

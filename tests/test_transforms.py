@@ -7551,3 +7551,88 @@ def test_a_move_after_the_wrap_to_a_device_that_cannot_be_named_there_is_warned(
     result = convert(textwrap.dedent(_REBINDING_MOVE.replace("{move}", "here = devices[0]\n        model = model.to(here)")))
     assert "    model = DDP(model)\n" in result.output
     assert any("`train` moves `model` to its device after the wrap point, to a device ddpify cannot name here" in m for m in warnings(result))
+
+
+@pytest.mark.parametrize("build", ["net = RNN()\n    net = net.to(device)", "net = RNN().to(device)"])
+def test_a_state_helper_of_a_model_moved_in_a_second_line_is_routed_through_module(build: str) -> None:
+    """Helper corpus BG, repro 04: d2l builds `net = RNNModel(...)`, then `net = net.to(device)`;
+    the model's class was lost through the re-binding, so `net.begin_state(...)` (which returns
+    zeros and runs no layer) was taken for a training forward outside DDP and the script refused."""
+    source = textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class RNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.GRU(4, 8, batch_first=True)
+                self.head = nn.Linear(8, 1)
+
+            def forward(self, x, state):
+                y, state = self.rnn(x, state)
+                return self.head(y[:, -1]), state
+
+            def begin_state(self, batch_size, device):
+                return torch.zeros(1, batch_size, 8, device=device)
+
+
+        def main():
+            torch.manual_seed(0)
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            loader = DataLoader(TensorDataset(torch.randn(64, 5, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+            {build}
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in loader:
+                    state = net.begin_state(batch_size=x.shape[0], device=device)
+                    out, state = net(x.to(device), state)
+                    loss = nn.functional.mse_loss(out, y.to(device))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """).replace("{build}", build)
+    result = convert(source)
+    assert result.status == "converted", result.reason
+    assert "state = net.module.begin_state(batch_size=x.shape[0], device=device)" in result.output
+
+
+def test_a_model_handed_on_by_a_lambda_reaches_the_helper_it_calls() -> None:
+    """Helper corpus BG, script 10: d2l's `predict = lambda prefix: predict_ch8(prefix, 10, net,
+    ...)` inside the training function; `net.begin_state(...)` in `predict_ch8` stayed on the
+    wrapper: AttributeError at any world size."""
+    helpers = """\
+        class RNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(4, 1)
+
+            def forward(self, x):
+                return self.head(x)
+
+            def begin_state(self, n):
+                return torch.zeros(n, 4)
+
+
+        def predict(prefix, model):
+            return model(model.begin_state(prefix)).sum().item()
+
+
+        def train(model, loader, optimizer):
+            show = lambda n: print(predict(n, model))
+            for epoch in range(2):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                show(3)
+        """
+    body = f"torch.manual_seed(0)\n{LOADER}\nmodel = RNN()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, loader, optimizer)\n"
+    output = convert(script(body, helpers)).output
+    assert "    return model(model.module.begin_state(prefix)).sum().item()\n" in output

@@ -620,6 +620,7 @@ class Analyzer:
         self.warnings: list[tuple[cst.CSTNode | None, str]] = []
         self._sources_cache: dict[cst.FunctionDef | None, set[int]] = {}
         self._return_sources_cache: dict[cst.FunctionDef, set[int]] = {}
+        self._classes_followed: set[tuple[int, int]] = set()  # `a = b.to(d)` followed to `b`'s class, once each
 
     def run(self) -> Facts:
         self._check_not_distributed()
@@ -3238,6 +3239,15 @@ class Analyzer:
         classes = set()
         for origin in self.program.origins(obj, function):
             cls = self._model_class_of_value(origin.node, origin.function, follow=False)
+            moved = unchained(origin.node)
+            if cls is None and moved is not origin.node and type(moved) is cst.Name:
+                if moved.value == dotted(obj) and origin.function is function:
+                    continue  # `net = net.to(device)` after `net = RNNModel(10)`: the class the name had (helper corpus BG, repro 04)
+                key = (id(moved), id(origin.function))
+                if key in self._classes_followed:
+                    return None
+                self._classes_followed.add(key)
+                cls = self._model_class(moved, origin.function)
             if cls is None:
                 return None
             classes.add(cls)
