@@ -7636,3 +7636,92 @@ def test_a_model_handed_on_by_a_lambda_reaches_the_helper_it_calls() -> None:
     body = f"torch.manual_seed(0)\n{LOADER}\nmodel = RNN()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, loader, optimizer)\n"
     output = convert(script(body, helpers)).output
     assert "    return model(model.module.begin_state(prefix)).sum().item()\n" in output
+
+
+def test_an_early_stop_on_a_knn_accuracy_over_a_memory_bank_is_decided_together() -> None:
+    """Helper corpus BB, repro 01: `memory[idx] = f.detach()` in the step keeps this rank's
+    features, so a kNN accuracy over `memory` after the epoch is this rank's own: `if acc <= best:
+    break` left the loop on one rank while the other went on into its next all-reduce."""
+    loader = "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.arange(64)), batch_size=8, shuffle=True)"
+    loop = """\
+        memory = torch.zeros(64, 2, device=device)
+        best = 0.0
+        for epoch in range(5):
+            for x, idx in loader:
+                f = model(x.to(device))
+                loss = nn.functional.cross_entropy(f @ memory.t(), idx.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                memory[idx] = f.detach()
+            acc = (memory.argmax(1) == 0).float().mean().item()
+            if acc <= best:
+                break
+            best = acc
+        """
+    output = convert(standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=textwrap.dedent(loop))).output
+    assert "        if any_rank(acc <= best):\n            break\n" in output
+
+
+_MEMORY_BANK = """\
+    class Bank(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("memory", torch.zeros(64, 2))
+
+        def forward(self, f):
+            return f @ self.memory.t()
+
+        @torch.no_grad()
+        def update(self, f, idx):
+            self.memory.index_copy_(0, idx, f.detach())
+
+
+    class Matrix:
+        def __init__(self):
+            self.counts = torch.zeros(2, 2)
+
+        def update(self, pred, y):
+            self.counts[y, pred] += 1
+
+
+    def train_epoch(model, bank, matrix, loader, optimizer):
+        for x, idx in loader:
+            f = model(x)
+            loss = nn.functional.cross_entropy(bank(f), idx)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            bank.update(f, idx)
+            matrix.update(f.argmax(1), idx % 2)
+    """
+
+
+def test_a_memory_bank_module_filled_per_rank_is_warned_and_the_stop_it_decides_is_taken_together() -> None:
+    """Helper corpus BB, repro 09 and script 05 (NPID): the bank is a module buffer that `update`
+    fills in place from this rank's batch (no warning had said so), and the caller's patience
+    count, kept on a kNN accuracy over the bank, left the epoch loop on one rank alone. Both
+    tests become any_rank, the outer one too: every rank must reach the inner one. A confusion
+    matrix filled the same way, which the step does not train against, is no memory bank."""
+    body = """\
+        torch.manual_seed(0)
+        loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.arange(64)), batch_size=8, shuffle=True)
+        model = nn.Linear(4, 2)
+        bank, matrix = Bank(), Matrix()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        best, bad = 0.0, 0
+        for epoch in range(5):
+            train_epoch(model, bank, matrix, loader, optimizer)
+            acc = (bank.memory.argmax(1) == 0).float().mean().item()
+            if acc > best:
+                best, bad = acc, 0
+            else:
+                bad += 1
+                if bad > 1:
+                    break
+        """
+    result = convert(script(body, _MEMORY_BANK))
+    assert "        if any_rank(acc > best):\n" in result.output
+    assert "            if any_rank(bad > 1):\n                break\n" in result.output
+    found = [w for w in warnings(result) if "keeps values of this rank's batches" in w]
+    assert len(found) == 1 and found[0].startswith("`bank` keeps values") and "`bank.update`" in found[0]

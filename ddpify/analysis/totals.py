@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.program import Program
-from ddpify.syntax import Tree
+from ddpify.syntax import Tree, dotted, method_call, unchained
 
 
 def restarts_inside(tree: Tree, program: Program, loop: cst.For | cst.While, function: cst.FunctionDef | None, name: str) -> bool:
@@ -36,3 +36,33 @@ def bounded(tree: Tree, program: Program, function: cst.FunctionDef | None, name
 DEQUE = {"collections.deque"}
 # Methods that collect a value into a container (`recent.append(loss.item())`).
 COLLECTS = {"append", "appendleft", "extend", "add", "insert"}
+
+
+def keeps_in_place(program: Program, found: tuple[cst.BaseExpression, str], function: cst.FunctionDef | None) -> bool:
+    """`obj.method(...)` keeps what it is handed in `obj`: a tensor's in-place method
+    (`memory.index_copy_(0, idx, f)`), or a method of a same-file class that changes its own
+    state in place (a memory bank's `update`, writing `self.memory.index_copy_(...)` or
+    `self.memory[i] = v`; helper corpus BB, repros 01 and 09)."""
+    obj, name = found
+    if type(obj) is not cst.Name:
+        return False
+    if _in_place(name):
+        return program.binds(function, obj.value)
+    classes = {program.instance_of(unchained(o.node), o.function) for o in program.origins(obj, function)}  # also a parameter: what callers hand
+    cls = classes.pop() if len(classes) == 1 else None
+    method = program.class_methods(cls).get(name) if cls is not None else None
+    if method is None:
+        return False
+    for node in program.scope_nodes(method):
+        if type(node) in (cst.Assign, cst.AugAssign):
+            targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
+            if any(type(t) is cst.Subscript and (dotted(t.value) or "").startswith("self.") for t in targets):
+                return True
+        elif (inner := method_call(node)) and _in_place(inner[1]) and (dotted(inner[0]) or "").startswith("self."):
+            return True
+    return False
+
+
+def _in_place(method: str) -> bool:
+    """`index_copy_`, `mul_`: a tensor method that changes the tensor itself."""
+    return method.endswith("_") and not method.startswith("_")

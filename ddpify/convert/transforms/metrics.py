@@ -16,7 +16,7 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.analysis.batches import from_batch, reads
 from ddpify.analysis.splits import builds_training_split, training_split_test
-from ddpify.analysis.totals import restarts_inside
+from ddpify.analysis.totals import keeps_in_place, restarts_inside
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
@@ -712,6 +712,8 @@ class ReduceMetrics(Transform):
         times more slowly. Warned about: the fix (gather the keys first) is the script's."""
         start = self.tree.order(loop.loop)
         for node in self.tree.walk(loop.loop.body):
+            if self._kept_by_object(loop, node):
+                return
             if type(node) is not cst.Assign or len(node.targets) != 1:
                 continue
             target = node.targets[0].target
@@ -731,6 +733,29 @@ class ReduceMetrics(Transform):
                 f"own shard's, so the ranks train against different `{held.value}`; gather the values over ranks (dist.all_gather) before storing them"
             ))
             return
+
+    def _kept_by_object(self, loop: TrainLoop, node: cst.CSTNode) -> bool:
+        """`bank.update(feat, idx)` where a same-file class keeps what it is handed in place
+        (`self.memory.index_copy_(...)`) and the step reads `bank` before (`logits = bank(feat)`):
+        NPID's memory bank as a module buffer (helper corpus BB, repro 09). Warned, as a queue is."""
+        found = method_call(node)
+        if found is None or type(found[0]) is not cst.Name or found[1].endswith("_") or not keeps_in_place(self.program, found, loop.function):
+            return False
+        assert type(node) is cst.Call
+        if not any(self._from_batch(loop, a.value) for a in node.args):
+            return False
+        name = found[0].value
+        read = any(
+            type(n) is cst.Assign and self.tree.order(n) < self.tree.order(node) and any(type(m) is cst.Name and m.value == name for m in self.tree.walk(n.value))
+            for n in self.tree.walk(loop.loop.body)
+        )
+        if not read:
+            return False  # a confusion matrix filled from the batch: a metric, not what the step trains against
+        self.warn(node, (
+            f"`{name}` keeps values of this rank's batches from step to step (`{code(node.func)}`, a memory bank): each rank stores only "
+            f"its own shard's, so the ranks train against different `{name}`; gather the values over ranks (dist.all_gather) before storing them"
+        ))
+        return True
 
     def _kept_window(self, value: cst.BaseExpression, name: str) -> bool:
         """`torch.cat([name, new])[-K:]` (or `[:K]`): `name` grown by new values and cut to a size."""

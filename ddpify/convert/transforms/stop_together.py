@@ -15,7 +15,7 @@ import libcst as cst
 from ddpify.analysis.accumulation import is_optimizer_step
 from ddpify.analysis.batches import batch_names, reads
 from ddpify.analysis.exits import clock_names, continues, leaves, reads_clock, skips
-from ddpify.analysis.totals import COLLECTS
+from ddpify.analysis.totals import COLLECTS, keeps_in_place
 from ddpify.analysis.loops import TrainLoop
 from ddpify.analysis.splits import seeded_before
 from ddpify.convert.transforms.base import Transform
@@ -271,6 +271,11 @@ class StopTogether(Transform):
                     target = node.targets[0].target.value  # `control = cb.on_step_end(control, tr_loss)` from a window total
                 elif (found := method_call(node)) and found[1] in COLLECTS and type(found[0]) is cst.Name and reads(self.tree, node, local):
                     target = found[0].value
+                elif type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Subscript and reads(self.tree, node.value, local):
+                    target = dotted(node.targets[0].target.value)  # `memory[idx] = f.detach()`: a bank of this rank's values (helper corpus BB, repro 01)
+                    target = target.split(".")[0] if target is not None else None
+                elif (found := method_call(node)) and type(found[0]) is cst.Name and any(reads(self.tree, a, local) for a in node.args) and keeps_in_place(self.program, found, loop.function):
+                    target = found[0].value  # `memory.index_copy_(0, idx, f)`, `bank.update(f, idx)`
                 elif type(node) is cst.If and id(node) not in exits and reads(self.tree, node.test, local):
                     # `if tr_loss < 1.0: control.should_training_stop = True`: what it sets is this rank's decision
                     decided = {name.split(".")[0] for n in self.tree.walk(node.body) if type(n) is cst.Assign for t in n.targets if (name := dotted(t.target))}
@@ -427,9 +432,11 @@ class StopTogether(Transform):
             clocks = clock_names(self.tree, self.program, caller)
             receiver = dotted(call.func.value) if type(call.func) is cst.Attribute else None
             seen = {receiver + attr[4:] for attr in kept} if receiver is not None and receiver != "self" else set()  # `trainer.history`
+            handed = self._handed_state(loop, call)
             for outer in self.tree.loops(call):
                 if self.tree.function(outer) is not caller:
                     continue
+                seen |= self._bound_from(outer, call, handed)
                 if type(outer) is cst.While and id(outer) not in rewritten and self._per_rank(outer.test, set(), clocks):
                     self._go_on_together(outer, rewritten)
                     every = True
@@ -444,7 +451,46 @@ class StopTogether(Transform):
                     self.plan.replace(node.test, cst.parse_expression(f"any_rank({code(node.test)})"))
                     self.change(node, f"`{code(node.test)}` is this rank's own: every rank leaves the loop when any rank would (any_rank)")
                     anyone = True
+                    for above in self.tree.ancestors(node):
+                        if above is outer:
+                            break
+                        if type(above) is cst.If and id(above) not in rewritten and _reads_dotted(self.tree, above.test, seen):
+                            # `if acc > best: ... else: bad += 1; if bad > patience: break`: every rank must reach the test
+                            rewritten.add(id(above))
+                            self.plan.replace(above.test, cst.parse_expression(f"any_rank({code(above.test)})"))
+                            self.change(above, f"`{code(above.test)}` is this rank's own, and decides which ranks reach a collective test: every rank takes it when any rank would (any_rank)")
         return every, anyone
+
+    def _handed_state(self, loop: TrainLoop, call: cst.Call) -> set[str]:
+        """What the caller hands the epoch function for it to keep this rank's values in (`bank`
+        in `train_epoch(net, bank, ...)`, which stores each batch's features: NPID's memory bank)."""
+        assert loop.function is not None
+        own = self._local_names(loop)
+        return {
+            name for param in self.program.param_names(loop.function)
+            if param in own and (argument := self.program.argument_for(call, loop.function, param)) is not None and (name := dotted(argument)) is not None
+        }
+
+    def _bound_from(self, outer: cst.For | cst.While, call: cst.Call, own: set[str]) -> set[str]:
+        """`own`, and the names the loop body binds after `call` from them (`acc = knn_eval(net,
+        bank, ...)`), in order."""
+        if not own:
+            return set()
+        own = set(own)
+        roots = lambda: {n.split(".")[0] for n in own}  # noqa: E731
+        for node in self.tree.walk(outer.body):
+            if self.tree.order(node) <= self.tree.order(call):
+                continue
+            if type(node) is cst.Assign and reads(self.tree, node.value, roots()):
+                own |= {name for t in node.targets for name in self.program.names_in(t.target)}
+            elif type(node) is cst.If and reads(self.tree, node.test, roots()):
+                # `if acc > best: best, bad = acc, 0` / `else: bad += 1`: a count kept on this rank's decision
+                own |= {
+                    name for n in self.tree.walk(node) if type(n) in (cst.Assign, cst.AugAssign)
+                    for t in (n.targets if type(n) is cst.Assign else [n])
+                    for name in self.program.names_in(t.target)
+                }
+        return own
 
     def _own_attributes(self, loop: TrainLoop) -> set[str]:
         """Attributes a training method keeps this rank's numbers in (`self.last_loss =
@@ -590,4 +636,4 @@ def _own_attribute(target: cst.BaseExpression) -> str | None:
 
 def _reads_dotted(tree: Tree, node: cst.CSTNode, names: set[str]) -> bool:
     """Whether `node` reads one of the dotted `names` (`trainer.history` in `trainer.history[-1]`)."""
-    return bool(names) and any(type(n) is cst.Attribute and dotted(n) in names for n in tree.walk(node))
+    return bool(names) and any(type(n) in (cst.Attribute, cst.Name) and dotted(n) in names for n in tree.walk(node))
