@@ -7725,3 +7725,46 @@ def test_a_memory_bank_module_filled_per_rank_is_warned_and_the_stop_it_decides_
     assert "            if any_rank(bad > 1):\n                break\n" in result.output
     found = [w for w in warnings(result) if "keeps values of this rank's batches" in w]
     assert len(found) == 1 and found[0].startswith("`bank` keeps values") and "`bank.update`" in found[0]
+
+
+def test_a_helper_module_code_calls_at_import_asks_the_environment_for_the_rank() -> None:
+    """Helper corpus BL, repro 03: Kaggle's `LOGGER = get_logger()` at import, with a FileHandler,
+    and training in the `__main__` block (a fold loop): the helper's guards read `rank`, which only
+    the `__main__` block binds, later: NameError on every rank and in a plain run."""
+    source = textwrap.dedent("""\
+        import logging
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def get_logger(filename="train"):
+            logger = logging.getLogger(__name__)
+            handler = logging.FileHandler(filename=f"{filename}.log")
+            logger.addHandler(handler)
+            return logger
+
+
+        LOGGER = get_logger()
+
+
+        def train():
+            torch.manual_seed(0)
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16, shuffle=True)
+            model = nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                LOGGER.info(f"epoch {epoch}")
+
+
+        if __name__ == "__main__":
+            for fold in range(2):
+                train()
+        """)
+    output = convert(source).output
+    assert '    handler = logging.FileHandler(filename=f"{filename}.log") if int(os.environ.get("RANK", 0)) == 0 else None\n' in output
+    assert "rank == 0" not in output.split("LOGGER = get_logger()")[0].replace('int(os.environ.get("RANK", 0)) == 0', "")

@@ -286,8 +286,11 @@ class Facts:
     def before_setup(self, function: cst.FunctionDef | None, at: cst.CSTNode | None) -> bool:
         """Module code that runs before the process group exists: above the statement the setup
         follows (`try: import x / except: print(...)` among the imports), or, when the setup is
-        in the `__main__` block, outside it (a config built at import)."""
-        if at is None or function is not None:
+        in the `__main__` block, outside it (a config built at import). A function that such
+        code calls runs there too (`LOGGER = get_logger()` at import: helper corpus BL, repro 03)."""
+        if function is not None:
+            return function in self._called_before_setup
+        if at is None:
             return False
         if self.entry.kind == "main-block":
             return not self.tree.inside(at, self.entry.block)
@@ -356,6 +359,17 @@ class Facts:
         constructed = {self.program.owner_class(f) for f in first_uses if f.name.value == "__init__"}
         first_uses |= {m for cls in constructed if cls is not None for m in self.program.class_methods(cls).values()}
         return self.program.called_from(first_uses)
+
+    @cached_property
+    def _called_before_setup(self) -> set[cst.FunctionDef]:
+        """Same-file functions that module code run before the setup calls, directly or through others."""
+        if self.entry.kind not in ("main-block", "module"):
+            return set()
+        roots = {
+            target[0] for call in self.program.calls_in(None)
+            if self.before_setup(None, call) and (target := self.program.callee(call, None)) is not None
+        }
+        return self.program.called_from(roots) if roots else set()
 
     @cached_property
     def _called_from_entry(self) -> set[cst.FunctionDef]:
