@@ -7768,3 +7768,25 @@ def test_a_helper_module_code_calls_at_import_asks_the_environment_for_the_rank(
     output = convert(source).output
     assert '    handler = logging.FileHandler(filename=f"{filename}.log") if int(os.environ.get("RANK", 0)) == 0 else None\n' in output
     assert "rank == 0" not in output.split("LOGGER = get_logger()")[0].replace('int(os.environ.get("RANK", 0)) == 0', "")
+
+
+def test_a_total_kept_as_a_tensor_and_read_with_item_stays_a_tensor() -> None:
+    """Helper corpus BL, repro 04: `loss_sum += loss.detach() * x.size(0)` (no sync per step),
+    then `(loss_sum / seen).item()`: `x.size(0)` made the increment look like a Python number,
+    so the reduction gave back a float and the script's own `.item()` raised AttributeError."""
+    loop = """\
+        for epoch in range(2):
+            seen, loss_sum = 0, 0.0
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                seen += x.size(0)
+                loss_sum += loss.detach() * x.size(0)
+            print(f"epoch {epoch} loss {(loss_sum / seen).item():.4f}")
+        """
+    output = convert(standard(loop=textwrap.dedent(loop))).output
+    assert "        dist.all_reduce(loss_sum)\n" in output
+    assert "loss_sum = " not in output.split("dist.all_reduce(loss_sum)")[1]
+    assert "seen = int(totals.item())" in output

@@ -25,6 +25,8 @@ from ddpify.syntax import Tree, code, dotted, is_backward, method_call, string_v
 
 # An increment built from these is a Python number (`loss.item()`, `y.size(0)`, `len(y)`).
 NUMBER_METHODS = {"item", "size", "numel", "tolist"}
+# What reads a tensor after arithmetic on it: `(loss_sum / seen).item()` says `loss_sum` is one.
+TENSOR_READS = {"item", "cpu", "numpy", "tolist", "detach", "double", "float"}
 NUMBER_BUILTINS = {"len", "float", "int", "sum", "round"}
 
 # count: a Python int of samples (summed); number: a Python float ("number?": maybe a tensor by
@@ -426,7 +428,7 @@ class ReduceMetrics(Transform):
                     totals[name] = "count"  # examples seen: a sum over ranks, and an int again
                 elif all(isinstance(v, (cst.Integer, cst.Float)) for v in initial):
                     # a Python number, unless an increment is a tensor: `total += loss` makes one
-                    if all(map(self._is_number, values)):
+                    if all(map(self._is_number, values)) and not self._used_as_tensor(loop, name):
                         totals[name] = "number"
                     elif self._used_as_tensor(loop, name) or any(keeps_a_dimension(self.tree, v) for v in values):
                         # `correct += (pred == y).sum()`, then `correct.item()`; `feat_sum += out.sum(0)`: a tensor of any shape
@@ -978,12 +980,20 @@ class ReduceMetrics(Transform):
         return added.value
 
     def _used_as_tensor(self, loop: TrainLoop, name: str) -> bool:
-        """`name.double()`, `name.item()`...: after the loop the script reads it as a tensor."""
+        """`name.double()`, `name.item()`, `(name / seen).item()`...: after the loop the script reads
+        it as a tensor (`loss_sum += loss.detach() * x.size(0)`, kept on the device to spare a sync
+        per step: helper corpus BL, repro 04)."""
         end = self.tree.last_line(_steps(loop))
-        return any(
-            isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == name and self.tree.line(n) > end
-            for n in self.program.scope_nodes(loop.function)
-        )
+        for n in self.program.scope_nodes(loop.function):
+            if type(n) is not cst.Name or n.value != name or self.tree.line(n) <= end:
+                continue
+            child: cst.CSTNode = n
+            parent = self.tree.parent(n)
+            while type(parent) in (cst.BinaryOperation, cst.UnaryOperation):  # `(loss_sum / seen)`: arithmetic on it, then read
+                child, parent = parent, self.tree.parent(parent)
+            if type(parent) is cst.Attribute and parent.value is child and (child is n or parent.attr.value in TENSOR_READS):
+                return True
+        return False
 
     def _counts(self, initial: list[cst.BaseExpression], values: list[cst.BaseExpression]) -> bool:
         """A tensor of counts: made with an integer dtype (`torch.zeros(k, dtype=torch.long)`),
