@@ -7461,8 +7461,12 @@ def test_a_checkpoint_path_a_training_method_saves_and_returns_is_waited_for() -
             "for fn in os.listdir('out'):\n    os.remove(os.path.join('out', fn))\nos.rmdir('out')\n",
             "    if rank == 0:\n        for fn in os.listdir('out'):\n            os.remove(os.path.join('out', fn))\n        os.rmdir('out')\n",
         ),
+        (  # helper corpus BJ, repro 03: pathlib's listing of the folder the load read from
+            "folder = pathlib.Path('out')\nfor f in folder.iterdir():\n    f.unlink()\n",
+            "    if rank == 0:\n        for f in folder.iterdir():\n            f.unlink()\n",
+        ),
     ],
-    ids=["under-a-test", "in-a-loop"],
+    ids=["under-a-test", "in-a-loop", "pathlib-listing"],
 )  # fmt: skip
 def test_the_barrier_before_a_removal_goes_before_the_statement_rank_0_runs(removal: str, guarded: str) -> None:
     """Review: `if os.path.exists(p): os.remove(p)` after every rank loaded `p` becomes rank 0's
@@ -7470,7 +7474,7 @@ def test_the_barrier_before_a_removal_goes_before_the_statement_rank_0_runs(remo
     A removal in a loop over a listing (helper corpus BB, script 08) waits before the loop, not
     after it, before a later `os.rmdir`."""
     loop = LOOP + "    torch.save(model.state_dict(), 'out/best.pt')\nmodel.load_state_dict(torch.load('out/best.pt'))\n" + removal
-    output = convert(standard(loop=loop, imports="import os\n")).output
+    output = convert(standard(loop=loop, imports="import os\nimport pathlib\n")).output
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n" + guarded in output, output
 
 

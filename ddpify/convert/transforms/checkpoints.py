@@ -77,6 +77,9 @@ class Checkpoints(Transform):
         loop = next((lp for lp in self.tree.loops(removal) if type(lp) is cst.For and code(lp.target) == code(removed)), None)
         if loop is not None:  # `for f in glob.glob(os.path.join("ckpts", "*.pth")): os.remove(f)`
             removed = loop.iter  # type: ignore[union-attr]
+            listed = s.method_call(removed)
+            if listed is not None and listed[1] in ("iterdir", "glob", "rglob") and not self.tree.is_call_to(removed, {"glob.glob", "glob.iglob"}):
+                removed = listed[0]  # `for f in WORK.iterdir(): f.unlink()`: the folder listed (helper corpus BJ, repro 03)
         parts = self._path_parts(removed, function)
         for load in loads:
             read = s.arg(load, 0, "f")
