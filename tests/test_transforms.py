@@ -7794,3 +7794,41 @@ def test_a_total_kept_as_a_tensor_and_read_with_item_stays_a_tensor() -> None:
     assert "        dist.all_reduce(loss_sum)\n" in output
     assert "loss_sum = " not in output.split("dist.all_reduce(loss_sum)")[1]
     assert "seen = int(totals.item())" in output
+
+
+@pytest.mark.parametrize(
+    ("test", "waits"),
+    [
+        pytest.param("val is not None", True, id="a-parameter"),
+        pytest.param("held is not None", True, id="an-optional-made-on-a-parameter"),  # BK script 10
+        pytest.param("os.path.exists('best.pt')", False, id="a-file-check"),
+        pytest.param("best < 1.0", False, id="a-value-of-the-run"),
+    ],
+)
+def test_a_reload_under_an_if_every_rank_takes_alike_waits_for_the_save(test: str, waits: bool) -> None:
+    """Helper corpus BK, repro 02: `if val_ds is not None: model.load_state_dict(torch.load(best))`
+    after the epochs, the save in a branch of its own: only a warning, no barrier, so rank 1 read
+    a half-written or an older file (EOFError, or replicas diverged). A test on a parameter that
+    the function never rebinds is taken alike by every rank: the barrier goes right before the
+    load. A file check or a value of the run may differ per rank: still a warning."""
+    helpers = f"""\
+        def train(model, loader, optimizer, val=None):
+            held = list(val) if val is not None else None
+            best = float("inf")
+            for epoch in range(2):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                if loss.item() < best:
+                    best = loss.item()
+                    torch.save(model.state_dict(), "best.pt")
+            if {test}:
+                model.load_state_dict(torch.load("best.pt"))
+        """
+    body = f"torch.manual_seed(0)\n{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, loader, optimizer, val=loader)\n"
+    result = convert(script(body, helpers, "import os\n"))
+    barrier = f"    if {test}:\n        dist.barrier()  # rank 0 wrote this file: wait until it is complete\n        model.module.load_state_dict(torch.load(\"best.pt\""
+    assert (barrier in result.output) is waits
+    assert any("is read back where not every rank may get" in m for m in warnings(result)) is not waits

@@ -13,6 +13,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.destinations import node_local, private_to_process
+from ddpify.analysis.ranks import RANK_NAMES
 from ddpify.analysis.output import REMOVALS
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
@@ -186,9 +187,51 @@ class Checkpoints(Transform):
         return any(self.tree.inside(write, statement) for statement in self.facts.preparation)
 
     def _after_in_its_block(self, write: cst.CSTNode, read: cst.Call) -> bool:
-        """The write lies inside the block that holds the read: every rank that gets past the
-        write (or the branch around it) reaches a barrier put right before the read."""
-        return self.tree.inside(write, self.tree.block(self.tree.statement(read)))
+        """The write lies inside the block that holds the read, or that holds the `if` the read is
+        under when every rank takes that `if` alike (`if val_ds is not None:` on a parameter: helper
+        corpus BK, repro 02): every rank that gets past the write (or the branch around it) reaches
+        a barrier put right before the read."""
+        statement = self.tree.statement(read)
+        while not self.tree.inside(write, self.tree.block(statement)):
+            parent = self.tree.parent(self.tree.parent(statement))  # the block, then the `if` (or `else`) it belongs to
+            if type(parent) is cst.Else:
+                parent = self.tree.parent(parent)
+            if type(parent) is not cst.If or not self._alike_on_every_rank(parent.test, self.tree.function(parent)):
+                return False
+            statement = parent
+        return True
+
+    def _alike_on_every_rank(self, test: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 1) -> bool:
+        """A test that reads only what every rank was handed alike: parameters the function never
+        rebinds and module globals, compared with constants; no call (a file's existence, a clock)
+        and no rank."""
+        if any(type(n) in (cst.Call, cst.Lambda, cst.NamedExpr) for n in self.tree.walk(test)):
+            return False
+        for n in s.read_names(test) or []:
+            if n.value in RANK_NAMES:
+                return False
+            if n.value in ("True", "False", "None"):
+                continue
+            if function is not None and n.value in self.program.all_param_names(function):
+                if self.program.assignments(function, n.value) or n.value in self.program.loop_targets(function):
+                    return False
+                continue
+            if function is not None and self.program.binds(function, n.value):
+                if depth == 0 or not self._optional_alike(n.value, function, depth - 1):
+                    return False
+                continue
+            if not self.program.assignments(None, n.value) or self.program.global_writers(n.value):
+                return False
+        return True
+
+    def _optional_alike(self, name: str, function: cst.FunctionDef, depth: int) -> bool:
+        """`val_loader = DataLoader(val_ds, ...) if val_ds is not None else None`: whether it is
+        None is decided by a test every rank takes alike (helper corpus BK, script 10)."""
+        values = [v for v, i in self.program.assignments(function, name) if i is None]
+        if not values or len(values) != len(self.program.assignments(function, name)) or name in self.program.loop_targets(function):
+            return False
+        made = lambda v: type(v) is cst.Call or (type(v) is cst.Name and v.value == "None")  # noqa: E731
+        return all(type(v) is cst.IfExp and made(v.body) and made(v.orelse) and self._alike_on_every_rank(v.test, function, depth) for v in values)
 
     def _same_place(self, saved: cst.BaseExpression, loaded: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """The save may have written what the load reads: the same path, or paths built from the
