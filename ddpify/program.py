@@ -840,6 +840,25 @@ class Program:
             return None
         return f"{self._star_modules[0]}.{name}"
 
+    def _hook_methods(self, call: cst.Call) -> list[cst.FunctionDef]:
+        """A callback hook called on an object of no known class (`cb.on_epoch_end(self, epoch)`,
+        `getattr(cb, "on_epoch_end")(self, epoch)` over a list of callbacks, or `getattr(cb, hook)` in a
+        dispatcher handed the hook's name): the same-file methods of that name, any of which it may
+        run (helper corpus BL, repro 01 and script 02)."""
+        func = call.func
+        names: list[str | None] = []
+        if type(func) is cst.Attribute:
+            names = [func.attr.value]
+        elif type(func) is cst.Call and type(func.func) is cst.Name and func.func.value == "getattr" and len(func.args) >= 2:
+            hook = func.args[1].value
+            names = [string_value(hook)]
+            function = self.tree.function(call)
+            if type(hook) is cst.Name and function is not None and hook.value in self.param_names(function):
+                # `def _call(self, hook, *args): getattr(cb, hook)(self, *args)`, called `self._call("on_epoch_end", ...)`
+                passed = [self.argument_for(site, function, hook.value) for site, _ in self.call_sites(function)]
+                names = [string_value(p) if p is not None else None for p in passed]
+        return [methods[name] for name in names if name is not None and name.startswith("on_") for methods in self.methods.values() if name in methods]
+
     def _lambda_calls(self, function: cst.FunctionDef | None, ref: str) -> list[cst.Call]:
         """Calls in the lambdas of a scope that read `ref` from it (`predict = lambda p: predict_ch8(p,
         net)`, d2l): the lambda hands the object on when it is called."""
@@ -875,8 +894,7 @@ class Program:
             if ref.startswith("self."):
                 cls = self.owner_class(function)
                 work += [(ref, method) for method in self.methods.get(cls, {}).values()] if cls else []
-                continue
-            if function is None:  # a global: functions and methods that do not rebind it see it (`log_weights(self)` reading `model.conv1`)
+            elif function is None:  # a global: functions and methods that do not rebind it see it (`log_weights(self)` reading `model.conv1`)
                 work += [(ref, f) for f in self.all_functions if not self.binds(f, ref.split(".")[0])]
             else:  # a closure reads it when it is called: the object the name holds by then
                 root = ref.split(".")[0]
@@ -885,22 +903,21 @@ class Program:
                     work.append((ref, None))  # `def setup(): global model; model = ...`: the global every function reads
             for call in self.calls_in(function) + self._lambda_calls(function, ref):
                 target = self.callee(call, function)
-                if target is None:
-                    continue
-                callee = target[0]
-                for a in call.args:
-                    if dotted(unchained(a.value)) != ref or id(a.value) in plain:
-                        continue  # also `export_all(model.cpu(), out)`: the module the chain is called on
-                    param = self.parameter_for(call, callee, a.value)
-                    if param is None:
-                        continue
-                    work.append((param, callee))
-                    if callee.name.value == "__init__":  # Trainer(model) keeps it as self.<attr>
-                        for node in self.scope_nodes(callee):
-                            if type(node) is not cst.Assign:
-                                continue
-                            work += [  # `self.model = model`, `self.model, self.opt = model, opt`
-                                (name, callee) for target, value in _unpacked(node)
-                                if dotted(value) == param and (name := dotted(target)) and name.startswith("self.")
-                            ]
+                for callee in [target[0]] if target is not None else self._hook_methods(call):
+                    for a in call.args:
+                        handed = dotted(unchained(a.value))  # also `export_all(model.cpu(), out)`: the module the chain is called on
+                        if handed is None or id(a.value) in plain or not (handed == ref or ref.startswith(handed + ".")):
+                            continue
+                        param = self.parameter_for(call, callee, a.value)
+                        if param is None:
+                            continue
+                        work.append((param + ref[len(handed):], callee))  # `cb.on_epoch_end(self, epoch)`: `trainer.model` there
+                        if handed == ref and callee.name.value == "__init__":  # Trainer(model) keeps it as self.<attr>
+                            for node in self.scope_nodes(callee):
+                                if type(node) is not cst.Assign:
+                                    continue
+                                work += [  # `self.model = model`, `self.model, self.opt = model, opt`
+                                    (name, callee) for target, value in _unpacked(node)
+                                    if dotted(value) == param and (name := dotted(target)) and name.startswith("self.")
+                                ]
         return refs

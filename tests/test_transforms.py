@@ -7832,3 +7832,41 @@ def test_a_reload_under_an_if_every_rank_takes_alike_waits_for_the_save(test: st
     barrier = f"    if {test}:\n        dist.barrier()  # rank 0 wrote this file: wait until it is complete\n        model.module.load_state_dict(torch.load(\"best.pt\""
     assert (barrier in result.output) is waits
     assert any("is read back where not every rank may get" in m for m in warnings(result)) is not waits
+
+
+@pytest.mark.parametrize(
+    "dispatch",
+    [
+        pytest.param("for cb in self.callbacks:\n    getattr(cb, 'on_epoch_end')(self, epoch)", id="getattr-literal"),
+        pytest.param("self._call('on_epoch_end', epoch)", id="dispatcher"),
+    ],
+)
+def test_a_callback_handed_the_trainer_saves_the_plain_model(dispatch: str) -> None:
+    """Helper corpus BL, repro 01 and script 02: Keras-like callbacks run through `getattr(cb,
+    hook)(self, ...)`; the checkpoint callback's `trainer.model.state_dict()` saved the wrapper's
+    `module.` keys, and the reload in `main()` failed on every rank, also as a world of one."""
+    helpers = """\
+        class Checkpoint:
+            def on_epoch_end(self, trainer, epoch):
+                torch.save(trainer.model.state_dict(), "last.pt")
+
+
+        class Trainer:
+            def __init__(self, model, optimizer, callbacks):
+                self.model, self.optimizer, self.callbacks = model, optimizer, callbacks
+
+            def _call(self, hook, *args):
+                for cb in self.callbacks:
+                    getattr(cb, hook)(self, *args)
+
+            def fit(self, loader, epochs):
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        self.optimizer.zero_grad()
+                        nn.functional.mse_loss(self.model(x), y).backward()
+                        self.optimizer.step()
+                    {dispatch}
+        """.replace("{dispatch}", textwrap.indent(dispatch, " " * 20).lstrip())
+    body = f"torch.manual_seed(0)\n{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nTrainer(model, optimizer, [Checkpoint()]).fit(loader, 2)\n"
+    output = convert(script(body, helpers)).output
+    assert 'torch.save(trainer.model.module.state_dict(), "last.pt")' in output
