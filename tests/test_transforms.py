@@ -7870,3 +7870,38 @@ def test_a_callback_handed_the_trainer_saves_the_plain_model(dispatch: str) -> N
     body = f"torch.manual_seed(0)\n{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nTrainer(model, optimizer, [Checkpoint()]).fit(loader, 2)\n"
     output = convert(script(body, helpers)).output
     assert 'torch.save(trainer.model.module.state_dict(), "last.pt")' in output
+
+
+@pytest.mark.parametrize(("end", "unused"), [("return total", True), ("return total + res.sum(1, keepdim=True)", False)])
+@pytest.mark.parametrize("loop", ["for block in self.blocks:", "for i, block in enumerate(self.blocks):"])
+def test_a_dict_output_carried_only_to_the_next_block_finds_unused_parameters(loop: str, end: str, unused: bool) -> None:
+    """Helper corpus BM, repro 09: N-BEATS blocks returning `{"backcast": ..., "forecast": ...}`;
+    `res = res - out["backcast"]` reaches nothing after the loop, so the last block's backcast
+    layer got no gradient: 'Expected to have finished reduction', also as one process. When the
+    residual is read after the loop, every layer gets a gradient."""
+    helpers = f"""\
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.back = nn.Linear(4, 4)
+                self.fore = nn.Linear(4, 1)
+
+            def forward(self, x):
+                return {{"backcast": self.back(x), "forecast": self.fore(x)}}
+
+
+        class Stack(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.ModuleList([Block(), Block()])
+
+            def forward(self, x):
+                res, total = x, 0
+                {loop}
+                    out = block(res)
+                    res = res - out["backcast"]
+                    total = total + out["forecast"]
+                {end}
+        """
+    result = convert(standard(model="model = Stack().to(device)", helpers=helpers))
+    assert ("model = DDP(model, find_unused_parameters=True)" in result.output) is unused

@@ -1606,8 +1606,8 @@ class Analyzer:
         `pos` nothing reads after it. The layers behind the dropped value get no gradient."""
         nodes = self.program.scope_nodes(method)
         layer_loops = {
-            n.target.value: n for n in nodes
-            if type(n) is cst.For and type(n.target) is cst.Name and (dotted(self.program.unwrap_iterable(n.iter)) or "").startswith("self.")
+            name.value: n for n in nodes
+            if type(n) is cst.For and (name := _layer_target(n)) is not None and (dotted(self.program.unwrap_iterable(n.iter)) or "").startswith("self.")
         }
         targets = {id(n) for node in nodes if type(node) is cst.Assign for t in node.targets for n in self.tree.walk(t.target)}
         reads: dict[str, list[cst.Name]] = {}
@@ -1629,7 +1629,7 @@ class Analyzer:
                 continue  # `out, _ = self.lstm(x)`: every output comes from all of the layer's parameters
             line = self.tree.line(node)
             for index, name in enumerate(names):
-                if type(name) is not cst.Name or (layer is None and len(names) < 2) or (separate and index not in separate):
+                if type(name) is not cst.Name or (layer is None and loop is None and len(names) < 2) or (separate and index not in separate):
                     continue
                 later = [r for r in reads.get(name.value, []) if self.tree.order(r) > self.tree.order(node) and not self.tree.inside(r, node)]
                 if loop is not None:
@@ -1639,9 +1639,30 @@ class Analyzer:
                     if after and len(names) > 1 and all(self.tree.inside(r, loop) for r in after) and self._carried_only(after, loop, reads):
                         # N-BEATS: `back, f = block(res)`, `res = res - back`, and `res` is read by no one after the loop
                         return f"drops what the last `{name.value}` that `{code(func)}` computes in its loop over `{code(loop.iter)}` goes into (line {line})"
+                    key = self._carried_entry(after, loop, reads) if len(names) == 1 else None
+                    if key is not None:
+                        # `out = block(res)`, `res = res - out["backcast"]`: the same with a dict (helper corpus BM, repro 09)
+                        return f"drops what the last `{name.value}[{key}]` that `{code(func)}` computes in its loop over `{code(loop.iter)}` goes into (line {line})"
                 elif not later:
                     return f"drops `{name.value}`, an output of `{layer}` (line {line})"
         return ""
+
+    def _carried_entry(self, uses: list[cst.Name], loop: cst.For, reads: dict[str, list[cst.Name]]) -> str | None:
+        """The key of a layer's dict output (`out["backcast"]`) whose every use in the loop goes into
+        a name carried to the next iteration only, while another key's does not: the last one's
+        layers get no gradient."""
+        by_key: dict[str, list[cst.Name]] = {}
+        for use in uses:
+            parent = self.tree.parent(use)
+            if not self.tree.inside(use, loop) or type(parent) is not cst.Subscript or parent.value is not use or len(parent.slice) != 1:
+                return None
+            index = parent.slice[0].slice
+            if type(index) is not cst.Index or type(index.value) is not cst.SimpleString:
+                return None
+            by_key.setdefault(code(index.value), []).append(use)
+        if len(by_key) < 2:
+            return None
+        return next((key for key, found in by_key.items() if self._carried_only(found, loop, reads)), None)
 
     def _carried_only(self, uses: list[cst.Name], loop: cst.For, reads: dict[str, list[cst.Name]]) -> bool:
         """Each use of a layer's output in the loop goes into a name carried to the next
@@ -3448,3 +3469,14 @@ def _tees_output(statement: cst.CSTNode) -> bool:
 
 def _is_none(node: cst.CSTNode) -> bool:
     return type(node) is cst.Name and node.value == "None"
+
+
+def _layer_target(loop: cst.For) -> cst.Name | None:
+    """The name a loop over layers binds each layer to: `block` of `for block in self.blocks:` or
+    of `for i, block in enumerate(self.blocks):`."""
+    if type(loop.target) is cst.Name:
+        return loop.target
+    enumerated = type(loop.iter) is cst.Call and type(loop.iter.func) is cst.Name and loop.iter.func.value == "enumerate"
+    if enumerated and type(loop.target) is cst.Tuple and len(loop.target.elements) == 2 and type(loop.target.elements[1].value) is cst.Name:
+        return loop.target.elements[1].value
+    return None
