@@ -7905,3 +7905,32 @@ def test_a_dict_output_carried_only_to_the_next_block_finds_unused_parameters(lo
         """
     result = convert(standard(model="model = Stack().to(device)", helpers=helpers))
     assert ("model = DDP(model, find_unused_parameters=True)" in result.output) is unused
+
+
+def test_a_totals_class_holding_a_numpy_buffer_is_summed_in_place() -> None:
+    """Helper corpus BM, repro 06: a totals class whose `self.buf = np.zeros(n)` update() adds to
+    was packed as a number (`tot.buf = tot_totals[0].item()`): 'a Tensor with 2 elements cannot
+    be converted to Scalar' on every rank. The array is summed in place, through a tensor that
+    shares its memory."""
+    helpers = """\
+        class Totals:
+            def __init__(self, n):
+                self.buf = np.zeros(n)
+
+            def add(self, *vals):
+                self.buf += np.asarray(vals, dtype=float)
+        """
+    loop = """\
+        for epoch in range(2):
+            tot = Totals(2)
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                tot.add(loss.item() * len(x), len(x))
+            print(f"loss {tot.buf[0] / tot.buf[1]:.4f}")
+        """
+    output = convert(standard(loop=textwrap.dedent(loop), helpers=helpers, imports="import numpy as np\n")).output
+    assert "        dist.all_reduce(torch.from_numpy(tot.buf))  # in place: the tensor shares the array's memory\n" in output
+    assert "tot.buf = " not in output

@@ -627,8 +627,9 @@ class ReduceMetrics(Transform):
             for a in attributes:
                 for value, index in program.assignments(method, f"self.{a}") if method is not None else []:
                     starts[a] = program.element(value, index)
-        tensors = [a for a in attributes if self._meter_tensor(program, update, a, starts.get(a), fed)]
-        numbers = [a for a in attributes if a not in tensors]
+        arrays = [a for a in attributes if (start := starts.get(a)) is not None and program.tree.is_call_to(start, NUMPY_ZEROS)]  # `self.buf = np.zeros(n)`
+        tensors = [a for a in attributes if a not in arrays and self._meter_tensor(program, update, a, starts.get(a), fed)]
+        numbers = [a for a in attributes if a not in tensors and a not in arrays]
         lines = []
         if numbers:
             tensor = self._free(function, f"{name}_totals", f"reduced_{name}")
@@ -641,6 +642,7 @@ class ReduceMetrics(Transform):
                 value = f"{tensor}[{i}].item()"
                 lines.append(f"{name}.{a} = int({value})" if isinstance(starts.get(a), cst.Integer) and a in counts else f"{name}.{a} = {value}")
         lines += [f"dist.all_reduce({name}.{a})  # a tensor: summed in place" for a in tensors]
+        lines += [f"dist.all_reduce(torch.from_numpy({name}.{a}))  # in place: the tensor shares the array's memory" for a in arrays]
         for a in lists:  # `self.data = [a + float(b) for a, b in zip(self.data, args)]`: a list of totals
             tensor = self._free(function, f"{name}_{a}", f"reduced_{name}_{a}")
             lines += [f"{tensor} = torch.tensor({name}.{a}, dtype=torch.float64)", f"dist.all_reduce({tensor})", f"{name}.{a} = {tensor}.tolist()"]
