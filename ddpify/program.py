@@ -918,6 +918,6 @@ class Program:
                                     continue
                                 work += [  # `self.model = model`, `self.model, self.opt = model, opt`
                                     (name, callee) for target, value in _unpacked(node)
-                                    if dotted(value) == param and (name := dotted(target)) and name.startswith("self.")
+                                    if dotted(unchained(value)) == param and (name := dotted(target)) and name.startswith("self.")  # also `model.eval().cpu()`
                                 ]
         return refs

@@ -7934,3 +7934,64 @@ def test_a_totals_class_holding_a_numpy_buffer_is_summed_in_place() -> None:
     output = convert(standard(loop=textwrap.dedent(loop), helpers=helpers, imports="import numpy as np\n")).output
     assert "        dist.all_reduce(torch.from_numpy(tot.buf))  # in place: the tensor shares the array's memory\n" in output
     assert "tot.buf = " not in output
+
+
+def test_a_temperature_module_fitted_over_the_trained_model_holds_the_plain_model() -> None:
+    """Helper corpus BM, repro 02: `scaled = Scaler(base=net)`, handed by keyword, whose forward
+    runs `self.base(x)` under no_grad, fitted by an optimizer over `[scaled.t]` on a (sharded)
+    calibration loader: it held the wrapper (its state dict saved `base.module.*`, and the
+    reload failed), and the temperature was fitted on each rank's shard apart (replicas
+    diverged). It holds the plain model, and `scaled.t`'s gradient is averaged before the step,
+    on its own line when the step shares one with backward()."""
+    helpers = """\
+        class Scaler(nn.Module):
+            def __init__(self, base):
+                super().__init__()
+                self.base = base
+                self.t = nn.Parameter(torch.ones(1))
+
+            def forward(self, x):
+                with torch.no_grad():
+                    z = self.base(x)
+                return z / self.t
+        """
+    after = """\
+        scaled = Scaler(base=model).to(device)
+        copt = torch.optim.Adam([scaled.t], lr=0.05)
+        for x, y in loader:
+            loss = nn.functional.mse_loss(scaled(x.to(device)), y.to(device))
+            copt.zero_grad(); loss.backward(); copt.step()
+        torch.save(scaled.state_dict(), "calibrated.pt")
+        """
+    output = convert(standard(after=textwrap.dedent(after), helpers=helpers)).output
+    assert "    scaled = Scaler(base=model.module).to(device)\n" in output
+    assert (
+        "        copt.zero_grad(); loss.backward()\n"
+        "        if scaled.t.grad is not None:  # trained beside the DDP model: its gradient averaged over ranks by hand\n"
+        "            dist.all_reduce(scaled.t.grad)\n            scaled.t.grad /= world_size\n        copt.step()\n"
+    ) in output
+
+
+@pytest.mark.parametrize(
+    ("after", "plain"),
+    [
+        # helper corpus BM, repro 03: a stock container put around the trained model
+        ("pipeline = nn.Sequential(model, nn.Softmax(dim=-1))\ntorch.save(pipeline.state_dict(), 'p.pt')\n", "nn.Sequential(model.module, nn.Softmax(dim=-1))"),
+        # helper corpus BM, repro 01: a same-file class keeping the model through a method chain
+        ("Exporter(model).save('w.pt')\n", "torch.save(self.model.module.state_dict(), path)"),
+    ],
+    ids=["sequential", "method-chain"],
+)
+def test_what_holds_the_trained_model_after_training_saves_the_plain_model(after: str, plain: str) -> None:
+    """The saved keys had carried `module.` (`0.module.weight`, `module.weight`), and a reload into
+    the plain architecture failed on every rank."""
+    helpers = """\
+        class Exporter:
+            def __init__(self, model):
+                self.model = model.eval().cpu()
+
+            def save(self, path):
+                torch.save(self.model.state_dict(), path)
+        """
+    output = convert(standard(after=after, helpers=helpers)).output
+    assert plain in output

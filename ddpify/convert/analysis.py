@@ -95,6 +95,9 @@ PARAMETER_FREE = {
 }  # fmt: skip
 
 
+# Stock containers a trained model may be put in after training (`nn.Sequential(net, nn.Softmax(-1))`).
+CONTAINERS = {"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"}
+
 @dataclass
 class Entry:
     # "library": no entry point (a Trainer class another module drives): the group is set up on first use.
@@ -2292,15 +2295,18 @@ class Analyzer:
                 if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
                     continue
                 call = unchained(node.value) if type(node.value) is cst.Call else node.value
-                if type(call) is not cst.Call or id(call) in built or type(call.func) is not cst.Name or call.func.value not in self.program.classes:
+                if type(call) is not cst.Call or id(call) in built or not self._after(call, held.anchor):
                     continue
-                if "forward" not in self.program.class_methods(self.program.classes[call.func.value]) or not self._after(call, held.anchor):
+                stock = self.tree.is_call_to(call, CONTAINERS)  # `pipeline = nn.Sequential(net, nn.Softmax(-1))` (helper corpus BM, repro 03)
+                if not stock and (type(call.func) is not cst.Name or call.func.value not in self.program.classes):
+                    continue
+                if not stock and "forward" not in self.program.class_methods(self.program.classes[call.func.value]):
                     continue
                 holder = node.targets[0].target.value
                 if any(m.ref == holder and m.function is held.function for m in models):
                     continue
-                if any(type(n) is cst.Name and n.value == holder for loop in loops for n in self.tree.walk(loop)):
-                    continue  # run (or handed on) in a training loop
+                if any(type(n) is cst.Name and n.value == holder for loop in loops for n in self.tree.walk(loop)) and (stock or not self._runs_without_gradients(call, held.ref)):
+                    continue  # run (or handed on) in a training loop, unless it runs the model without gradients (a temperature fitted over it)
                 trains = self.program.training_functions
                 if any(
                     (target := self.program.callee(c, held.function)) is not None and target[0] in trains and any(dotted(a.value) == holder for a in c.args)
@@ -2311,6 +2317,26 @@ class Analyzer:
                     if dotted(argument.value) == held.ref:
                         found.append((None, call, argument, held))
         return found
+
+    def _runs_without_gradients(self, call: cst.Call, ref: str) -> bool:
+        """`Scaler(base=net)`, whose `__init__` keeps `base` and whose methods call `self.base(x)`
+        only under no_grad: the loop that trains it fits its own parameters (a temperature), and
+        no gradient reaches the model it holds (helper corpus BM, repro 02)."""
+        cls = self.program.classes[call.func.value]  # type: ignore[attr-defined]
+        init = self.program.class_methods(cls).get("__init__")
+        argument = next((a.value for a in call.args if dotted(a.value) == ref), None)
+        param = self.program.parameter_for(call, init, argument) if init is not None and argument is not None else None
+        if init is None or param is None:
+            return False
+        kept = {
+            name for node in self.program.scope_nodes(init) if type(node) is cst.Assign and len(node.targets) == 1
+            and dotted(node.value) == param and (name := dotted(node.targets[0].target) or "").startswith("self.")
+        }  # fmt: skip
+        uses = [
+            node for method in self.program.class_methods(cls).values() if method is not init
+            for node in self.program.scope_nodes(method) if type(node) is cst.Attribute and dotted(node) in kept
+        ]  # fmt: skip
+        return bool(uses) and all(type(self.tree.parent(n)) is cst.Call and self.tree.parent(n).func is n and self.tree.grad_disabled(n) for n in uses)  # type: ignore[attr-defined]
 
     def _after(self, node: cst.CSTNode, anchor: cst.CSTNode) -> bool:
         """`node` runs after the wrap that follows `anchor` (not inside the anchor itself)."""

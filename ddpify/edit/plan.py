@@ -196,7 +196,7 @@ class _Applier(PathRebuilder):
             original in plan.prepended
             or original in plan.appended
             or any(
-                s in plan.before or s in plan.after or s in plan.removed or s in plan.groups
+                s in plan.before or s in plan.after or s in plan.removed or s in plan.groups or _split_at(plan, s)
                 for s in original.body
             )
         )
@@ -245,6 +245,8 @@ class _Applier(PathRebuilder):
                     flush()  # a blank line or comment above a statement starts the user's next section: a new guard
                 pending.append(upd)
                 pending_group = group
+            elif _split_at(plan, orig):
+                emit(_split(plan, orig, upd))  # type: ignore[arg-type]
             else:
                 emit([upd])
             if plan.after.get(orig):
@@ -256,6 +258,35 @@ class _Applier(PathRebuilder):
         if not body:
             body = [cst.SimpleStatementLine([cst.Pass()])]
         return updated.with_changes(body=body)
+
+
+def _split_at(plan: Plan, statement: cst.CSTNode) -> bool:
+    """`opt.zero_grad(); loss.backward(); opt.step()` with code to insert before `opt.step()`."""
+    return type(statement) is cst.SimpleStatementLine and any(small in plan.before for small in statement.body[1:])
+
+
+def _split(plan: Plan, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+    """The line cut before each small statement with code inserted before it: the parts on lines
+    of their own, the inserted code between them (the line's comments stay on its first part)."""
+    parts: list[list[cst.BaseSmallStatement]] = [[]]
+    inserted: list[list[cst.BaseStatement]] = []
+    for orig, upd in zip(original.body, updated.body):
+        if parts[-1] and orig in plan.before:
+            inserted.append(plan.before[orig])
+            parts.append([])
+        parts[-1].append(upd)
+    out: list[cst.BaseStatement] = []
+    for index, part in enumerate(parts):
+        last = part[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        line = cst.SimpleStatementLine(body=[*part[:-1], last])
+        if index == 0:
+            line = line.with_changes(leading_lines=updated.leading_lines)
+        if index == len(parts) - 1:
+            line = line.with_changes(trailing_whitespace=updated.trailing_whitespace)
+        out.append(line)
+        if index < len(inserted):
+            out.extend(inserted[index])
+    return out
 
 
 def _is_guard(group: Group) -> bool:

@@ -541,6 +541,9 @@ class WrapModel(Transform):
             work = [(node, 1) for node in self.tree.walk(call.args[0].value)]
             while work:
                 node, depth = work.pop(0)
+                if type(node) is cst.Attribute and (held := dotted(node)) is not None and held not in bare and self._module_parameter(node, function):
+                    bare.append(held)  # `Adam([scaled.t])`: a temperature of a same-file module fitted over a trained model (helper corpus BM, repro 02)
+                    continue
                 if type(node) is not cst.Name or node.value in bare:
                     continue
                 origins = [o.node for o in self.program.origins(node, function)]
@@ -571,6 +574,8 @@ class WrapModel(Transform):
                 and (dotted(found[0]) == optimizer or (c.args and dotted(c.args[0].value) == optimizer))  # `scaler.step(optimizer)`
             ]  # fmt: skip
             for step in steps:
+                if step.args and all("." in b for b in bare):
+                    continue  # `optimizer.step(closure)` (LBFGS over a temperature): its gradient is made inside the closure
                 where = self.tree.function(step)
                 if where is not function or not self.facts.runs_after_setup(where):
                     self.warn(step, f"{', '.join(f'`{b}`' for b in bare)} trained by `{optimizer}` outside the DDP model: average its gradient over ranks (dist.all_reduce) before this step")
@@ -589,8 +594,20 @@ class WrapModel(Transform):
                             f"if {b}.grad is not None:  # trained beside the DDP model: its gradient averaged over ranks by hand\n"
                             f"    dist.all_reduce({b}.grad)\n    {b}.grad /= {size}\n"
                         )
-                self.plan.insert_before(self.tree.statement(step), statements(lines))
+                line = self.tree.statement(step)
+                small = self.tree.parent(step)  # `opt.zero_grad(); loss.backward(); opt.step()`: the line is cut before the step
+                self.plan.insert_before(small if type(line) is cst.SimpleStatementLine and small in line.body[1:] else line, statements(lines))
                 self.change(step, f"{', '.join(f'`{b}`' for b in bare)}, trained by `{optimizer}` beside the DDP model, has its gradient averaged over ranks before the step")
+
+    def _module_parameter(self, node: cst.Attribute, function: cst.FunctionDef | None) -> bool:
+        """`scaled.t`, where `scaled` is an instance of a same-file module, no DDP model, whose
+        `__init__` makes `self.t = nn.Parameter(...)`."""
+        if type(node.value) is not cst.Name or self.facts.is_model(node.value, function):
+            return False
+        cls = self.program.instance_of(node.value, function)
+        init = self.program.class_methods(cls).get("__init__") if cls is not None else None
+        values = self.program.assignments(init, f"self.{node.attr.value}") if init is not None else []
+        return bool(values) and all(self._learnable_leaf(self.program.element(v, i)) for v, i in values)
 
     def _learnable_leaves(self, node: cst.CSTNode) -> bool:
         """`[torch.zeros((), requires_grad=True) for _ in range(2)]`, a list or tuple of such
