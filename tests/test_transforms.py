@@ -7995,3 +7995,35 @@ def test_what_holds_the_trained_model_after_training_saves_the_plain_model(after
         """
     output = convert(standard(after=after, helpers=helpers)).output
     assert plain in output
+
+
+def test_a_parameter_unfrozen_by_its_attribute_after_the_wrap_is_wrapped_again() -> None:
+    """Helper corpus BJ, repro 02 and script 07: `model.embedding.weight.requires_grad = True` at
+    epoch 1 (fine-tuning pretrained embeddings): DDP had left the frozen weight out of its
+    averaging at the wrap, so each rank trained it on its own shard (replicas diverged)."""
+    helpers = """\
+        class Clf(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embedding = nn.Embedding.from_pretrained(torch.randn(20, 4), freeze=True)
+                self.fc = nn.Linear(4, 1)
+
+            def forward(self, x):
+                return self.fc(self.embedding(x).mean(1))
+        """
+    loop = """\
+        for epoch in range(2):
+            if epoch == 1:
+                model.embedding.weight.requires_grad = True
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    loader = "loader = DataLoader(TensorDataset(torch.randint(0, 20, (64, 5)), torch.randn(64, 1)), batch_size=8, shuffle=True)"
+    output = convert(standard(model="model = Clf().to(device)", loop=textwrap.dedent(loop), loader=loader, helpers=helpers)).output
+    assert (
+        "            model.module.embedding.weight.requires_grad = True\n"
+        "            model = DDP(model.module)  # again: DDP averages only the parameters that required a gradient when it wrapped the model\n"
+    ) in output

@@ -23,7 +23,7 @@ PARAMETER_METHODS = ("parameters", "named_parameters")
 
 @dataclass
 class GradSwitch:
-    node: cst.For | cst.Call  # the loop over the parameters, `m.requires_grad_(...)`, or the call of a helper doing either
+    node: cst.For | cst.Call | cst.Assign  # the loop over the parameters, `m.requires_grad_(...)`, the call of a helper doing either, or `m.weight.requires_grad = flag`
     at: cst.CSTNode  # where lint reports it: the loop's `m.parameters()` (its `p.requires_grad_()`), or the call
     module: cst.BaseExpression  # whose parameters switch: `model.backbone`
     on: bool  # they start requiring gradients (False: the literal False turns them off)
@@ -52,6 +52,13 @@ class GradSwitches:
             if switch is not None:
                 found.append(switch)
                 in_loops.add(switch.at)  # type: ignore[arg-type]
+        for assign in self.tree.of_type(cst.Assign):
+            # `model.embedding.weight.requires_grad = True`: one parameter of a module, by its attribute (helper corpus BJ, repro 02)
+            for target in assign.targets:
+                held = target.target
+                if type(held) is cst.Attribute and held.attr.value == "requires_grad" and type(held.value) is cst.Attribute and dotted(held.value) is not None:
+                    value = assign.value
+                    found.append(GradSwitch(assign, assign, held.value.value, not (type(value) is cst.Name and value.value == "False"), partial=True))
         for call in self.tree.calls():
             method = method_call(call)
             if method is not None and method[1] == "requires_grad_":
