@@ -8027,3 +8027,29 @@ def test_a_parameter_unfrozen_by_its_attribute_after_the_wrap_is_wrapped_again()
         "            model.module.embedding.weight.requires_grad = True\n"
         "            model = DDP(model.module)  # again: DDP averages only the parameters that required a gradient when it wrapped the model\n"
     ) in output
+
+
+def test_a_helper_that_puts_a_lone_model_in_a_list_walks_the_list() -> None:
+    """Helper corpus BQ, repro 01: pix2pix/CycleGAN's `set_requires_grad(nets, flag)` makes a lone
+    net a list (`if not isinstance(nets, list): nets = [nets]`) before `for net in nets:`; handed
+    the wrapped critic, the loop had become `for net in nets.module:` (AttributeError: 'list'
+    object has no attribute 'module')."""
+    helpers = """\
+        def set_requires_grad(nets, requires_grad=False):
+            if not isinstance(nets, list):
+                nets = [nets]
+            for net in nets:
+                for p in net.parameters():
+                    p.requires_grad = requires_grad
+        """
+    loop = """\
+        for epoch in range(2):
+            for x, y in loader:
+                set_requires_grad(model, True)
+                loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    output = convert(standard(loop=textwrap.dedent(loop), helpers=helpers)).output
+    assert "    for net in nets:\n" in output

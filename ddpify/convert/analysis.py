@@ -95,6 +95,7 @@ PARAMETER_FREE = {
 }  # fmt: skip
 
 
+CONTAINER_LITERALS = (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp)
 # Stock containers a trained model may be put in after training (`nn.Sequential(net, nn.Softmax(-1))`).
 CONTAINERS = {"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"}
 
@@ -387,6 +388,8 @@ class Facts:
         ref = dotted(node) if isinstance(node, cst.BaseExpression) else None
         if ref is None or ref not in self.model_refs.get(function, set()):
             return False
+        if any(type(self.program.element(v, i)) in CONTAINER_LITERALS and self.tree.order(v) < self.tree.order(node) for v, i in self.program.assignments(function, ref)):
+            return False  # `if not isinstance(nets, list): nets = [nets]` (pix2pix's set_requires_grad): a list from there on (helper corpus BQ, repro 01)
         for model in self.models:
             if model.ref == ref and model.function is function:
                 line = self.tree.line(node)
