@@ -8053,3 +8053,31 @@ def test_a_helper_that_puts_a_lone_model_in_a_list_walks_the_list() -> None:
         """
     output = convert(standard(loop=textwrap.dedent(loop), helpers=helpers)).output
     assert "    for net in nets:\n" in output
+
+
+def test_a_loss_module_is_not_taken_for_a_model_whatever_its_name() -> None:
+    """Helper corpus BR, repro 01: with the optimizer's groups from a same-file helper
+    (`AdamW(param_groups_wd(model))`), what the step calls was searched for models, and a loss
+    named `crit` was wrapped too: `crit = DDP(crit)` fails on every rank ('not needed when a
+    module doesn't have any parameter that requires a gradient')."""
+    helpers = """\
+        def param_groups(model):
+            decay = [p for p in model.parameters() if p.ndim > 1]
+            rest = [p for p in model.parameters() if p.ndim <= 1]
+            return [{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}]
+        """
+    body = f"""\
+        torch.manual_seed(0)
+        {LOADER}
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.AdamW(param_groups(model), lr=1e-3)
+        crit = nn.SmoothL1Loss()
+        for epoch in range(2):
+            for x, y in loader:
+                loss = crit(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    output = convert(script(textwrap.dedent(body), helpers)).output
+    assert "model = DDP(model)" in output and "DDP(crit)" not in output

@@ -1190,6 +1190,11 @@ class Analyzer:
                     continue  # a function of this file, or torch / an imported function
                 if any(word in ref.lower() for word in ("loss", "criterion", "metric")):
                     continue
+                if any(
+                    type(made := unchained(o.node)) is cst.Call and "loss" in ((self.tree.qname(made.func) or dotted(made.func) or "").rsplit(".", 1)[-1]).lower()
+                    for o in self.program.origins(forward.func, function)
+                ):
+                    continue  # `crit = nn.CrossEntropyLoss(...)`, a loss however it is named (helper corpus BR, repro 01)
                 for model_ref, model_function in self._definition(ref, function):
                     model = self._trained_model(model_ref, model_function)
                     if model is not None and all(m.ref != model.ref for m in found):
