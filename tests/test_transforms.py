@@ -7801,6 +7801,7 @@ def test_a_total_kept_as_a_tensor_and_read_with_item_stays_a_tensor() -> None:
     [
         pytest.param("val is not None", True, id="a-parameter"),
         pytest.param("held is not None", True, id="an-optional-made-on-a-parameter"),  # BK script 10
+        pytest.param("args.restore", True, id="a-parsed-option"),  # BO script 01
         pytest.param("os.path.exists('best.pt')", False, id="a-file-check"),
         pytest.param("best < 1.0", False, id="a-value-of-the-run"),
     ],
@@ -7813,6 +7814,7 @@ def test_a_reload_under_an_if_every_rank_takes_alike_waits_for_the_save(test: st
     load. A file check or a value of the run may differ per rank: still a warning."""
     helpers = f"""\
         def train(model, loader, optimizer, val=None):
+            args = argparse.ArgumentParser().parse_known_args()[0]
             held = list(val) if val is not None else None
             best = float("inf")
             for epoch in range(2):
@@ -7828,7 +7830,7 @@ def test_a_reload_under_an_if_every_rank_takes_alike_waits_for_the_save(test: st
                 model.load_state_dict(torch.load("best.pt"))
         """
     body = f"torch.manual_seed(0)\n{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, loader, optimizer, val=loader)\n"
-    result = convert(script(body, helpers, "import os\n"))
+    result = convert(script(body, helpers, "import argparse\nimport os\n"))
     barrier = f"    if {test}:\n        dist.barrier()  # rank 0 wrote this file: wait until it is complete\n        model.module.load_state_dict(torch.load(\"best.pt\""
     assert (barrier in result.output) is waits
     assert any("is read back where not every rank may get" in m for m in warnings(result)) is not waits

@@ -217,12 +217,25 @@ class Checkpoints(Transform):
                     return False
                 continue
             if function is not None and self.program.binds(function, n.value):
+                if self._parsed_options(n.value, function):
+                    continue  # `if args.restore_best:` on `args = parser.parse_args()` (helper corpus BO, script 01)
                 if depth == 0 or not self._optional_alike(n.value, function, depth - 1):
                     return False
                 continue
             if not self.program.assignments(None, n.value) or self.program.global_writers(n.value):
                 return False
         return True
+
+    def _parsed_options(self, name: str, function: cst.FunctionDef) -> bool:
+        """`args = parser.parse_args()` (or `parse_known_args()[0]`), bound once: the same options on every rank."""
+        values = self.program.assignments(function, name)
+        if len(values) != 1 or name in self.program.loop_targets(function):
+            return False
+        value = self.program.element(*values[0])
+        while type(value) is cst.Subscript:
+            value = value.value
+        found = s.method_call(value)
+        return found is not None and found[1] in ("parse_args", "parse_known_args")
 
     def _optional_alike(self, name: str, function: cst.FunctionDef, depth: int) -> bool:
         """`val_loader = DataLoader(val_ds, ...) if val_ds is not None else None`: whether it is
