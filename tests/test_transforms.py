@@ -8083,3 +8083,37 @@ def test_a_loss_module_is_not_taken_for_a_model_whatever_its_name() -> None:
         """
     output = convert(script(textwrap.dedent(body), helpers)).output
     assert "model = DDP(model)" in output and "DDP(crit)" not in output
+
+
+def test_a_meter_whose_tensor_is_made_at_its_first_update_is_summed_in_place() -> None:
+    """Helper corpus BN, repro 02: torchvision's segmentation ConfusionMatrix starts `self.mat =
+    None` and makes it `torch.zeros((n, n), dtype=torch.int64)` at the first update: it was packed
+    as a number (`torch.tensor([confmat.mat])`, then `.item()`), a ValueError on every rank."""
+    helpers = """\
+        class ConfusionMatrix:
+            def __init__(self, n):
+                self.n = n
+                self.mat = None
+
+            def update(self, a, b):
+                n = self.n
+                if self.mat is None:
+                    self.mat = torch.zeros((n, n), dtype=torch.int64, device=a.device)
+                self.mat += torch.bincount(n * a + b, minlength=n ** 2).reshape(n, n)
+        """
+    loop = """\
+        for epoch in range(2):
+            confmat = ConfusionMatrix(2)
+            for x, y in loader:
+                out = model(x.to(device))
+                loss = nn.functional.cross_entropy(out, y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                confmat.update(y.to(device), out.argmax(1))
+            print(confmat.mat.diag().sum().item())
+        """
+    loader = "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=8, shuffle=True)"
+    output = convert(standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=textwrap.dedent(loop), helpers=helpers)).output
+    assert "        dist.all_reduce(confmat.mat)  # a tensor: summed in place\n" in output
+    assert "torch.tensor([confmat.mat]" not in output

@@ -667,6 +667,9 @@ class ReduceMetrics(Transform):
         tree = program.tree
         if start is not None and type(start) is cst.Call and tree.qname(start.func) in TENSOR_MAKERS:
             return True
+        made = [program.element(v, i) for v, i in program.assignments(update, f"self.{attribute}")]
+        if any(type(v) is cst.Call and tree.qname(v.func) in TENSOR_MAKERS for v in made):
+            return True  # `if self.mat is None: self.mat = torch.zeros((n, n), ...)` at the first update (torchvision's ConfusionMatrix: helper corpus BN, repro 02)
         increments = [added[1] for n in program.scope_nodes(update) if (added := _added_to(n)) is not None and dotted(added[0]) == f"self.{attribute}"]
         if any(keeps_a_dimension(tree, v) for v in increments):
             return True
