@@ -8117,3 +8117,29 @@ def test_a_meter_whose_tensor_is_made_at_its_first_update_is_summed_in_place() -
     output = convert(standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=textwrap.dedent(loop), helpers=helpers)).output
     assert "        dist.all_reduce(confmat.mat)  # a tensor: summed in place\n" in output
     assert "torch.tensor([confmat.mat]" not in output
+
+
+def test_a_value_a_step_computes_from_the_totals_is_computed_again_after_their_reduction() -> None:
+    """Helper corpus BP, repro 01 (Kaggle's tqdm loops): `epoch_loss = running_loss / dataset_size`
+    at each step, returned after the loop; nothing read the totals themselves after it, so they
+    were not reduced, and an early stop on the returned loss left one rank training alone (rank
+    0 died in backward()). The totals are summed, and the value computed again from them."""
+    helpers = """\
+        def train_one_epoch(model, optimizer, loader):
+            running_loss, dataset_size = 0.0, 0
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                running_loss += loss.item() * x.size(0)
+                dataset_size += x.size(0)
+                epoch_loss = running_loss / dataset_size
+            return epoch_loss
+        """
+    body = f"torch.manual_seed(0)\n{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(3):\n    print(train_one_epoch(model, optimizer, loader))\n"
+    output = convert(script(body, helpers)).output
+    assert (
+        "    dist.all_reduce(totals)\n    running_loss = totals[0].item()\n    dataset_size = int(totals[1].item())\n"
+        "    epoch_loss = running_loss / dataset_size  # again, from the totals over ranks\n    return epoch_loss\n"
+    ) in output

@@ -964,12 +964,35 @@ class ReduceMetrics(Transform):
             type(node) is cst.Global and any(n.name.value == name for n in node.names) for node in self.program.scope_nodes(loop.function)
         )
 
-    def _read_after(self, loop: TrainLoop, name: str) -> bool:
+    def _read_after(self, loop: TrainLoop, name: str, derived: bool = True) -> bool:
+        """The script reads `name` after the loop, or (`derived`) a value computed from it at each
+        step (`epoch_loss = running_loss / dataset_size` for a progress bar, returned after the loop)."""
         end = self.tree.last_line(_steps(loop))
         return any(
             isinstance(n, cst.Name) and n.value == name and self.tree.line(n) > end and not self._is_target(n)
             for n in self.program.scope_nodes(loop.function)
-        )
+        ) or (derived and bool(self._derived_in_loop(loop, {name})))
+
+    def _derived_in_loop(self, loop: TrainLoop, names: set[str]) -> list[cst.SimpleStatementLine]:
+        """Lines of the loop's body that compute a value from the totals `names` alone
+        (`epoch_loss = running_loss / dataset_size`), read after the loop and bound nowhere else:
+        computed again once the totals are reduced (Kaggle's tqdm loops; helper corpus BP, repro 01)."""
+        found = []
+        added = {n.target.value for n in self.tree.walk(loop.loop.body) if type(n) is cst.AugAssign and type(n.target) is cst.Name}
+        for node in self.tree.walk(loop.loop.body):
+            if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
+                continue
+            target = node.targets[0].target.value
+            read = {n.value for n in self.tree.walk(node.value) if type(n) is cst.Name}
+            line = self.tree.parent(node)
+            if not read & names or next(iter(self.tree.calls(node.value)), None) is not None or type(line) is not cst.SimpleStatementLine or len(line.body) != 1:
+                continue
+            if target in names or len(self.program.assignments(loop.function, target)) != 1 or not self._read_after(loop, target, derived=False):
+                continue
+            if any(r not in names | added and self.program.binds(loop.function, r) for r in read):
+                continue  # `acc = correct / x.size(0)`: also a value of the step
+            found.append(line)
+        return found
 
     def _added_in_place(self, loop: TrainLoop, call: cst.Call, method: str) -> cst.BaseExpression | None:
         """What an in-place add from this rank's batch adds (`src` of `seen.scatter_add_(0, y,
@@ -1194,6 +1217,8 @@ class ReduceMetrics(Transform):
             for name in [n for n, k in totals.items() if k == kind]:
                 numpy = self._numpy_grown(loop, name) if kind == "cat" else None
                 lines += self._gathered(function, name, join if numpy is None else f"{numpy}({{g}})")
+        for derived in self._derived_in_loop(loop, set(totals)):
+            lines.append(f"{code(derived).strip()}  # again, from the totals over ranks")  # `epoch_loss = running_loss / dataset_size` (tqdm style)
         listed = ", ".join(f"`{t}`" for t in totals)
         done = "gathered from every rank" if not reduced else f"all-reduced ({how} over ranks)"
         if extremes:
@@ -1217,8 +1242,9 @@ class ReduceMetrics(Transform):
         start = self.tree.order(loop.loop)
         modes = set()
         aliases = {name} | self._values_of(loop, name)
-        for node in self.program.scope_nodes(loop.function):
-            if self.tree.order(node) <= start or self.tree.inside(node, _steps(loop)):
+        derived = [n for line in self._derived_in_loop(loop, set(totals)) for n in self.tree.walk(line)]  # computed again after the loop
+        for node in self.program.scope_nodes(loop.function) + derived:
+            if (self.tree.order(node) <= start or self.tree.inside(node, _steps(loop))) and node not in derived:
                 continue  # only what runs after the loop's steps (its `else` too)
             if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
                 divided, denominator = node.left, node.right
