@@ -7875,8 +7875,16 @@ def test_a_callback_handed_the_trainer_saves_the_plain_model(dispatch: str) -> N
 
 
 @pytest.mark.parametrize(("end", "unused"), [("return total", True), ("return total + res.sum(1, keepdim=True)", False)])
-@pytest.mark.parametrize("loop", ["for block in self.blocks:", "for i, block in enumerate(self.blocks):"])
-def test_a_dict_output_carried_only_to_the_next_block_finds_unused_parameters(loop: str, end: str, unused: bool) -> None:
+@pytest.mark.parametrize(
+    ("loop", "entry"),
+    [
+        ("for block in self.blocks:", '["backcast"]'),
+        ("for i, block in enumerate(self.blocks):", '["backcast"]'),
+        ("for i in range(len(self.blocks)):", '["backcast"]'),  # BO repro 05: indexed, `self.blocks[i](res)`
+        ("for block in self.blocks:", ".backcast"),  # BO repro 04: a NamedTuple's or dataclass's field
+    ],
+)
+def test_a_dict_output_carried_only_to_the_next_block_finds_unused_parameters(loop: str, entry: str, end: str, unused: bool) -> None:
     """Helper corpus BM, repro 09: N-BEATS blocks returning `{"backcast": ..., "forecast": ...}`;
     `res = res - out["backcast"]` reaches nothing after the loop, so the last block's backcast
     layer got no gradient: 'Expected to have finished reduction', also as one process. When the
@@ -7901,11 +7909,16 @@ def test_a_dict_output_carried_only_to_the_next_block_finds_unused_parameters(lo
                 res, total = x, 0
                 {loop}
                     out = block(res)
-                    res = res - out["backcast"]
-                    total = total + out["forecast"]
+                    res = res - out{entry}
+                    total = total + out{entry.replace("backcast", "forecast")}
                 {end}
         """
-    result = convert(standard(model="model = Stack().to(device)", helpers=helpers))
+    if "range(len" in loop:
+        helpers = helpers.replace("out = block(res)", "out = self.blocks[i](res)")
+    if entry.startswith("."):
+        helpers = helpers.replace('return {"backcast": self.back(x), "forecast": self.fore(x)}', "return Out(self.back(x), self.fore(x))")
+        helpers = "Out = collections.namedtuple('Out', 'backcast forecast')\n\n\n" + textwrap.dedent(helpers)
+    result = convert(standard(model="model = Stack().to(device)", helpers=helpers, imports="import collections\n"))
     assert ("model = DDP(model, find_unused_parameters=True)" in result.output) is unused
 
 

@@ -1630,7 +1630,7 @@ class Analyzer:
                 continue
             func = node.value.func
             layer = dotted(func) if (dotted(func) or "").startswith("self.") and (dotted(func) or "") != "self" else None
-            loop = layer_loops.get(func.value) if type(func) is cst.Name else None
+            loop = layer_loops.get(func.value) if type(func) is cst.Name else self._indexed_layer_loop(func, node)
             if layer is None and loop is None:
                 continue
             target = node.targets[0].target
@@ -1653,10 +1653,24 @@ class Analyzer:
                     key = self._carried_entry(after, loop, reads) if len(names) == 1 else None
                     if key is not None:
                         # `out = block(res)`, `res = res - out["backcast"]`: the same with a dict (helper corpus BM, repro 09)
-                        return f"drops what the last `{name.value}[{key}]` that `{code(func)}` computes in its loop over `{code(loop.iter)}` goes into (line {line})"
+                        return f"drops what the last `{name.value}{key}` that `{code(func)}` computes in its loop over `{code(loop.iter)}` goes into (line {line})"
                 elif not later:
                     return f"drops `{name.value}`, an output of `{layer}` (line {line})"
         return ""
+
+    def _indexed_layer_loop(self, func: cst.BaseExpression, node: cst.CSTNode) -> cst.For | None:
+        """`self.blocks[i](res)` in `for i in range(len(self.blocks)):` (helper corpus BO, repro 05): a
+        loop over the layers, indexed."""
+        if type(func) is not cst.Subscript or not (dotted(func.value) or "").startswith("self.") or len(func.slice) != 1:
+            return None
+        index = func.slice[0].slice
+        if type(index) is not cst.Index or type(index.value) is not cst.Name:
+            return None
+        for loop in self.tree.loops(node):
+            if type(loop) is cst.For and type(loop.target) is cst.Name and loop.target.value == index.value.value:
+                spelled = code(loop.iter).replace(" ", "")
+                return loop if spelled == f"range(len({code(func.value)}))" else None
+        return None
 
     def _carried_entry(self, uses: list[cst.Name], loop: cst.For, reads: dict[str, list[cst.Name]]) -> str | None:
         """The key of a layer's dict output (`out["backcast"]`) whose every use in the loop goes into
@@ -1665,12 +1679,17 @@ class Analyzer:
         by_key: dict[str, list[cst.Name]] = {}
         for use in uses:
             parent = self.tree.parent(use)
-            if not self.tree.inside(use, loop) or type(parent) is not cst.Subscript or parent.value is not use or len(parent.slice) != 1:
+            if not self.tree.inside(use, loop):
+                return None
+            if type(parent) is cst.Attribute and parent.value is use:
+                by_key.setdefault(f".{parent.attr.value}", []).append(use)  # `out.backcast` of a NamedTuple or dataclass (helper corpus BO, repro 04)
+                continue
+            if type(parent) is not cst.Subscript or parent.value is not use or len(parent.slice) != 1:
                 return None
             index = parent.slice[0].slice
             if type(index) is not cst.Index or type(index.value) is not cst.SimpleString:
                 return None
-            by_key.setdefault(code(index.value), []).append(use)
+            by_key.setdefault(f"[{code(index.value)}]", []).append(use)
         if len(by_key) < 2:
             return None
         return next((key for key, found in by_key.items() if self._carried_only(found, loop, reads)), None)
