@@ -847,7 +847,9 @@ class Program:
         run (helper corpus BL, repro 01 and script 02)."""
         func = call.func
         names: list[str | None] = []
-        if type(func) is cst.Attribute:
+        if type(func) is cst.Name and any(type(loop) is cst.For and type(loop.target) is cst.Name and loop.target.value == func.value for loop in self.tree.loops(call)):
+            names = ["__call__"]  # `for cb in self.callbacks: cb(self)`: callable callbacks (helper corpus BO, repro 03)
+        elif type(func) is cst.Attribute:
             names = [func.attr.value]
         elif type(func) is cst.Call and type(func.func) is cst.Name and func.func.value == "getattr" and len(func.args) >= 2:
             hook = func.args[1].value
@@ -857,7 +859,7 @@ class Program:
                 # `def _call(self, hook, *args): getattr(cb, hook)(self, *args)`, called `self._call("on_epoch_end", ...)`
                 passed = [self.argument_for(site, function, hook.value) for site, _ in self.call_sites(function)]
                 names = [string_value(p) if p is not None else None for p in passed]
-        return [methods[name] for name in names if name is not None and name.startswith("on_") for methods in self.methods.values() if name in methods]
+        return [methods[name] for name in names if name is not None and name.startswith(("on_", "__call__")) for methods in self.methods.values() if name in methods]
 
     def _lambda_calls(self, function: cst.FunctionDef | None, ref: str) -> list[cst.Call]:
         """Calls in the lambdas of a scope that read `ref` from it (`predict = lambda p: predict_ch8(p,

@@ -7841,6 +7841,7 @@ def test_a_reload_under_an_if_every_rank_takes_alike_waits_for_the_save(test: st
     [
         pytest.param("for cb in self.callbacks:\n    getattr(cb, 'on_epoch_end')(self, epoch)", id="getattr-literal"),
         pytest.param("self._call('on_epoch_end', epoch)", id="dispatcher"),
+        pytest.param("for cb in self.callbacks:\n    cb(self, epoch)", id="callable"),  # BO repro 03
     ],
 )
 def test_a_callback_handed_the_trainer_saves_the_plain_model(dispatch: str) -> None:
@@ -7849,6 +7850,9 @@ def test_a_callback_handed_the_trainer_saves_the_plain_model(dispatch: str) -> N
     `module.` keys, and the reload in `main()` failed on every rank, also as a world of one."""
     helpers = """\
         class Checkpoint:
+            def __call__(self, trainer, epoch):
+                self.on_epoch_end(trainer, epoch)
+
             def on_epoch_end(self, trainer, epoch):
                 torch.save(trainer.model.state_dict(), "last.pt")
 
