@@ -5134,6 +5134,12 @@ class Net(nn.Module):
             "drops what the last `back` that `pair` computes in its loop over `self.pairs` goes into", id="a-residual-carried-only",
         ),
         pytest.param("o, _ = self.rnn(x.unsqueeze(1))\n        return self.out(o[:, -1])", "", id="a-torch-layers-state"),
+        # helper corpus BR, repro 03: a backbone run with gradients only when a flag says so
+        pytest.param(
+            "with torch.set_grad_enabled(not self.frozen):\n            x = self.aux(x) + x\n        return self.out(x)",
+            "runs layers with gradients only as a flag says", id="a-grad-flag",
+        ),
+        pytest.param("with torch.set_grad_enabled(self.training):\n            x = self.aux(x) + x\n        return self.out(x)", "", id="grad-in-training"),
     ],
 )  # fmt: skip
 def test_a_forward_that_drops_what_a_layer_computes_finds_unused_parameters(forward: str, reason: str) -> None:

@@ -1562,6 +1562,13 @@ class Analyzer:
                     continue  # `data_parallel(self.main, x) if ... else self.main(x)`
                 if self._calls_self(node) or (type(node) is cst.If and self._skips_layers(node)):
                     return f"`{cls.name.value}.forward` runs some layers only under a condition (line {self.tree.line(node)})"
+        for node in [n for method in sorted(seen, key=self.tree.order) for n in self.program.scope_nodes(method)]:
+            # `with torch.set_grad_enabled(not self.freeze_backbone): h = self.backbone(x)`: no gradient while frozen (helper corpus BR, repro 03)
+            if type(node) is cst.With and any(
+                type(item.item) is cst.Call and self.tree.qname(item.item.func) in s.SET_GRAD_ENABLED and item.item.args
+                and code(item.item.args[0].value) not in ("True", "False", "self.training") for item in node.items
+            ) and any((dotted(c.func) or "").startswith("self.") for c in self.tree.calls(node.body)):
+                return f"`{cls.name.value}.forward` runs layers with gradients only as a flag says (line {self.tree.line(node)})"
         for method in sorted(seen, key=self.tree.order):  # `self.heads[task](z)`: one head, chosen by what the call is handed
             params = set(self.program.param_names(method))
             for call in self.program.calls_in(method):
