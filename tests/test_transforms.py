@@ -8166,3 +8166,39 @@ def test_a_value_a_step_computes_from_the_totals_is_computed_again_after_their_r
         "    dist.all_reduce(totals)\n    running_loss = totals[0].item()\n    dataset_size = int(totals[1].item())\n"
         "    epoch_loss = running_loss / dataset_size  # again, from the totals over ranks\n    return epoch_loss\n"
     ) in output
+
+
+def test_switches_in_a_row_are_followed_by_one_wrap_again() -> None:
+    """Helper corpus BQ, repro 05: encoder and decoder take turns (`freeze(model.decoder, a);
+    freeze(model.encoder, not a)` each epoch). A wrap again after each switch came between the
+    two, where at epoch 2 both halves were frozen: DDP refused a model with nothing to train.
+    One wrap again follows the last switch of the run."""
+    helpers = """\
+        class AE(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = nn.Linear(4, 2)
+                self.decoder = nn.Linear(2, 1)
+
+            def forward(self, x):
+                return self.decoder(self.encoder(x))
+
+
+        def freeze(module, flag):
+            for p in module.parameters():
+                p.requires_grad = not flag
+        """
+    loop = """\
+        for epoch in range(4):
+            first = epoch % 2 == 0
+            freeze(model.decoder, first)
+            freeze(model.encoder, not first)
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    output = convert(standard(model="model = AE().to(device)", loop=textwrap.dedent(loop), helpers=helpers)).output
+    assert output.count("model = DDP(model.module)") == 1
+    assert "        freeze(model.module.encoder, not first)\n        model = DDP(model.module)" in output

@@ -268,6 +268,7 @@ class WrapModel(Transform):
         grad = self.program.fact(GradSwitches)
         # helpers whose switches are read at their calls (`set_backbone_trainable(model, True)`)
         called = {t[0] for sw in grad.all if type(sw.node) is cst.Call and (t := self.program.callee(sw.node, self.tree.function(sw.node))) is not None}
+        rewraps: list[tuple[cst.CSTNode, cst.BaseStatement, TrainedModel]] = []
         for switch in grad.all:
             node = switch.node
             if self.tree.function(node) in called:
@@ -283,8 +284,15 @@ class WrapModel(Transform):
                     "parameters that required a gradient when it wrapped the model; wrap it again after this change"
                 ))
                 continue
+            rewraps.append((node, self.tree.statement(node), model))
+        # `freeze(model.decoder, a); freeze(model.encoder, b)`: wrapped again once, after the last of such a run, where the
+        # switches are all done (between them both halves may be frozen, and DDP refuses a model with nothing to train)
+        kept = {id(node) for node, _, _ in self._last_of_runs([(node, statement, "") for node, statement, _ in rewraps])}
+        for node, statement, model in rewraps:
+            if id(node) not in kept:
+                continue
             flag = self._unused_flag(model)
-            self.plan.insert_after(self.tree.statement(node), statements(
+            self.plan.insert_after(statement, statements(
                 f"{model.ref} = DDP({model.ref}.module{flag})  # again: DDP averages only the parameters that required a gradient when it wrapped the model\n"
             ))
             self.change(node, f"`{model.ref}` wrapped again after its parameters start requiring gradients: the first wrap left them out of the gradient averaging")
