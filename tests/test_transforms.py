@@ -8202,3 +8202,31 @@ def test_switches_in_a_row_are_followed_by_one_wrap_again() -> None:
     output = convert(standard(model="model = AE().to(device)", loop=textwrap.dedent(loop), helpers=helpers)).output
     assert output.count("model = DDP(model.module)") == 1
     assert "        freeze(model.module.encoder, not first)\n        model = DDP(model.module)" in output
+
+
+def test_loaders_reached_through_a_comprehension_are_refused_with_the_reason() -> None:
+    """Helper corpus BQ, repro 03: `iters = {t: iter(dl) for t, dl in loaders.items()}` over a dict of
+    loaders a helper makes: `dl = distributed_loader(dl)` was put in the function, where `dl` is
+    unbound (UnboundLocalError on every rank). Refused, saying where the sampler must go."""
+    helpers = """\
+        def make_loaders():
+            return {t: DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True) for t in ["a", "b"]}
+        """
+    body = """\
+        torch.manual_seed(0)
+        loaders = make_loaders()
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            iters = {t: iter(dl) for t, dl in loaders.items()}
+            for step in range(4):
+                for t in loaders:
+                    x, y = next(iters[t])
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+        """
+    result = convert(script(textwrap.dedent(body), helpers))
+    assert result.status == "unchanged"
+    assert result.reason.startswith("the training batches come from `dl`, a variable of a comprehension over `loaders.items()`")

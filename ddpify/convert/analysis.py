@@ -2708,6 +2708,19 @@ class Analyzer:
     def _recreate_plan(self, loader: cst.BaseExpression, function: cst.FunctionDef | None, loop: TrainLoop) -> LoaderPlan:
         spelled = code(loader)
         root = spelled.split(".")[0]
+        comprehension = next((a for a in self.tree.ancestors(loader) if type(a) is cst.CompFor), None)
+        if comprehension is None and type(loader) is cst.Name:
+            comprehension = next((
+                a for n in self.program.scope_nodes(function) if type(n) is cst.Name and n.value == loader.value
+                for a in self.tree.ancestors(n) if type(a) is cst.CompFor and loader.value in self.program.names_in(a.target)
+            ), None)
+        if comprehension is not None and type(loader) is cst.Name and loader.value in self.program.names_in(comprehension.target) and not self.program.binds(function, loader.value):
+            # `iters = {t: iter(dl) for t, dl in loaders.items()}` over loaders built elsewhere (helper corpus BQ, repro 03)
+            raise NotConvertible(
+                f"the training batches come from `{spelled}`, a variable of a comprehension over `{code(comprehension.iter)}` (line "
+                f"{self.tree.line(comprehension)}), which ddpify does not follow to where each loader is built: give each a "
+                "DistributedSampler where it is built (and set_epoch at each epoch), then convert"
+            )
         if function is not None and isinstance(loader, (cst.Name, cst.Attribute)) and root != "self" and not self.program.binds(function, root):
             function = None  # a global the function reads: made again where the module binds it
         assigned = [v for v, _ in self.program.assignments(function, spelled)]
