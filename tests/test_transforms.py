@@ -8230,3 +8230,26 @@ def test_loaders_reached_through_a_comprehension_are_refused_with_the_reason() -
     result = convert(script(textwrap.dedent(body), helpers))
     assert result.status == "unchanged"
     assert result.reason.startswith("the training batches come from `dl`, a variable of a comprehension over `loaders.items()`")
+
+
+@pytest.mark.parametrize(
+    ("shuffle", "expected"),
+    [
+        # helper corpus BP, repro 02: a Kaggle DataFrame shuffled before its split
+        ("df = df.sample(frac=1).reset_index(drop=True)", "df = df.sample(frac=1, random_state=0).reset_index(drop=True)"),
+        # helper corpus BP, repro 02b
+        ("x_np, y_np = shuffle(x_np, y_np)", "x_np, y_np = shuffle(x_np, y_np, random_state=0)"),
+    ],
+    ids=["pandas-sample", "sklearn-shuffle"],
+)
+def test_rows_shuffled_before_a_split_are_shuffled_alike_on_every_rank(shuffle: str, expected: str) -> None:
+    """The rows were shuffled from numpy's unseeded generator, so each rank split off its own
+    validation rows: one rank trained on another's hold-out. Given random_state=0."""
+    loader = (
+        "df = pd.DataFrame(np.random.default_rng(0).normal(size=(64, 5)))\nx_np, y_np = df.values[:, :4], df.values[:, 4:]\n"
+        f"{shuffle}\n"
+        "loader = DataLoader(TensorDataset(torch.tensor(x_np[:48]).float(), torch.tensor(y_np[:48]).float()), batch_size=8, shuffle=True)"
+    )
+    imports = "import numpy as np\nimport pandas as pd\nfrom sklearn.utils import shuffle\n"
+    output = convert(standard(loader=loader, imports=imports)).output
+    assert expected in output

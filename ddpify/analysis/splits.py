@@ -45,6 +45,8 @@ SHARED_DRAWS = {
     "random.shuffle",
     "random.sample",
     "sklearn.model_selection.train_test_split",
+    "sklearn.utils.shuffle",
+    "pandas.DataFrame.sample",
     *SHUFFLED_FOLDS,
 }
 # Keywords that make such a draw use its own generator instead.
@@ -65,6 +67,8 @@ def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
     found = []
     for call in tree.calls():
         name = tree.qname(call.func)
+        if is_frame_sample(call):
+            name = "pandas.DataFrame.sample"  # `df.sample(frac=1)`: numpy's global generator (helper corpus BP, repro 02)
         if name not in SHARED_DRAWS or any(a.keyword is not None and a.keyword.value in OWN_GENERATOR for a in call.args):
             continue
         if name in s.RANDOM_SPLIT and s.arg(call, 2, "generator") is not None:
@@ -202,9 +206,15 @@ def _drawn_when_built(tree: Tree, program: Program, built: cst.Call, scope: cst.
 
 
 def _library(draw: str) -> str:
-    """Whose global generator a draw uses: `torch`, `numpy` or `random` (sklearn's: numpy's)."""
+    """Whose global generator a draw uses: `torch`, `numpy` or `random` (sklearn's and pandas': numpy's)."""
     root = draw.split(".", 1)[0]
-    return "numpy" if root == "sklearn" else root
+    return "numpy" if root in ("sklearn", "pandas") else root
+
+
+def is_frame_sample(call: cst.Call) -> bool:
+    """`df.sample(frac=1)` (or `n=`): pandas draws the rows from numpy's global generator unless given `random_state`."""
+    found = s.method_call(call)
+    return found is not None and found[1] == "sample" and any(a.keyword is not None and a.keyword.value in ("frac", "n") for a in call.args)
 
 
 # A fresh seed from the operating system, set as torch's global generator's and returned.

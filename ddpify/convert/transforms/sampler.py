@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.loops import TrainLoops
-from ddpify.analysis.splits import SHUFFLED_FOLDS, runs_per_pass, seeded_before, shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
+from ddpify.analysis.splits import SHUFFLED_FOLDS, is_frame_sample, runs_per_pass, seeded_before, shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
@@ -147,9 +147,9 @@ class Sampler(Transform):
 
     def _same_draw_on_every_rank(self, draw: cst.Call) -> None:
         """A split of the data drawn from a generator of its own, seeded alike on every rank."""
-        name = self.tree.qname(draw.func) or ""
+        name = "pandas.DataFrame.sample" if is_frame_sample(draw) else self.tree.qname(draw.func) or ""
         spelled = code(draw.func)
-        library = "numpy" if name.startswith(("numpy.", "sklearn.")) else name.split(".", 1)[0]
+        library = "numpy" if name.startswith(("numpy.", "sklearn.", "pandas.")) else name.split(".", 1)[0]
         why = (
             f"nothing seeds {library}'s global generator before it, which starts from a random seed in each process, so every rank "
             "would draw its own split and the ranks' shards would overlap"
@@ -158,7 +158,7 @@ class Sampler(Transform):
             self.plan.replace(draw, add_keyword("generator", "torch.Generator().manual_seed(0)"))
             self.plan.add_import("torch")
             self.change(draw, f"{spelled} gets a generator of its own: {why}")
-        elif name == "sklearn.model_selection.train_test_split" or name in SHUFFLED_FOLDS:
+        elif name in ("sklearn.model_selection.train_test_split", "sklearn.utils.shuffle", "pandas.DataFrame.sample") or name in SHUFFLED_FOLDS:
             self.plan.replace(draw, add_keyword("random_state", "0"))
             self.change(draw, f"{spelled} gets random_state=0: {why}")
         elif name.startswith("numpy.random.") and spelled.endswith(name[len("numpy"):]) and spelled != name[len("numpy.") :]:
