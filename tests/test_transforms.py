@@ -7588,6 +7588,17 @@ def test_a_state_helper_of_a_model_moved_in_a_second_line_is_routed_through_modu
                 return torch.zeros(1, batch_size, 8, device=device)
 
 
+        def run_epoch(net, loader, optimizer, device):
+            for x, y in loader:
+                state = net.begin_state(batch_size=x.shape[0], device=device)
+                out, state = net(x.to(device), state)
+                loss = nn.functional.mse_loss(out, y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                state = net.begin_state(batch_size=x.shape[0], device=device)  # a second call: the same class
+
+
         def main():
             torch.manual_seed(0)
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -7595,13 +7606,7 @@ def test_a_state_helper_of_a_model_moved_in_a_second_line_is_routed_through_modu
             {build}
             optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
             for epoch in range(2):
-                for x, y in loader:
-                    state = net.begin_state(batch_size=x.shape[0], device=device)
-                    out, state = net(x.to(device), state)
-                    loss = nn.functional.mse_loss(out, y.to(device))
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
+                run_epoch(net, loader, optimizer, device)
 
 
         if __name__ == "__main__":
@@ -7609,7 +7614,7 @@ def test_a_state_helper_of_a_model_moved_in_a_second_line_is_routed_through_modu
         """).replace("{build}", build)
     result = convert(source)
     assert result.status == "converted", result.reason
-    assert "state = net.module.begin_state(batch_size=x.shape[0], device=device)" in result.output
+    assert [line.strip().split("  #")[0] for line in result.output.splitlines() if "begin_state(batch_size" in line] == ["state = net.module.begin_state(batch_size=x.shape[0], device=device)"] * 2
 
 
 def test_a_model_handed_on_by_a_lambda_reaches_the_helper_it_calls() -> None:

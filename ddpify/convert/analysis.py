@@ -640,7 +640,7 @@ class Analyzer:
         self.warnings: list[tuple[cst.CSTNode | None, str]] = []
         self._sources_cache: dict[cst.FunctionDef | None, set[int]] = {}
         self._return_sources_cache: dict[cst.FunctionDef, set[int]] = {}
-        self._classes_followed: set[tuple[int, int]] = set()  # `a = b.to(d)` followed to `b`'s class, once each
+        self._classes_followed: set[tuple[int, int]] = set()  # `a = b.to(d)` being followed to `b`'s class (a cycle stops)
 
     def run(self) -> Facts:
         self._check_not_distributed()
@@ -3353,9 +3353,12 @@ class Analyzer:
                     continue  # `net = net.to(device)` after `net = RNNModel(10)`: the class the name had (helper corpus BG, repro 04)
                 key = (id(moved), id(origin.function))
                 if key in self._classes_followed:
-                    return None
+                    return None  # `a = b.to(d)` and `b = a.to(d)`: a cycle, no class
                 self._classes_followed.add(key)
-                cls = self._model_class(moved, origin.function)
+                try:
+                    cls = self._model_class(moved, origin.function)
+                finally:
+                    self._classes_followed.discard(key)
             if cls is None:
                 return None
             classes.add(cls)
