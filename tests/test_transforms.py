@@ -8258,3 +8258,18 @@ def test_rows_shuffled_before_a_split_are_shuffled_alike_on_every_rank(shuffle: 
     imports = "import numpy as np\nimport pandas as pd\nfrom sklearn.utils import shuffle\n"
     output = convert(standard(loader=loader, imports=imports)).output
     assert expected in output
+
+
+@pytest.mark.parametrize(("seed", "broadcast"), [("", True), ("torch.manual_seed(0)\n", False)])
+def test_a_copy_of_the_model_made_before_the_wrap_gets_rank_0s_weights(seed: str, broadcast: bool) -> None:
+    """Helper corpus BI, repro 03: `ema = copy.deepcopy(model)` before the wrap, nothing seeded: the
+    copy held each rank's own initial weights while DDP gave the model rank 0's, and an early stop
+    on the EMA's validation loss left one rank training alone. The copy gets rank 0's weights
+    right after the wrap; a script seeded first has them alike already."""
+    model = "model = nn.Linear(4, 1).to(device)\nema = copy.deepcopy(model).requires_grad_(False)"
+    output = convert(standard(device=seed + DEVICE, model=model, imports="import copy\n")).output
+    expected = (
+        "    model = DDP(model)\n    for tensor in ema.state_dict().values():  # `ema` was copied from this rank's initial weights: rank 0's, as the model's\n"
+        "        dist.broadcast(tensor, 0)\n"
+    )
+    assert (expected in output) is broadcast

@@ -115,7 +115,7 @@ class WrapModel(Transform):
                         f"`{model.ref}` was wrapped in DataParallel, which moves each batch to the GPU itself: DDP gets the GPU the model "
                         "is on as device_ids, so that it moves the batch too (None when the model is on the CPU)"
                     ))
-                self.plan.insert_after(model.anchor, statements(move + f"{model.ref} = DDP({model.ref}{flag})\n" + keep_buffers))
+                self.plan.insert_after(model.anchor, statements(move + f"{model.ref} = DDP({model.ref}{flag})\n" + keep_buffers + self._copies_made_first(model)))
                 self.change(model.anchor, f"`{model.ref}` wrapped in DistributedDataParallel once it is on its device and its weights are final")
             if unused is None and not (model.class_name or "").startswith(("torch.", "torchvision.", "timm.")):
                 built = f"`{model.class_name}`" if model.class_name else "a class that is not in this file"
@@ -606,6 +606,29 @@ class WrapModel(Transform):
                 small = self.tree.parent(step)  # `opt.zero_grad(); loss.backward(); opt.step()`: the line is cut before the step
                 self.plan.insert_before(small if type(line) is cst.SimpleStatementLine and small in line.body[1:] else line, statements(lines))
                 self.change(step, f"{', '.join(f'`{b}`' for b in bare)}, trained by `{optimizer}` beside the DDP model, has its gradient averaged over ranks before the step")
+
+    def _copies_made_first(self, model: TrainedModel) -> str:
+        """`ema = copy.deepcopy(model)` before the wrap in a script that seeds nothing first: the copy
+        holds this rank's own initial weights, while DDP gives the model rank 0's. The copy gets rank
+        0's too, right after the wrap (helper corpus BI, repro 03: an early stop on the EMA's loss
+        left one rank training alone)."""
+        lines = ""
+        for node in self.program.scope_nodes(model.function):
+            if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
+                continue
+            copied = unchained(node.value)
+            if not (self.tree.is_call_to(copied, {"copy.deepcopy"}) and copied.args and dotted(copied.args[0].value) == model.ref):  # type: ignore[attr-defined]
+                continue
+            if self.tree.order(self.tree.statement(node)) > self.tree.order(model.anchor) or self.tree.loops(node) or seeded_before(self.tree, self.program, node, model.function):
+                continue
+            name = node.targets[0].target.value
+            each = next(n for n in ("tensor", "copied", "weights") if not self.program.binds(model.function, n))
+            lines += (
+                f"for {each} in {name}.state_dict().values():  # `{name}` was copied from this rank's initial weights: rank 0's, as the model's\n"
+                f"    dist.broadcast({each}, 0)\n"
+            )
+            self.change(node, f"`{name}`, copied from `{model.ref}` before the wrap in a script that seeds nothing first, gets rank 0's weights as the model does")
+        return lines
 
     def _module_parameter(self, node: cst.Attribute, function: cst.FunctionDef | None) -> bool:
         """`scaled.t`, where `scaled` is an instance of a same-file module, no DDP model, whose
