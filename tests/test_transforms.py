@@ -8273,3 +8273,18 @@ def test_a_copy_of_the_model_made_before_the_wrap_gets_rank_0s_weights(seed: str
         "        dist.broadcast(tensor, 0)\n"
     )
     assert (expected in output) is broadcast
+
+
+@pytest.mark.parametrize("resume", ["", "if resume:\n    model.load_state_dict(torch.load(os.path.join(output_dir, 'best.pth')))\n"], ids=["one-load", "after-a-resume"])
+def test_a_removal_of_the_folder_above_the_run_folder_waits_for_the_loads(resume: str) -> None:
+    """Helper corpus BN, repro 07: `output_dir = "runs/exp1"`, the best checkpoint loaded from
+    `os.path.join(output_dir, "model_best.pth")` on every rank, then rank 0's `shutil.rmtree("runs")`
+    with no barrier between: a slower rank found no file. What the folder variable holds names
+    the places a path is built from. A resume's load in a branch of its own before training
+    (BN script 09, BL script 05) no longer stops the search at it."""
+    loop = "resume = False\n" + resume + LOOP + (
+        "    torch.save(model.state_dict(), os.path.join(output_dir, 'best.pth'))\n"
+        "model.load_state_dict(torch.load(os.path.join(output_dir, 'best.pth')))\nshutil.rmtree('runs')\n"
+    )
+    output = convert(standard(loop="output_dir = 'runs/exp1'\n" + loop, imports="import os\nimport shutil\n")).output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('runs')\n" in output

@@ -91,7 +91,7 @@ class Checkpoints(Transform):
             statement = self.tree.statement(removal)
             block = self.tree.block(self.tree.statement(load))
             if not self.tree.inside(statement, block):
-                return False
+                continue  # a load in a branch of its own (`if args.resume:`): a later one may share the removal's block (helper corpus BN, script 09)
             while self.tree.block(statement) is not block:  # `if os.path.exists(p): os.remove(p)`, `for f in os.listdir(d): os.remove(...)`:
                 statement = self.tree.statement(self.tree.parent(statement))  # type: ignore[arg-type]  # before the `if` or loop, which becomes rank 0's
             remover = "this node's first rank" if node_local(self.tree, self.program, removed, function) else "rank 0"
@@ -135,7 +135,10 @@ class Checkpoints(Transform):
             values = [value for value, _ in self.program.assignments(function, path.value)]
             return {path.value} | {part for value in values for part in literals(value) | self._path_names(value, function, 1)}  # type: ignore[arg-type]
         root = (dotted(path) or "").split(".")[0] if type(path) is cst.Attribute else ""  # `ckpt.root`, `ckpt.best`: one manager's paths
-        return literals(path) | self._path_names(path, function) | ({root} if root and root != "self" else set())
+        names = self._path_names(path, function)
+        # `os.path.join(output_dir, "best.pth")` with `output_dir = "runs/exp1"`: also `runs`, which `shutil.rmtree("runs")` removes (helper corpus BN, repro 07)
+        folders = {part for name in names if "." not in name for value, _ in self.program.assignments(function, name) for part in literals(value)}
+        return literals(path) | names | folders | ({root} if root and root != "self" else set())
 
     def _read_after_write(self, call: cst.Call, function: cst.FunctionDef | None, written: dict[str, cst.Call], waited: set[str]) -> None:
         """`open("config.json", "w")` (rank 0's), then `open("config.json")` to read it on every
