@@ -8288,3 +8288,18 @@ def test_a_removal_of_the_folder_above_the_run_folder_waits_for_the_loads(resume
     )
     output = convert(standard(loop="output_dir = 'runs/exp1'\n" + loop, imports="import os\nimport shutil\n")).output
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('runs')\n" in output
+
+
+def test_a_rotation_written_as_a_comprehension_runs_on_rank_0() -> None:
+    """Helper corpus BO, repro 07: `[os.remove(p) for p in sorted(glob.glob("ckpts/e*.pt"))[:-1]]`
+    after rank 0's save ran on every rank: the ranks removed the same files under one another."""
+    helpers = """\
+        def save_checkpoint(model, epoch):
+            torch.save(model.state_dict(), f"ckpts/e{epoch:02d}.pt")
+            [os.remove(p) for p in sorted(glob.glob("ckpts/e*.pt"))[:-1]]
+        """
+    output = convert(standard(after="    save_checkpoint(model, epoch)\n", helpers=helpers, imports="import glob\nimport os\n")).output
+    assert (
+        '    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), f"ckpts/e{epoch:02d}.pt")\n'
+        '        [os.remove(p) for p in sorted(glob.glob("ckpts/e*.pt"))[:-1]]\n'
+    ) in output

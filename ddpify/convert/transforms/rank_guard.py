@@ -258,6 +258,8 @@ class RankZeroGuards(Transform):
                 if isinstance(small, cst.Pass):
                     continue
                 kind = self._output_call(small.value, function) if isinstance(small, cst.Expr) else None
+                if kind is None and isinstance(small, cst.Expr) and isinstance(small.value, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+                    kind = self._output_call(small.value.elt, function)  # `[os.remove(p) for p in old]`, a rotation written as a comprehension (helper corpus BO, repro 07)
                 if kind is None and isinstance(small, cst.Assign) and any(dotted(t.target) in ("sys.stdout", "sys.stderr") for t in small.targets):
                     kind = "console copied to a log file"  # `sys.stdout = Logger("log.txt")`: one log, rank 0's
                 if kind is None and (used := self._rank_zero_object_used(small)) is not None and not self._is_logger_assignment(small):
