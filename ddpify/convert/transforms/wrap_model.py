@@ -622,7 +622,7 @@ class WrapModel(Transform):
             if self.tree.order(self.tree.statement(node)) > self.tree.order(model.anchor) or self.tree.loops(node) or seeded_before(self.tree, self.program, node, model.function):
                 continue
             name = node.targets[0].target.value
-            each = next(n for n in ("tensor", "copied", "weights") if not self.program.binds(model.function, n))
+            each = next((n for n in ("tensor", "copied", "weights") if not self.program.binds(model.function, n)), "_copied")
             lines += (
                 f"for {each} in {name}.state_dict().values():  # `{name}` was copied from this rank's initial weights: rank 0's, as the model's\n"
                 f"    dist.broadcast({each}, 0)\n"
