@@ -369,10 +369,11 @@ class ReduceMetrics(Transform):
                 appended.setdefault(found[0].value, []).append(node.args[0].value)  # type: ignore[union-attr]
             elif found and found[1] in ("append", "extend") and node.args and (holder := _list_holder(found[0])) is not None:  # type: ignore[union-attr]
                 listed.setdefault(holder, []).append(node.args[0].value)  # type: ignore[union-attr]
-            if (
-                found and type(found[0]) is cst.Name and node.args and any(self._from_batch(loop, a.value) for a in node.args[:1] if found[1] == "update")  # type: ignore[union-attr]
-            ) or (found and found[1] == "add" and type(found[0]) is cst.Name and self._meter_class(loop, found[0].value) is not None):
-                updated.add(found[0].value)  # also d2l's `metric.add(l * n, acc, n)` into an Accumulator
+            if found and type(found[0]) is cst.Name and (
+                (found[1] == "update" and node.args and self._from_batch(loop, node.args[0].value))  # type: ignore[union-attr]
+                or (found[1] == "add" and self._meter_class(loop, found[0].value) is not None)  # d2l's `metric.add(l * n, acc, n)` into an Accumulator
+            ):
+                updated.add(found[0].value)
             if (
                 found and found[1] == "update" and type(found[0]) is cst.Subscript and type(found[0].value) is cst.Name
                 and node.args and self._from_batch(loop, node.args[0].value)  # type: ignore[union-attr]
@@ -563,7 +564,7 @@ class ReduceMetrics(Transform):
         else:
             found = self.program.companion_class(self.tree.qname(func))
         methods = found[0].class_methods(found[1]) if found is not None else {}
-        update = methods.get("update") or methods.get("add")  # d2l's Accumulator adds with add(*args)
+        update = _update_method(methods)
         return (found[0], found[1], update) if found is not None and update is not None else None
 
     def _running_meter(self, loop: TrainLoop, name: str) -> cst.CSTNode | None:
@@ -585,7 +586,7 @@ class ReduceMetrics(Transform):
         found = []
         for call in self.tree.calls(loop.loop.body):
             method = method_call(call)
-            if method is None or method[1] not in ("update", "add"):
+            if method is None or method[1] not in UPDATES:
                 continue
             obj = method[0].value if type(method[0]) is cst.Subscript else method[0]
             if type(obj) is cst.Name and obj.value == name:
@@ -619,7 +620,8 @@ class ReduceMetrics(Transform):
     def _meter_reduction(self, program: Program, cls: cst.ClassDef, name: str, function: cst.FunctionDef | None, fed: list[cst.Call]) -> list[str]:
         """`fed`: the update() calls of the loop, whose arguments may be tensors with a dimension."""
         methods = program.class_methods(cls)
-        update = methods.get("update") or methods["add"]
+        update = _update_method(methods)
+        assert update is not None
         attributes = _meter_totals(program, update)
         lists = _meter_lists(program, update)
         starts = {}
@@ -1399,6 +1401,14 @@ def _meter_totals(program: Program, update: cst.FunctionDef) -> list[str]:
             if target.startswith("self.") and target.count(".") == 1 and target[5:] not in found:
                 found.append(target[5:])
     return found
+
+
+# The method a meter or totals class is fed through: `meter.update(v, n)`, d2l's `metric.add(*args)`.
+UPDATES = ("update", "add")
+
+
+def _update_method(methods: dict[str, cst.FunctionDef]) -> cst.FunctionDef | None:
+    return next((methods[name] for name in UPDATES if name in methods), None)
 
 
 def _meter_lists(program: Program, update: cst.FunctionDef) -> list[str]:

@@ -29,7 +29,8 @@ class SetEpoch(Transform):
         staged: set[tuple[int, str]] = set()  # (function, loader) of an epoch loop already met
         for start in sorted(self.facts.epoch_starts, key=lambda st: self.tree.order(st.loop)):
             stage = (id(self.tree.function(start.loop)), start.loader)
-            later_stage, _ = stage in staged, staged.add(stage)
+            later_stage = stage in staged
+            staged.add(stage)
             if start.epoch is None and not isinstance(start.loop.body, cst.IndentedBlock):
                 self.warn(start.loop, f"no epoch counter found for this loop: call `{start.loader}.sampler.set_epoch(epoch)` at the start of each epoch")
                 continue
@@ -55,7 +56,7 @@ class SetEpoch(Transform):
                 self.plan.insert_before(rebuilt, line)
             else:
                 self.plan.prepend(start.loop.body, line)
-            shown = f"{start.loader}.sampler.epoch + 1" if start.epoch in (PASSES, None) or "sampler.epoch + 1" in set_epoch else start.epoch
+            shown = f"{start.loader}.sampler.epoch + 1" if onward in set_epoch else start.epoch
             self.change(start.loop, f"`{start.loader}.sampler.set_epoch({shown})` each epoch, so every epoch shuffles differently")
         self._later_single_passes()
         for call, loader in self.facts.refills():

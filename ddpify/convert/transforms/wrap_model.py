@@ -545,12 +545,13 @@ class WrapModel(Transform):
             if not name.startswith("torch.optim.") or ".lr_scheduler." in name or ".swa_utils." in name or not call.args:
                 continue
             function = self.tree.function(call)
-            bare, listed = [], set()
+            bare, listed, owned = [], set(), set()  # owned: a parameter of a same-file module, `scaled.t`
             work = [(node, 1) for node in self.tree.walk(call.args[0].value)]
             while work:
                 node, depth = work.pop(0)
                 if type(node) is cst.Attribute and (held := dotted(node)) is not None and held not in bare and self._module_parameter(node, function):
                     bare.append(held)  # `Adam([scaled.t])`: a temperature of a same-file module fitted over a trained model (helper corpus BM, repro 02)
+                    owned.add(held)
                     continue
                 if type(node) is not cst.Name or node.value in bare:
                     continue
@@ -582,7 +583,7 @@ class WrapModel(Transform):
                 and (dotted(found[0]) == optimizer or (c.args and dotted(c.args[0].value) == optimizer))  # `scaler.step(optimizer)`
             ]  # fmt: skip
             for step in steps:
-                if step.args and all("." in b for b in bare):
+                if step.args and set(bare) <= owned:
                     continue  # `optimizer.step(closure)` (LBFGS over a temperature): its gradient is made inside the closure
                 where = self.tree.function(step)
                 if where is not function or not self.facts.runs_after_setup(where):
