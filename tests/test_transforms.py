@@ -1813,13 +1813,21 @@ def test_gradients_set_by_hand_are_refused(loop: str, reason: str) -> None:
         pytest.param("(10 * r1(model(xr), xr)).backward()", True, id="a-backward-of-its-own-through-a-helper"),
         pytest.param("g, = torch.autograd.grad(model(xr).sum(), xr, create_graph=True)\n        g.pow(2).sum().backward()", True, id="inline"),
         pytest.param("(r1(model(xr), xr) + nn.functional.mse_loss(model(x), y)).backward()", False, id="summed-with-the-loss"),
+        pytest.param("penalty = gp(model, xr)\n        penalty.backward()", True, id="the-model-handed-to-the-helper"),
+        pytest.param("with torch.no_grad():\n            made = model(x)\n        gp(model, made.requires_grad_(True)).backward()", True,
+                     id="from-a-forward-without-gradients"),
     ],
 )  # fmt: skip
 def test_a_penalty_on_an_input_gradient_backpropagated_alone_is_refused(penalty: str, refused: bool) -> None:
     """Helper corpus AN, repros 01 and 01b and s01 (lazy R1, WGAN-GP given its own backward): that
     backward leaves the last bias without a gradient, and DDP fails at the next forward even with
-    find_unused_parameters. Refused with StyleGAN2's way out; summed with the loss, it converts."""
-    helpers = "def r1(out, x):\n    g, = torch.autograd.grad(out.sum(), x, create_graph=True)\n    return g.pow(2).sum(1).mean()\n"
+    find_unused_parameters. Refused with StyleGAN2's way out; summed with the loss, it converts.
+    Helper corpus BQ, repro 06 and s09 (caogang's WGAN-GP): the helper is handed the critic and runs
+    it itself, on fakes made under no_grad; it crashed at the second step."""
+    helpers = (
+        "def r1(out, x):\n    g, = torch.autograd.grad(out.sum(), x, create_graph=True)\n    return g.pow(2).sum(1).mean()\n\n\n"
+        "def gp(critic, x):\n    g, = torch.autograd.grad(critic(x).sum(), x, create_graph=True)\n    return ((g.norm(2, dim=1) - 1) ** 2).mean()\n"
+    )
     loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        xr = x.detach().requires_grad_(True)\n        optimizer.zero_grad()\n"
                         f"        {penalty}\n        optimizer.step()\n")
     result = convert(standard(loop=loop, helpers=helpers))

@@ -795,6 +795,8 @@ class Analyzer:
             calls: list[cst.Call] = []
             while values:
                 value = values.pop()
+                if self.tree.grad_disabled(value):
+                    continue  # `with torch.no_grad(): fake = netG(noise)`: detached too
                 detached = {id(d) for c in self.tree.walk(value) if type(c) is cst.Call and (m := s.method_call(c)) and m[1] == "detach" for d in self.tree.walk(c)}
                 for n in self.tree.walk(value):
                     if id(n) in detached:
@@ -810,10 +812,15 @@ class Analyzer:
             inside = {id(n) for g in grads for n in self.tree.walk(g)}
             if not grads or any(facts.is_model(c.func, function) for c in calls if id(c) not in inside):
                 continue  # the loss also runs the model itself: every parameter gets its gradient
-            forwarded = next((n for g in grads for n in self.tree.walk(g) if type(n) is cst.Call and facts.is_model(n.func, function)), None)
+            # the model run inside the gradient, or handed to the helper that runs it (`gradient_penalty(D, real, fake)`)
+            forwarded = next(
+                (m for g in grads for n in self.tree.walk(g) if type(n) is cst.Call
+                 for m in (n.func, *(a.value for a in n.args if n is g)) if facts.is_model(m, function)),
+                None,
+            )
             if forwarded is not None:
                 raise NotConvertible(
-                    f"the backward at line {self.tree.line(backward)} reaches `{code(forwarded.func)}` only through an input gradient "
+                    f"the backward at line {self.tree.line(backward)} reaches `{code(forwarded)}` only through an input gradient "
                     f"({_penalty_made(self.tree, grads[0])}, line {self.tree.line(grads[0])}): the parameters that do not shape it "
                     "(a last bias) get no gradient in that step, which DDP cannot wait for, even with find_unused_parameters (its search "
                     "sees the whole graph of the forward); add the output times zero to that loss (`penalty + 0 * out.sum()`, as "
