@@ -7302,6 +7302,32 @@ def test_a_helper_writing_into_the_processs_own_temp_folder_runs_on_every_rank()
     assert "barrier" not in output, output
 
 
+@pytest.mark.parametrize(
+    ("save", "decided"),
+    [
+        pytest.param("    if loss.item() < best:\n        best = loss.item()\n        torch.save(model.state_dict(), os.path.join(out_dir, 'best.pt'))\n",
+                     "    if any_rank(loss.item() < best):\n", id="inline"),
+        pytest.param("    saver(model, loss.item())\n", "    saver(model.module, rank_mean(loss.item()))\n", id="a-class-keeping-the-path"),
+    ],
+)  # fmt: skip
+def test_a_best_checkpoint_in_the_processs_own_temp_folder_is_saved_by_every_rank_alike(save: str, decided: str) -> None:
+    """Helper corpus BL, repro 02 and script 02: `SaveBest(os.path.join(tempfile.mkdtemp(), "best.pt"))`
+    kept the path in `self.path`, which hid the folder: the save went on rank 0 alone, and rank 1
+    read its own empty folder (FileNotFoundError). Each rank saves its own; and since each reads
+    back its own, when to save is decided alike (on a value every rank shares), or the ranks would
+    reload the weights of different epochs."""
+    helpers = (
+        "class SaveBest:\n    def __init__(self, path):\n        self.path = path\n        self.best = float('inf')\n\n"
+        "    def __call__(self, model, value):\n        if value < self.best:\n            self.best = value\n            torch.save(model.state_dict(), self.path)\n"
+    )
+    model = "model = nn.Linear(4, 1).to(device)\nout_dir = tempfile.mkdtemp()\nsaver = SaveBest(os.path.join(out_dir, 'best.pt'))\nbest = float('inf')"
+    loop = LOOP + save + "model.load_state_dict(torch.load(os.path.join(out_dir, 'best.pt')))\n"
+    output = convert(standard(model=model, loop=loop, helpers=helpers, imports="import os\nimport tempfile\n")).output
+    assert decided in output, output
+    assert "            torch.save(model.state_dict(), self.path)\n" in output
+    assert "rank == 0" not in output and "RANK" not in output.split("def main")[0], output  # no save is guarded
+
+
 def test_a_second_epoch_loop_over_the_same_loader_goes_on_with_new_orders() -> None:
     """Helper corpus BD, repro 11 (BC 08, AW 03, AH 06): pretraining then fine-tuning, two epoch
     loops over one loader in one function, both got `set_epoch(epoch)`: the second stage replayed

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from ddpify.program import Program
-from ddpify.syntax import Tree, string_value
+from ddpify.syntax import Tree, dotted, string_value
 
 IN_MEMORY = {"io.BytesIO", "io.StringIO"}
 # A machine's own temporary folder: the ranks of one node share it, other nodes have theirs.
@@ -55,11 +55,15 @@ def _derives(tree: Tree, program: Program, expr: cst.BaseExpression, function: c
     if depth == 0:
         return False
     for node in tree.walk(expr):
-        if type(node) is cst.Name:
+        if type(node) is cst.Attribute and (dotted(node) or "").startswith("self."):
+            pass  # `self.path`: what the class's methods bind to it (`self.path = path` in `__init__`)
+        elif type(node) is cst.Name:
             parent = tree.parent(node)
             if isinstance(parent, cst.Attribute) and parent.attr is node:
                 continue
-            for origin in program.origins(node, function):
-                if origin.node is not node and _derives(tree, program, origin.node, origin.function, test, depth - 1):
-                    return True
+        else:
+            continue
+        for origin in program.origins(node, function):
+            if origin.node is not node and _derives(tree, program, origin.node, origin.function, test, depth - 1):
+                return True
     return False

@@ -14,9 +14,11 @@ import libcst as cst
 
 from ddpify.analysis.accumulation import is_optimizer_step
 from ddpify.analysis.batches import batch_names, reads
+from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.exits import clock_names, continues, leaves, reads_clock, skips
 from ddpify.analysis.totals import COLLECTS, keeps_in_place
 from ddpify.analysis.loops import TrainLoop
+from ddpify.analysis.output import CHECKPOINT
 from ddpify.analysis.splits import seeded_before
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
@@ -120,6 +122,8 @@ class StopTogether(Transform):
                     effect = "leaves the loop"
                 elif self._sets_learning_rate(node, loop):
                     effect = "sets the learning rate"
+                elif self._saves_privately(node.body, loop.function):
+                    effect = "saves into its own folder (the checkpoint it reads back)"
                 else:
                     effect = "runs what it guards (a forward and backward through DDP)"
                 self.change(node, f"`{code(test)}` is this rank's own: every rank {effect} when any rank would (any_rank)")
@@ -333,6 +337,7 @@ class StopTogether(Transform):
                 or self._steps_under(node, loop)
                 or self._sets_learning_rate(node, loop)
                 or self._syncs_under(node, loop, syncs)
+                or self._saves_privately(node.body, loop.function)
             )
         ]
 
@@ -590,14 +595,20 @@ class StopTogether(Transform):
             if not (after or any(self.tree.inside(call, scope) for scope in scopes)):
                 continue
             target = self._called(call, loop.function)
-            if target is None or not self._sets_rate(target):
+            if target is None:
+                continue
+            if self._sets_rate(target):
+                does = "sets the learning rate"
+            elif self._saves_privately(target.body, target):
+                does = "decides when to save into this process's own folder"
+            else:
                 continue
             own = local if self.tree.inside(call, loop.loop.body) else self._after_the_loop(loop, local - reduced)
             for argument in call.args:
                 value = argument.value
                 if (reads(self.tree, value, own) or _reads_dotted(self.tree, value, kept)) and self._number(value, loop.function):
                     self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
-                    self.change(call, f"`{code(value)}` is this rank's own: `{code(call.func)}(...)` sets the learning rate on its mean over ranks (rank_mean), alike on every rank")
+                    self.change(call, f"`{code(value)}` is this rank's own: `{code(call.func)}(...)` {does} on its mean over ranks (rank_mean), alike on every rank")
                     changed = True
         return changed
 
@@ -615,6 +626,18 @@ class StopTogether(Transform):
         bound = {name for n in self.tree.walk(node.body) if type(n) is cst.Assign for t in n.targets for name in self.program.names_in(t.target)}
         later = [n for n in stores if self.tree.order(n) > self.tree.order(node) and not self.tree.inside(n, node)]
         return bool(bound) and any(reads(self.tree, n.value, bound) for n in later)
+
+    def _saves_privately(self, body: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
+        """`torch.save(model.state_dict(), os.path.join(tmp, "best.pt"))` under a test, where `tmp`
+        is this process's own folder (`tempfile.mkdtemp()`): each rank saves and reads back its
+        own file, so a save decided on this rank's numbers would reload different weights on
+        different ranks."""
+        for call in self.tree.calls(body):
+            out = self.facts.outputs.of(call, function)
+            if out is not None and out.kind == CHECKPOINT and out.destination is not None:
+                if private_to_process(self.tree, self.program, out.destination, function):
+                    return True
+        return False
 
     def _steps_under(self, node: cst.If, loop: TrainLoop) -> bool:
         """`if seen >= tokens_per_update: optimizer.step()` in the batch loop: an optimizer step
