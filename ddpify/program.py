@@ -140,8 +140,18 @@ class Program:
             cls = next((self.classes[n] for n in local if n in self.classes), None)
         return False
 
+    def subclasses(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
+        """`cls` and the same-file classes built on it (`class MyTrainer(BaseTrainer)`), whose
+        methods see what its methods keep in `self`."""
+        found = [cls]
+        for other in found:
+            found += [c for c in self.classes.values() if c not in found and any(self.classes.get(dotted(b.value) or "") is other for b in c.bases)]
+        return found
+
     def class_methods(self, cls: cst.ClassDef, seen: frozenset = frozenset()) -> dict[str, cst.FunctionDef]:
         """Methods of a same-file class by name, with those it inherits from same-file bases."""
+        if not cls.bases:
+            return self.methods.get(cls, {})
         methods: dict[str, cst.FunctionDef] = {}
         for base in reversed(cls.bases):  # the first base wins, as in the MRO of simple hierarchies
             name = dotted(base.value)
@@ -327,15 +337,20 @@ class Program:
             if func.value in self.functions and not (caller is not None and self.binds(caller, func.value)):
                 return self.functions[func.value], 0
             if func.value in self.classes:
-                init = self.methods.get(self.classes[func.value], {}).get("__init__")
+                init = self.class_methods(self.classes[func.value]).get("__init__")  # its own, or a same-file base's
                 if init is not None:
                     return init, 0
             passed = self._passed_function(caller, func.value)  # `def fit(step_fn, loader): ... step_fn(batch)`
             return (passed, 0) if passed is not None else None
         if isinstance(func, cst.Attribute):
+            if type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super" and not func.value.args:
+                owner = self.owner_class(caller)  # `super().__init__(model, opt)`: the same-file base's method
+                bases = [self.classes[n] for b in owner.bases if (n := dotted(b.value) or "") in self.classes] if owner is not None else []
+                method = next((m for base in bases if (m := self.class_methods(base).get(func.attr.value)) is not None), None)
+                return (method, 0) if method is not None else None
             cls = self.instance_of(func.value, caller)
             if cls is not None:
-                method = self.methods.get(cls, {}).get(func.attr.value)
+                method = self.class_methods(cls).get(func.attr.value)  # its own, or one it inherits from a same-file base
                 if method is not None:
                     return method, 0
                 held = self._held_function(cls, func.attr.value)  # `self.process_fn(self, batch)`
@@ -895,7 +910,7 @@ class Program:
             refs[function].add(ref)
             if ref.startswith("self."):
                 cls = self.owner_class(function)
-                work += [(ref, method) for method in self.methods.get(cls, {}).values()] if cls else []
+                work += [(ref, method) for c in self.subclasses(cls) for method in self.methods.get(c, {}).values()] if cls else []
             elif function is None:  # a global: functions and methods that do not rebind it see it (`log_weights(self)` reading `model.conv1`)
                 work += [(ref, f) for f in self.all_functions if not self.binds(f, ref.split(".")[0])]
             else:  # a closure reads it when it is called: the object the name holds by then

@@ -803,6 +803,35 @@ def test_a_stop_on_what_a_trainer_keeps_of_its_loss_is_decided_together() -> Non
     assert f"if any_rank({test}):" in output
 
 
+def test_a_subclass_of_a_trainer_that_wraps_its_model_stops_together_and_saves_the_plain_model() -> None:
+    """Helper corpus BL, repro 05 and script 07: a base Trainer wraps `self.model` and calls hooks
+    a subclass overrides; `on_batch_end` adds `loss.item()` into `self.sum`, `on_epoch_end` sets
+    `self.should_stop` on patience from it, and `fit` leaves on it: one rank left while the other
+    waited in backward(). The subclass's `torch.save(self.model.state_dict(), ...)` also saved the
+    wrapper's `module.` keys."""
+    helpers = (
+        "class BaseTrainer:\n    def __init__(self, model, opt, loader):\n        self.model, self.opt, self.loader = model, opt, loader\n"
+        "        self.should_stop = False\n\n    def on_batch_end(self, loss):\n        pass\n\n    def on_epoch_end(self, epoch):\n        pass\n\n"
+        "    def fit(self, epochs):\n        for epoch in range(epochs):\n            for x, y in self.loader:\n"
+        "                loss = nn.functional.mse_loss(self.model(x), y)\n                self.opt.zero_grad()\n                loss.backward()\n"
+        "                self.opt.step()\n                self.on_batch_end(loss)\n            self.on_epoch_end(epoch)\n            if self.should_stop:\n"
+        "                break\n\n\n"
+        "class Patient(BaseTrainer):\n    def __init__(self, model, opt, loader):\n        super().__init__(model, opt, loader)\n        self.sum, self.n, self.best, self.bad = 0.0, 0, float('inf'), 0\n\n"
+        "    def on_batch_end(self, loss):\n        self.sum += loss.item()\n        self.n += 1\n\n"
+        "    def on_epoch_end(self, epoch):\n        mean = self.sum / self.n\n        self.sum, self.n = 0.0, 0\n        if mean < self.best:\n"
+        "            self.best, self.bad = mean, 0\n            torch.save(self.model.state_dict(), 'best.pt')\n        else:\n"
+        "            self.bad += 1\n            self.should_stop = self.bad >= 2\n"
+    )
+    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "Patient(model, optimizer, loader).fit(10)\n")
+    output = convert(script(body, helpers)).output
+    assert "            if any_rank(self.should_stop):\n" in output
+    assert "torch.save(self.model.module.state_dict(), 'best.pt')" in output
+    # a flag the base class sets from what does not come from the batches stays as it is
+    plain = helpers.replace("        else:\n            self.bad += 1\n            self.should_stop = self.bad >= 2\n", "        self.should_stop = epoch >= 5\n")
+    assert "if self.should_stop:" in convert(script(body, plain)).output
+
+
 def test_a_time_budget_read_through_a_property_is_decided_together() -> None:
     """`if timer.out_of_time: break` with `out_of_time` a property reading the clock: the method
     form `timer.out_of_time()` got any_rank, the property did not (helper corpus AJ, repro 09)."""

@@ -99,10 +99,11 @@ class StopTogether(Transform):
             exits = self._exits(loop)
             if not exits:
                 continue
+            hooked = self._kept_by_hooks(loop)
             for node in exits:
                 test = node.test
                 own = local if self.tree.inside(node, loop.loop.body) else self._after_the_loop(loop, local - reduced)  # a `for`'s `else` runs after the reduction
-                if id(node) in rewritten or not self._per_rank(test, own, clocks):
+                if id(node) in rewritten or not (self._per_rank(test, own, clocks) or _reads_dotted(self.tree, test, hooked)):
                     continue
                 rewritten.add(id(node))
                 outer = self._decided_above(node, loop, local, clocks, rewritten)
@@ -519,6 +520,49 @@ class StopTogether(Transform):
                 if reads(self.tree, value, local) or _reads_dotted(self.tree, value, kept):
                     kept.add(target)
                     grown = True
+        return kept
+
+    def _kept_by_hooks(self, loop: TrainLoop) -> set[str]:
+        """Attributes of `self` holding this rank's numbers, kept by the methods the training
+        method calls on `self` (or a subclass's overrides of them): `self.on_batch_end(loss)` adding
+        `loss.item()` into `self.sum`, then `on_epoch_end` setting `self.should_stop` from it. A
+        test on them after the hook (`if self.should_stop: break`) decides per rank."""
+        cls = self.program.owner_class(loop.function)
+        if cls is None:
+            return set()
+        family = self.program.subclasses(cls)
+        local = self._local_names(loop)
+        calls = [c for c in self.program.calls_in(loop.function) if type(c.func) is cst.Attribute and dotted(c.func.value) == "self"]
+        kept: set[str] = set()
+        own: dict[cst.FunctionDef, set[str]] = {}
+        grown = True
+        while grown:
+            grown = False
+            for call in calls:
+                for method in (m for c in family if (m := self.program.methods.get(c, {}).get(call.func.attr.value)) is not None):  # type: ignore[attr-defined]
+                    names = own.setdefault(method, set())
+                    for argument in call.args:
+                        if reads(self.tree, argument.value, local) or _reads_dotted(self.tree, argument.value, kept):
+                            param = self.program.parameter_for(call, method, argument.value)
+                            if param is not None and param not in names:
+                                names.add(param)
+                                grown = True
+                    for node in self.program.scope_nodes(method):
+                        if type(node) not in (cst.Assign, cst.AugAssign):
+                            continue
+                        tests = [a.test for a in self.tree.ancestors(node) if type(a) is cst.If and self.tree.inside(a, method)]
+                        if not any(reads(self.tree, v, names) or _reads_dotted(self.tree, v, kept) for v in (node.value, *tests)):  # type: ignore[attr-defined]
+                            continue
+                        targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]  # type: ignore[attr-defined]
+                        for target in targets:
+                            for n in self.tree.walk(target):
+                                name = dotted(n) if type(n) in (cst.Name, cst.Attribute) else None
+                                if name is None or type(self.tree.parent(n)) is cst.Attribute:
+                                    continue  # `self` and `sum` of `self.sum`
+                                bucket = kept if name.startswith("self.") and name.count(".") == 1 else names if "." not in name else None
+                                if bucket is not None and name not in bucket:
+                                    bucket.add(name)
+                                    grown = True
         return kept
 
     def _sets_rate(self, function: cst.FunctionDef, depth: int = 1) -> bool:
