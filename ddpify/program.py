@@ -740,7 +740,18 @@ class Program:
         for _ in range(5):
             expr = self.unwrap_iterable(expr)
             origins = self.origins(expr, function)
-            if any(self.tree.is_call_to(o.node, s.DATALOADER) or self._wrapped_loaders(o) for o in origins):
+            loaders = [o for o in origins if self.tree.is_call_to(o.node, s.DATALOADER) or self._wrapped_loaders(o)]
+            if loaders and len(loaders) < len(origins) and type(expr) is cst.Name:
+                # `batches = itertools.islice(loader, skip, None) if resuming else loader`: not always
+                # a loader itself; the one name inside that always is
+                inner = {
+                    n.value: n for value, _ in self.assignments(function, expr.value) for n in self.tree.walk(value)
+                    if type(n) is cst.Name and n.value != expr.value and (found := self.origins(n, function))
+                    and all(o in loaders or self.tree.is_call_to(o.node, s.DATALOADER) for o in found)
+                }
+                if len(inner) == 1:
+                    return next(iter(inner.values()))
+            if loaders:
                 return expr
             wrapped = [o.node for o in origins if o.function is function and self.unwrap_iterable(o.node) is not o.node]
             if not wrapped:

@@ -4352,6 +4352,33 @@ def test_a_per_step_history_kept_across_epochs_is_averaged_step_by_step() -> Non
     assert not any("keeps adding up" in w.message for w in result.warnings)
 
 
+def test_a_per_step_history_of_records_averages_their_floats() -> None:
+    """Helper corpus BT, repro 05 and script 06: `history.append({"step": global_step, "loss":
+    loss.item()})`, written to CSV at the end, was averaged as if each record were a number:
+    TypeError at the end of every run, a world of one too. A dict record averages its floats
+    key by key and keeps the rest (the step counter); a tuple record is warned about."""
+    loop = "history, step = [], 0\n" + LOOP + "        step += 1\n        history.append({'step': step, 'loss': loss.item()})\nprint(history[-1])\n"
+    result = convert(standard(loop=loop))
+    line = next(ln.strip() for ln in result.output.splitlines() if ln.strip().startswith("history = ["))
+    gathered = [[{"step": 1, "loss": 1.0}, {"step": 2, "loss": 3.0}], [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 5.0}]]
+    scope = {"gathered": gathered}
+    exec(line, scope)
+    assert scope["history"] == [{"step": 1, "loss": 1.5}, {"step": 2, "loss": 4.0}]
+    tuples = convert(standard(loop=loop.replace("{'step': step, 'loss': loss.item()}", "(step, loss.item())")))
+    assert "all_gather_object" not in tuples.output
+    assert any("`history` keeps adding up this rank's shard" in w.message for w in tuples.warnings)
+
+
+def test_an_epoch_resumed_through_islice_sets_the_epoch_of_the_loader_itself() -> None:
+    """Helper corpus BT, repro 06 and script 04: `batches = itertools.islice(loader, skip, None)
+    if epoch == start_epoch else loader` (resuming mid-epoch) got `batches.sampler.set_epoch(epoch)`:
+    AttributeError on the islice object, on every run."""
+    loop = LOOP.replace("    for x, y in loader:\n", "    batches = itertools.islice(loader, skip, None) if epoch == 0 else loader\n    for x, y in batches:\n")
+    output = convert(standard(loop="skip = 2\n" + loop, imports="import itertools\n")).output
+    assert "        loader.sampler.set_epoch(epoch)\n        batches = itertools.islice(" in output
+    assert "batches.sampler" not in output
+
+
 TOPLEVEL = """\
 import torch
 import torch.multiprocessing as mp
@@ -5428,6 +5455,10 @@ def test_a_plateau_scheduler_stepped_on_this_ranks_loss_steps_on_the_mean() -> N
     output = convert(standard(loop=setup + loop)).output
     assert "        scheduler.step(rank_mean(loss.item()))\n        other.step()\n" in output
     assert output.count("def rank_mean(value):") == 1
+    # helper corpus BV, repro 01: the epoch's mean of a list of this rank's loss tensors
+    listed = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    losses = []\n") + "        losses.append(loss)\n"
+    listed += "    epoch_loss = torch.stack(losses).mean().item()\n    scheduler.step(epoch_loss)\n"
+    assert "        scheduler.step(rank_mean(epoch_loss))\n" in convert(standard(loop=setup + listed)).output
 
 
 def test_the_loader_helper_passes_no_loader_and_a_sharded_one_through() -> None:

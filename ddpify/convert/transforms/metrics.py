@@ -692,8 +692,12 @@ class ReduceMetrics(Transform):
         once training is over (a plot, a mean): every rank runs as many steps, so the history
         becomes the mean over ranks step by step, gathered once after the outermost loop it grows
         in. Emitted here; False when the shape is not that one (then a warning)."""
-        if not all(map(self._is_number, values)):
-            return False
+        mean = "[sum(step) / len(step) for step in zip(*{g})]"
+        if values and all(type(v) is cst.Dict and all(type(e) is cst.DictElement for e in v.elements) for v in values):
+            # `history.append({"step": global_step, "loss": loss.item()})`: the floats averaged, the rest (counters) as they are
+            mean = "[{{k: sum(d[k] for d in step) / len(step) if isinstance(v, float) else v for k, v in step[0].items()}} for step in zip(*{g})]"
+        elif any(type(v) in (cst.Dict, cst.Tuple, cst.List, cst.Set) for v in values) or not all(map(self._is_number, values)):
+            return False  # records of another shape: a tuple, a list
         starts = [self.program.element(v, i) for v, i in self.program.assignments(loop.function, name) if self.tree.order(v) < self.tree.order(loop.loop)]
         if len(starts) != 1 or not (isinstance(starts[0], cst.List) and not starts[0].elements):
             return False
@@ -708,7 +712,7 @@ class ReduceMetrics(Transform):
         function = loop.function
         lines = [
             f"# Each rank recorded its own steps: `{name}` becomes the mean over ranks, step by step.",
-            *self._gathered(function, name, "[sum(step) / len(step) for step in zip(*{g})]"),
+            *self._gathered(function, name, mean),
         ]
         self.plan.insert_after(outer, statements("\n".join(lines) + "\n"))
         self.change(outer, f"`{name}` (a value per step, on each rank's shard) is averaged over ranks step by step once the loop ends")

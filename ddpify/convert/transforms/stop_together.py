@@ -237,7 +237,8 @@ class StopTogether(Transform):
         done: set[int] = set()
         for loop in self.facts.train_loops:
             scopes: list[cst.CSTNode] = [loop.loop.body, *(outer.body for outer in self.tree.loops(loop.loop) if outer is not loop.loop)]
-            local = batch_names(self.tree, self.program, loop.loop)
+            local = self._local_names(loop)
+            after = self._after_the_loop(loop, local - self.plan.reduced.get(id(loop.loop), set()))  # `epoch_loss = torch.stack(losses).mean().item()`
             for call in self.program.calls_in(loop.function):
                 found = method_call(call)
                 if found is None or found[1] != "step" or not call.args or id(call) in done:
@@ -247,7 +248,7 @@ class StopTogether(Transform):
                 if not any(self.tree.is_call_to(o.node, PLATEAU) for o in self.program.origins(found[0], loop.function)):
                     continue
                 value = call.args[0].value
-                if not reads(self.tree, value, local):
+                if not reads(self.tree, value, local if self.tree.inside(call, loop.loop.body) else after):
                     continue
                 done.add(id(call))
                 self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
