@@ -241,6 +241,18 @@ def test_training_through_a_custom_method_is_refused() -> None:
     assert result.reason.startswith("`model.features(...)` (line ") and "runs the model for training outside its forward()" in result.reason
 
 
+def test_training_through_an_indexed_part_of_the_model_is_refused() -> None:
+    """Helper corpus BU, repro 03: matrix factorization kept as `nn.ModuleDict({"user": ...,
+    "item": ...})` and trained as `model["user"](u) * model["item"](i)` became
+    `model.module["user"](...)`: DDP's forward never ran, no gradient was averaged, and the
+    replicas diverged. Refused, naming the call."""
+    model = 'model = nn.ModuleDict({"a": nn.Linear(4, 1), "b": nn.Linear(4, 1)}).to(device)'
+    loop = LOOP.replace("model(x)", 'model["a"](x) + model["b"](x)')
+    result = convert(standard(model=model, loop=loop))
+    assert result.status == "unchanged" and result.reason.startswith('`model["a"](...)` (line ')
+    assert "runs a part of the model for training, outside its forward()" in result.reason
+
+
 def test_training_through_a_custom_method_inside_a_loss_helper_is_refused() -> None:
     """Helper corpus J: `loss = vae_loss(model, x)`, whose `model.encode(x)` computes what it
     returns, trained outside DDP's forward (replicas diverged) while the direct call was refused.
@@ -5169,6 +5181,7 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.pairs = nn.ModuleList(Pair() for _ in range(2))
+        self.stacks = nn.ModuleList(nn.ModuleList(Pair() for _ in range(2)) for _ in range(2))
         self.enc = Pair()
         self.rnn = nn.GRU(4, 4, batch_first=True)
         self.aux = nn.Linear(4, 1)
@@ -5197,6 +5210,12 @@ class Net(nn.Module):
             "            total = total + side\n        return self.out(x) + total",
             "drops what the last `back` that `pair` computes in its loop over `self.pairs` goes into", id="a-residual-carried-only",
         ),
+        # helper corpus BS, repro 06: stacks of blocks, and the residual carried in a tuple assignment
+        pytest.param(
+            "res, total = x, 0\n        for stack in self.stacks:\n            for pair in stack:\n                back, side = pair(res, x[:, :1])\n"
+            "                res, total = res - back, total + side\n        return self.out(x) + total",
+            "drops what the last `back` that `pair` computes in its loop over `stack` goes into", id="stacks-of-blocks",
+        ),
         pytest.param("o, _ = self.rnn(x.unsqueeze(1))\n        return self.out(o[:, -1])", "", id="a-torch-layers-state"),
         # helper corpus BR, repro 03: a backbone run with gradients only when a flag says so
         pytest.param(
@@ -5204,6 +5223,12 @@ class Net(nn.Module):
             "runs layers with gradients only as a flag says", id="a-grad-flag",
         ),
         pytest.param("with torch.set_grad_enabled(self.training):\n            x = self.aux(x) + x\n        return self.out(x)", "", id="grad-in-training"),
+        # helper corpus BS, repro 02: the same layer either way, but without gradients while frozen
+        pytest.param(
+            "if self.frozen:\n            with torch.no_grad():\n                h = self.aux(x)\n        else:\n            h = self.aux(x)\n"
+            "        return self.out(x + h)",
+            "runs layers without gradients under a condition", id="no-grad-under-a-flag",
+        ),
     ],
 )  # fmt: skip
 def test_a_forward_that_drops_what_a_layer_computes_finds_unused_parameters(forward: str, reason: str) -> None:
@@ -5212,7 +5237,7 @@ def test_a_forward_that_drops_what_a_layer_computes_finds_unused_parameters(forw
     reduction', also as one process. A torch layer's dropped state (`o, _ = self.rnn(x)`) comes from
     the same parameters: nothing to find."""
     helpers = DROPPING.replace("FORWARD", forward)
-    for layer in ("pairs", "enc", "rnn", "aux"):  # the net builds the layers its forward uses
+    for layer in ("pairs", "stacks", "enc", "rnn", "aux"):  # the net builds the layers its forward uses
         if f"self.{layer}" not in forward:
             helpers = "\n".join(line for line in helpers.split("\n") if not line.startswith(f"        self.{layer} = "))
     result = convert(standard(model="model = Net().to(device)", helpers=helpers))
@@ -8177,6 +8202,10 @@ def test_a_helper_that_puts_a_lone_model_in_a_list_walks_the_list() -> None:
         """
     output = convert(standard(loop=textwrap.dedent(loop), helpers=helpers)).output
     assert "    for net in nets:\n" in output
+    # helper corpus BS, repro 03: the same as a conditional expression
+    ternary = helpers.replace("if not isinstance(nets, list):\n                nets = [nets]", "nets = nets if isinstance(nets, (list, tuple)) else [nets]")
+    output = convert(standard(loop=textwrap.dedent(loop), helpers=ternary)).output
+    assert "    nets = nets if isinstance(nets, (list, tuple)) else [nets]\n    for net in nets:\n" in output
 
 
 def test_a_loss_module_is_not_taken_for_a_model_whatever_its_name() -> None:
@@ -8205,6 +8234,17 @@ def test_a_loss_module_is_not_taken_for_a_model_whatever_its_name() -> None:
         """
     output = convert(script(textwrap.dedent(body), helpers)).output
     assert "model = DDP(model)" in output and "DDP(crit)" not in output
+    # helper corpus BS, repro 01: a loss module of this file not named as one, with nothing to train
+    own = textwrap.dedent(helpers) + (
+        "\n\nclass SoftTargetCE(nn.Module):\n    def __init__(self, eps=0.0):\n        super().__init__()\n        self.eps = eps\n"
+        "        self.log_softmax = nn.LogSoftmax(-1)\n\n    def forward(self, x, y):\n        return -(self.log_softmax(x) * y).sum(-1).mean()\n"
+    )
+    output = convert(script(textwrap.dedent(body).replace("nn.SmoothL1Loss()", "SoftTargetCE()"), own)).output
+    assert "model = DDP(model)" in output and "DDP(crit)" not in output
+    # a module that keeps the modules it is handed has parameters (DINO's MultiCropWrapper)
+    held = own + "\n\nclass Holder(nn.Module):\n    def __init__(self, inner):\n        super().__init__()\n        self.inner = inner\n\n    def forward(self, x):\n        return self.inner(x)\n"
+    output = convert(script(textwrap.dedent(body).replace("nn.Linear(4, 1)", "Holder(nn.Linear(4, 1))"), held)).output
+    assert "model = DDP(model)" in output
 
 
 def test_a_meter_whose_tensor_is_made_at_its_first_update_is_summed_in_place() -> None:

@@ -76,6 +76,13 @@ def _penalty_made(tree: Tree, call: cst.Call) -> str:
     return f"`{code(call.func)}(...)`, a penalty on `torch.autograd.grad(..., create_graph=True)`"
 
 
+def _may_be_container(value: cst.CSTNode | None) -> bool:
+    """A list, tuple, dict or set written out, or an `x if ... else [x]` with one."""
+    if type(value) is cst.IfExp:
+        return _may_be_container(value.body) or _may_be_container(value.orelse)
+    return type(value) in CONTAINER_LITERALS
+
+
 class NotConvertible(Exception):
     """The script is returned unchanged; the message says why."""
 
@@ -388,8 +395,10 @@ class Facts:
         ref = dotted(node) if isinstance(node, cst.BaseExpression) else None
         if ref is None or ref not in self.model_refs.get(function, set()):
             return False
-        if any(type(self.program.element(v, i)) in CONTAINER_LITERALS and self.tree.order(v) < self.tree.order(node) for v, i in self.program.assignments(function, ref)):
-            return False  # `if not isinstance(nets, list): nets = [nets]` (pix2pix's set_requires_grad): a list from there on (helper corpus BQ, repro 01)
+        if any(_may_be_container(self.program.element(v, i)) and self.tree.order(v) < self.tree.order(node) for v, i in self.program.assignments(function, ref)):
+            # `if not isinstance(nets, list): nets = [nets]` (pix2pix's set_requires_grad; helper corpus BQ, repro 01), or
+            # `nets = nets if isinstance(nets, (list, tuple)) else [nets]` (BS, repro 03): a list from there on
+            return False
         for model in self.models:
             if model.ref == ref and model.function is function:
                 line = self.tree.line(node)
@@ -1202,6 +1211,9 @@ class Analyzer:
                     for o in self.program.origins(forward.func, function)
                 ):
                     continue  # `crit = nn.CrossEntropyLoss(...)`, a loss however it is named (helper corpus BR, repro 01)
+                if any(type(o.node) is cst.Call and (cls := self.program.instance_of(o.node, o.function)) is not None and self._builds_no_parameters(cls)
+                       for o in self.program.origins(forward.func, function)):
+                    continue  # `crit = SoftTargetCrossEntropy()`, a module of this file with nothing to train (helper corpus BS, repro 01)
                 for model_ref, model_function in self._definition(ref, function):
                     model = self._trained_model(model_ref, model_function)
                     if model is not None and all(m.ref != model.ref for m in found):
@@ -1265,6 +1277,24 @@ class Analyzer:
             and not self.tree.is_call_to(node.value, {"torch.tensor", "torch.zeros", "torch.ones", "torch.randn", "torch.empty", "torch.arange"})
         ]  # fmt: skip
         return bool(built) and all(target in frozen for target in built)
+
+    def _builds_no_parameters(self, cls: cst.ClassDef) -> bool:
+        """A torch.nn.Module of this file that builds nothing with parameters: no `__init__`, or
+        one keeping only numbers, names and parameter-free torch.nn modules (`self.act = nn.ReLU()`).
+        Anything else it builds (a layer, a Parameter, a call this file cannot follow) counts."""
+        if not any(self.tree.qname(b.value) == "torch.nn.Module" for b in cls.bases):
+            return False
+        init = self.program.methods.get(cls, {}).get("__init__")
+        handed = {p.name.value for p in init.params.params[1:] if p.default is None} if init is not None else set()  # a module may come in (`MultiCropWrapper(backbone, head)`)
+        for node in self.program.scope_nodes(init) if init is not None else ():
+            if type(node) is cst.Name and node.value in handed and type(self.tree.parent(node)) is not cst.Param:
+                return False
+            if type(node) is not cst.Call or dotted(node.func) in ("super", "self.register_buffer") or code(node.func) == "super().__init__":
+                continue
+            name = self.tree.qname(node.func) or ""
+            if not (name.startswith("torch.nn.") and name.rsplit(".", 1)[-1] in PARAMETER_FREE) and name not in ("float", "int", "bool", "str"):
+                return False
+        return True
 
     def _reentrant_checkpoint(self, cls: cst.ClassDef) -> str:
         """`checkpoint(self.block, h)` or `checkpoint(..., use_reentrant=True)` in a method of `cls`:
@@ -1576,6 +1606,11 @@ class Analyzer:
                 and code(item.item.args[0].value) not in ("True", "False", "self.training") for item in node.items
             ) and any((dotted(c.func) or "").startswith("self.") for c in self.tree.calls(node.body)):
                 return f"`{cls.name.value}.forward` runs layers with gradients only as a flag says (line {self.tree.line(node)})"
+            # `if self.frozen: with torch.no_grad(): f = self.backbone(x)` (helper corpus BS, repro 02)
+            if type(node) is cst.With and any(self.tree.disables_grad(item.item) for item in node.items) and any(
+                (dotted(c.func) or "")[5:] in layers for c in self.tree.calls(node.body)
+            ) and any(type(a) is cst.If for a in self.tree.ancestors(node) if self.tree.inside(a, self.tree.function(node))):
+                return f"`{cls.name.value}.forward` runs layers without gradients under a condition (line {self.tree.line(node)})"
         for method in sorted(seen, key=self.tree.order):  # `self.heads[task](z)`: one head, chosen by what the call is handed
             params = set(self.program.param_names(method))
             for call in self.program.calls_in(method):
@@ -1634,6 +1669,13 @@ class Analyzer:
             name.value: n for n in nodes
             if type(n) is cst.For and (name := _layer_target(n)) is not None and (dotted(self.program.unwrap_iterable(n.iter)) or "").startswith("self.")
         }
+        # `for stack in self.stacks: for block in stack:`, a loop over the layers of each (helper corpus BS, repro 06)
+        outer = {name for name, n in layer_loops.items() if type(n.target) is cst.Name}
+        layer_loops.update({
+            name.value: n for n in nodes
+            if type(n) is cst.For and (name := _layer_target(n)) is not None and type(n.iter) is cst.Name and n.iter.value in outer
+            and self.tree.inside(n, layer_loops[n.iter.value])
+        })
         targets = {id(n) for node in nodes if type(node) is cst.Assign for t in node.targets for n in self.tree.walk(t.target)}
         reads: dict[str, list[cst.Name]] = {}
         for n in nodes:
@@ -1649,7 +1691,10 @@ class Analyzer:
                 continue
             target = node.targets[0].target
             names = [target] if type(target) is cst.Name else [e.value for e in target.elements] if type(target) is cst.Tuple else []
-            separate = self._separate_outputs(loop.iter if loop is not None else func, method) if len(names) > 1 else None
+            held = loop.iter if loop is not None else func
+            if type(held) is cst.Name and held.value in layer_loops:
+                held = layer_loops[held.value].iter  # `stack` of `for stack in self.stacks:`
+            separate = self._separate_outputs(held, method) if len(names) > 1 else None
             if len(names) > 1 and not separate:
                 continue  # `out, _ = self.lstm(x)`: every output comes from all of the layer's parameters
             line = self.tree.line(node)
@@ -1713,9 +1758,15 @@ class Analyzer:
         iteration only (`res = res - back`): nothing after the loop reads that name."""
         for use in uses:
             statement = next((a for a in self.tree.ancestors(use) if type(a) is cst.Assign), None)
-            if statement is None or len(statement.targets) != 1 or type(statement.targets[0].target) is not cst.Name:
+            if statement is None or len(statement.targets) != 1:
                 return False
-            carried = statement.targets[0].target.value
+            target = statement.targets[0].target
+            if type(target) is cst.Tuple and type(statement.value) is cst.Tuple and len(target.elements) == len(statement.value.elements):
+                # `res, fc = res - b, fc + f`: the element the use goes into
+                target = next((t.value for t, v in zip(target.elements, statement.value.elements) if self.tree.inside(use, v.value)), target)
+            if type(target) is not cst.Name:
+                return False
+            carried = target.value
             if any(not self.tree.inside(r, loop) for r in reads.get(carried, [])):
                 return False
         return True
@@ -3124,6 +3175,12 @@ class Analyzer:
                 )
         for function in facts.model_refs:
             for call in self.program.calls_in(function):
+                if type(call.func) is cst.Subscript and facts.is_model(call.func.value, function) and self._feeds_backward(call, function):
+                    raise NotConvertible(
+                        f"`{code(call.func)}(...)` (line {self.tree.line(call)}) runs a part of the model for training, outside its "
+                        "forward(), so DDP would not average its gradients across ranks: give the model a forward() that runs "
+                        f"its parts (a module of its own around the {code(call.func.value)}[...] calls), call it in the training loop, then convert"
+                    )
                 if (
                     self.tree.qname(call.func) in FUNCTIONAL_CALLS and call.args and facts.is_model(call.args[0].value, function)
                     and self._feeds_backward(call, function)
