@@ -140,6 +140,18 @@ class Program:
             cls = next((self.classes[n] for n in local if n in self.classes), None)
         return False
 
+    def kept_values(self, attribute: cst.Attribute, function: cst.FunctionDef | None) -> list[Origin]:
+        """`trainer.out_dir`, where `trainer` is an object of a same-file class: what its methods
+        bind to `self.out_dir` (`self.out_dir = Path(out_dir)` in `__init__`)."""
+        cls = self.instance_of(attribute.value, function) if dotted(attribute.value) != "self" else None
+        if cls is None:
+            return []
+        found = []
+        for method in self.class_methods(cls).values():
+            for value, index in self.assignments(method, f"self.{attribute.attr.value}"):
+                found += self.origins(value, method, index)
+        return found
+
     def subclasses(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
         """`cls` and the same-file classes built on it (`class MyTrainer(BaseTrainer)`), whose
         methods see what its methods keep in `self`."""
@@ -873,8 +885,13 @@ class Program:
         run (helper corpus BL, repro 01 and script 02)."""
         func = call.func
         names: list[str | None] = []
-        if type(func) is cst.Name and any(type(loop) is cst.For and type(loop.target) is cst.Name and loop.target.value == func.value for loop in self.tree.loops(call)):
+        listed: list[cst.FunctionDef] = []
+        loop = next((lp for lp in self.tree.loops(call) if type(lp) is cst.For and type(lp.target) is cst.Name and type(func) is cst.Name and lp.target.value == func.value), None)
+        if loop is not None:
             names = ["__call__"]  # `for cb in self.callbacks: cb(self)`: callable callbacks (helper corpus BO, repro 03)
+            for origin in self.origins(loop.iter, self.tree.function(loop)):  # or functions of this file in the list (helper corpus BS, repro 07)
+                if type(origin.node) in (cst.List, cst.Tuple):
+                    listed += [self.functions[e.value.value] for e in origin.node.elements if type(e.value) is cst.Name and e.value.value in self.functions]
         elif type(func) is cst.Attribute:
             names = [func.attr.value]
         elif type(func) is cst.Call and type(func.func) is cst.Name and func.func.value == "getattr" and len(func.args) >= 2:
@@ -885,7 +902,7 @@ class Program:
                 # `def _call(self, hook, *args): getattr(cb, hook)(self, *args)`, called `self._call("on_epoch_end", ...)`
                 passed = [self.argument_for(site, function, hook.value) for site, _ in self.call_sites(function)]
                 names = [string_value(p) if p is not None else None for p in passed]
-        return [methods[name] for name in names if name is not None and name.startswith(("on_", "__call__")) for methods in self.methods.values() if name in methods]
+        return listed + [methods[name] for name in names if name is not None and name.startswith(("on_", "__call__")) for methods in self.methods.values() if name in methods]
 
     def _lambda_calls(self, function: cst.FunctionDef | None, ref: str) -> list[cst.Call]:
         """Calls in the lambdas of a scope that read `ref` from it (`predict = lambda p: predict_ch8(p,

@@ -4841,6 +4841,18 @@ def test_pathlib_removals_and_renames_of_the_scripts_paths_run_on_rank_0(prune: 
     assert above.strip() == "if rank == 0:", "\n".join(lines)
 
 
+def test_removing_a_folder_an_object_keeps_as_a_path_runs_on_rank_0() -> None:
+    """Helper corpus BU, repro 02 and script 10: `trainer.out_dir`, bound `self.out_dir =
+    Path(out_dir)` in the Trainer, emptied and removed after training (`for f in
+    trainer.out_dir.iterdir(): f.unlink()`, `trainer.out_dir.rmdir()`): every rank removed it at
+    once (FileNotFoundError) while rank 0 alone wrote it."""
+    helpers = "class Run:\n    def __init__(self, folder):\n        self.out_dir = Path(folder)\n        self.out_dir.mkdir(exist_ok=True)\n"
+    after = "run = Run('ckpt')\ntorch.save(model.state_dict(), run.out_dir / 'last.pt')\nfor f in run.out_dir.iterdir():\n    f.unlink()\nrun.out_dir.rmdir()\n"
+    output = convert(standard(after=after, helpers=helpers, imports="from pathlib import Path\n")).output
+    guarded = output.split("    if rank == 0:\n")[-1]
+    assert guarded.startswith("        torch.save(") and "        for f in run.out_dir.iterdir():\n            f.unlink()\n        run.out_dir.rmdir()\n" in guarded
+
+
 def test_set_epoch_for_a_loader_a_trainer_keeps_goes_through_the_trainer_in_the_caller() -> None:
     """`trainer = Trainer(model, loader)` keeps it as `self.loader`; main's epoch loop calls
     `trainer.train_epoch()`: `self.loader.sampler.set_epoch(epoch)` landed in main(), where there
@@ -7932,6 +7944,7 @@ def test_a_total_kept_as_a_tensor_and_read_with_item_stays_a_tensor() -> None:
         pytest.param("val is not None", True, id="a-parameter"),
         pytest.param("held is not None", True, id="an-optional-made-on-a-parameter"),  # BK script 10
         pytest.param("args.restore", True, id="a-parsed-option"),  # BO script 01
+        pytest.param("opts.restore", True, id="options-from-a-helper"),  # BS repro 09
         pytest.param("os.path.exists('best.pt')", False, id="a-file-check"),
         pytest.param("best < 1.0", False, id="a-value-of-the-run"),
     ],
@@ -7943,8 +7956,13 @@ def test_a_reload_under_an_if_every_rank_takes_alike_waits_for_the_save(test: st
     the function never rebinds is taken alike by every rank: the barrier goes right before the
     load. A file check or a value of the run may differ per rank: still a warning."""
     helpers = f"""\
+        def get_opts():
+            return argparse.ArgumentParser().parse_known_args()[0]
+
+
         def train(model, loader, optimizer, val=None):
             args = argparse.ArgumentParser().parse_known_args()[0]
+            opts = get_opts()
             held = list(val) if val is not None else None
             best = float("inf")
             for epoch in range(2):
@@ -8006,6 +8024,47 @@ def test_a_callback_handed_the_trainer_saves_the_plain_model(dispatch: str) -> N
     body = f"torch.manual_seed(0)\n{LOADER}\nmodel = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nTrainer(model, optimizer, [Checkpoint()]).fit(loader, 2)\n"
     output = convert(script(body, helpers)).output
     assert 'torch.save(trainer.model.module.state_dict(), "last.pt")' in output
+
+
+def test_a_function_in_the_callbacks_list_saves_the_plain_model_and_is_waited_for() -> None:
+    """Helper corpus BS, repro 07: plain functions as callbacks (`Trainer(..., [save_last])`, run
+    as `for cb in self.callbacks: cb(self)`) saved `trainer.model.state_dict()` with the wrapper's
+    `module.` keys, and the `__main__` block read the file back with no barrier after rank 0's save."""
+    source = textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def save_last(trainer):
+            torch.save(trainer.model.state_dict(), "last.pt")
+
+
+        class Trainer:
+            def __init__(self, model, loader, callbacks):
+                self.model, self.loader, self.callbacks = model, loader, callbacks
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05)
+
+            def fit(self, epochs):
+                for epoch in range(epochs):
+                    for x, y in self.loader:
+                        loss = nn.functional.mse_loss(self.model(x), y)
+                        self.opt.zero_grad()
+                        loss.backward()
+                        self.opt.step()
+                    for cb in self.callbacks:
+                        cb(self)
+
+
+        if __name__ == "__main__":
+            X = torch.randn(64, 4)
+            Trainer(nn.Linear(4, 1), DataLoader(TensorDataset(X, X[:, :1]), batch_size=8, shuffle=True), [save_last]).fit(2)
+            fresh = nn.Linear(4, 1)
+            fresh.load_state_dict(torch.load("last.pt"))
+        """)
+    output = convert(source).output
+    assert 'torch.save(trainer.model.module.state_dict(), "last.pt")' in output
+    assert '    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    fresh.load_state_dict(torch.load("last.pt"' in output
 
 
 @pytest.mark.parametrize(("end", "unused"), [("return total", True), ("return total + res.sum(1, keepdim=True)", False)])
@@ -8392,6 +8451,10 @@ def test_rows_shuffled_before_a_split_are_shuffled_alike_on_every_rank(shuffle: 
     imports = "import numpy as np\nimport pandas as pd\nfrom sklearn.utils import shuffle\n"
     output = convert(standard(loader=loader, imports=imports)).output
     assert expected in output
+    # helper corpus BS, repro 05: shuffled in a helper whose result the loader is built from
+    helpers = f"def reorder(df, x_np, y_np):\n    {shuffle}\n    return df, x_np, y_np\n"
+    output = convert(standard(loader=loader.replace(shuffle, "df, x_np, y_np = reorder(df, x_np, y_np)"), imports=imports, helpers=helpers)).output
+    assert f"    {expected}\n" in output
 
 
 @pytest.mark.parametrize(("seed", "broadcast"), [("", True), ("torch.manual_seed(0)\n", False)])
@@ -8424,16 +8487,33 @@ def test_a_removal_of_the_folder_above_the_run_folder_waits_for_the_loads(resume
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('runs')\n" in output
 
 
-def test_a_rotation_written_as_a_comprehension_runs_on_rank_0() -> None:
+def test_a_removal_after_a_reload_in_a_branch_waits_for_the_loads() -> None:
+    """Helper corpus BS, repro 09: `if args.load_best_at_end: model.load_state_dict(torch.load(...))`,
+    then rank 0's `shutil.rmtree(os.path.dirname(ckpt_dir))` after the branch: no barrier, so a
+    slower rank found no file. The barrier goes before the removal, where every rank passes."""
+    loop = LOOP + (
+        "    torch.save(model.state_dict(), os.path.join(ckpt_dir, 'best.pth'))\n"
+        "if reload:\n    model.load_state_dict(torch.load(os.path.join(ckpt_dir, 'best.pth')))\nshutil.rmtree(os.path.dirname(ckpt_dir))\n"
+    )
+    output = convert(standard(loop="ckpt_dir = 'runs/exp/ckpt'\nreload = True\n" + loop, imports="import os\nimport shutil\n")).output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree(" in output
+
+
+@pytest.mark.parametrize(
+    "rotation",
+    ['[os.remove(p) for p in sorted(glob.glob("ckpts/e*.pt"))[:-1]]', 'list(map(os.remove, sorted(glob.glob("ckpts/e*.pt"))[:-1]))'],
+)
+def test_a_rotation_written_as_a_comprehension_runs_on_rank_0(rotation: str) -> None:
     """Helper corpus BO, repro 07: `[os.remove(p) for p in sorted(glob.glob("ckpts/e*.pt"))[:-1]]`
-    after rank 0's save ran on every rank: the ranks removed the same files under one another."""
-    helpers = """\
+    after rank 0's save ran on every rank: the ranks removed the same files under one another.
+    Helper corpus BS, repro 08: the same as `list(map(os.remove, ...))`."""
+    helpers = f"""\
         def save_checkpoint(model, epoch):
-            torch.save(model.state_dict(), f"ckpts/e{epoch:02d}.pt")
-            [os.remove(p) for p in sorted(glob.glob("ckpts/e*.pt"))[:-1]]
+            torch.save(model.state_dict(), f"ckpts/e{{epoch:02d}}.pt")
+            {rotation}
         """
     output = convert(standard(after="    save_checkpoint(model, epoch)\n", helpers=helpers, imports="import glob\nimport os\n")).output
     assert (
         '    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), f"ckpts/e{epoch:02d}.pt")\n'
-        '        [os.remove(p) for p in sorted(glob.glob("ckpts/e*.pt"))[:-1]]\n'
+        f'        {rotation}\n'
     ) in output

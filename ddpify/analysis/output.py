@@ -138,6 +138,9 @@ class Outputs:
         tree = self.tree
         if tree.is_builtin_call(call, "print"):
             return Output(PRINT, "print")
+        if tree.is_builtin_call(call, "map") and len(call.args) == 2 and tree.qname(call.args[0].value) in WRITE_FUNCTIONS:
+            # `list(map(os.remove, old[:-2]))`: the function writes (removes) each path
+            return Output(FILE_WRITE, code(call.args[0].value), call.args[1].value)
         name = tree.qname(call.func) or self.program.star_imported(call.func, function) or self._star_imported_module(call.func, function)
         if name is not None:
             found = self._by_qualified_name(call, name, function)
@@ -271,6 +274,9 @@ class Outputs:
             return any(self.is_path(e.value, function, depth - 1) for e in expr.elements)
         if kind is cst.Attribute and expr.attr.value in ("parent", "parents"):
             return self.is_path(expr.value, function, depth - 1)
+        if kind is cst.Attribute:  # `self.out_dir`, `trainer.out_dir`: what the class binds to it
+            held = self.program.origins(expr, function) if dotted(expr.value) == "self" else self.program.kept_values(expr, function)
+            return any(o.node is not expr and self.is_path(o.node, o.function, depth - 1) for o in held)
         if kind is cst.Call:
             if (tree.qname(expr.func) or "").startswith("pathlib."):
                 return True

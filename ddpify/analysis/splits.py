@@ -77,14 +77,22 @@ def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
             continue  # `KFold(5)`: folds in order, the same on every rank
         function = tree.function(call)
         if name not in s.RANDOM_SPLIT and name != "sklearn.model_selection.train_test_split" and name not in SHUFFLED_FOLDS:
-            if runs_per_pass(tree, program, call) or program.in_dataset(function) or not any(
-                (tree.is_call_to(c, s.DATALOADER) or _builds_a_loader(tree, program, c, function)) and tree.order(c) > tree.order(call)
-                for c in program.calls_in(function)
-            ):
+            rows = name in ("pandas.DataFrame.sample", "sklearn.utils.shuffle")  # a helper reordering the rows it returns (`make_folds(df)`)
+            if runs_per_pass(tree, program, call) or program.in_dataset(function) or not _loader_after(tree, program, call, function, callers=int(rows)):
                 continue  # a batch permutation (mixup), augmentation, or a draw that feeds no loader here
         if not _seeded_before(tree, program, call, function, depth=2, library=_library(name)):
             found.append(call)
     return found
+
+
+def _loader_after(tree: Tree, program: Program, node: cst.CSTNode, function: cst.FunctionDef | None, callers: int) -> bool:
+    """A DataLoader is built after `node` in its function, or, for a function returning a value
+    (`df = make_folds(df)`, a helper shuffling the rows), after a call of it (`callers` levels up)."""
+    if any((tree.is_call_to(c, s.DATALOADER) or _builds_a_loader(tree, program, c, function)) and tree.order(c) > tree.order(node) for c in program.calls_in(function)):
+        return True
+    if callers == 0 or function is None or not program.returns(function):
+        return False
+    return any(_loader_after(tree, program, site, caller, callers - 1) for site, caller in program.call_sites(function))
 
 
 def shuffled_from_the_global_generator(tree: Tree, program: Program, skip: set[int], seeded_alike: bool = True) -> list[cst.Call]:

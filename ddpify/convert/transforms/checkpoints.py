@@ -78,6 +78,8 @@ class Checkpoints(Transform):
         loop = next((lp for lp in self.tree.loops(removal) if type(lp) is cst.For and code(lp.target) == code(removed)), None)
         if loop is not None:  # `for f in glob.glob(os.path.join("ckpts", "*.pth")): os.remove(f)`
             removed = loop.iter  # type: ignore[union-attr]
+            while type(removed) is cst.Call and any(self.tree.is_builtin_call(removed, k) for k in ("sorted", "list", "reversed")) and removed.args:
+                removed = removed.args[0].value  # `sorted(out.rglob("*.pt"))` (helper corpus BO, script 01)
             listed = s.method_call(removed)
             if listed is not None and listed[1] in ("iterdir", "glob", "rglob") and not self.tree.is_call_to(removed, {"glob.glob", "glob.iglob"}):
                 removed = listed[0]  # `for f in WORK.iterdir(): f.unlink()`: the folder listed (helper corpus BJ, repro 03)
@@ -91,7 +93,13 @@ class Checkpoints(Transform):
             statement = self.tree.statement(removal)
             block = self.tree.block(self.tree.statement(load))
             if not self.tree.inside(statement, block):
-                continue  # a load in a branch of its own (`if args.resume:`): a later one may share the removal's block (helper corpus BN, script 09)
+                # a load in a branch of its own (`if args.load_best_at_end:`, helper corpus BS, repro 09): the barrier
+                # goes before the removal, in its block, where every rank that loaded passes
+                while block is not None and not self.tree.inside(statement, block):
+                    owner = next((a for a in self.tree.ancestors(block) if isinstance(a, cst.BaseCompoundStatement)), None)  # the `if` or loop whose body it is
+                    block = self.tree.block(owner) if owner is not None and type(owner) is not cst.FunctionDef else None
+                if block is None:
+                    continue
             while self.tree.block(statement) is not block:  # `if os.path.exists(p): os.remove(p)`, `for f in os.listdir(d): os.remove(...)`:
                 statement = self.tree.statement(self.tree.parent(statement))  # type: ignore[arg-type]  # before the `if` or loop, which becomes rank 0's
             remover = "this node's first rank" if node_local(self.tree, self.program, removed, function) else "rank 0"
@@ -238,6 +246,13 @@ class Checkpoints(Transform):
         while type(value) is cst.Subscript:
             value = value.value
         found = s.method_call(value)
+        if found is None and type(value) is cst.Call and (target := self.program.callee(value, function)) is not None:
+            # `args = get_args()`, a same-file function returning `parser.parse_args()` (helper corpus BS, repro 09)
+            returned = self.program.returns(target[0])
+            value = returned[0] if len(returned) == 1 else None
+            while type(value) is cst.Subscript:
+                value = value.value
+            found = s.method_call(value) if value is not None else None
         return found is not None and found[1] in ("parse_args", "parse_known_args")
 
     def _optional_alike(self, name: str, function: cst.FunctionDef, depth: int) -> bool:
@@ -415,8 +430,9 @@ class Checkpoints(Transform):
         if not names or self.tree.loops(call) or (function is not None and function not in self.program.training_functions):
             return []
         block = self.tree.block(self.tree.statement(call))
-        if block is not (function.body if function is not None else self.tree.module):
-            return []
+        main_block = self.facts.entry.block if function is None and self.facts.entry.kind == "main-block" else None
+        if block is not (function.body if function is not None else self.tree.module) and block is not main_block:
+            return []  # (the `if __name__ == "__main__":` block runs straight through: helper corpus BS, repro 07)
         found, unknown = [], []
         for other in self.program.all_functions:
             if other is function or self.facts.in_dataset(other):

@@ -260,6 +260,9 @@ class RankZeroGuards(Transform):
                 kind = self._output_call(small.value, function) if isinstance(small, cst.Expr) else None
                 if kind is None and isinstance(small, cst.Expr) and isinstance(small.value, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
                     kind = self._output_call(small.value.elt, function)  # `[os.remove(p) for p in old]`, a rotation written as a comprehension (helper corpus BO, repro 07)
+                if kind is None and isinstance(small, cst.Expr) and any(self.tree.is_builtin_call(small.value, f) for f in ("list", "tuple", "set")):
+                    consumed = small.value.args[0].value if len(small.value.args) == 1 else None  # type: ignore[attr-defined]
+                    kind = self._output_call(consumed, function) if consumed is not None else None  # `list(map(os.remove, old))` (helper corpus BS, repro 08)
                 if kind is None and isinstance(small, cst.Assign) and any(dotted(t.target) in ("sys.stdout", "sys.stderr") for t in small.targets):
                     kind = "console copied to a log file"  # `sys.stdout = Logger("log.txt")`: one log, rank 0's
                 if kind is None and (used := self._rank_zero_object_used(small)) is not None and not self._is_logger_assignment(small):
