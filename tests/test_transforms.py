@@ -844,6 +844,23 @@ def test_a_subclass_of_a_trainer_that_wraps_its_model_stops_together_and_saves_t
     assert "if self.should_stop:" in convert(script(body, plain)).output
 
 
+def test_a_stop_on_a_record_the_epoch_function_returns_is_decided_together() -> None:
+    """Helper corpus BS, repro 04: `stats["loss"] = running_loss / dataset_size` in the batch loop
+    (Kaggle style), `return stats`, and the caller's `if stats["loss"] < 1.2: break`: one rank
+    left while the other waited in backward(). A record reduced after the loop stays as it is."""
+    helpers = (
+        "def train_one_epoch(model, loader, opt):\n    running, seen, stats = 0.0, 0, {}\n    for x, y in loader:\n"
+        "        loss = nn.functional.mse_loss(model(x), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+        "        running += loss.item() * x.size(0)\n        seen += x.size(0)\n        stats['loss'] = running / seen\n    return stats\n"
+    )
+    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "for epoch in range(20):\n    stats = train_one_epoch(model, loader, optimizer)\n    if stats['loss'] < 1.2:\n        break\n")
+    assert "        if any_rank(stats['loss'] < 1.2):\n" in convert(script(body, helpers)).output
+    after = helpers.replace("        stats['loss'] = running / seen\n    return stats\n", "    return {'loss': running / len(loader.dataset)}\n")
+    output = convert(script(body, after)).output
+    assert "dist.all_reduce" in output and "        if stats['loss'] < 1.2:\n" in output
+
+
 def test_a_time_budget_read_through_a_property_is_decided_together() -> None:
     """`if timer.out_of_time: break` with `out_of_time` a property reading the clock: the method
     form `timer.out_of_time()` got any_rank, the property did not (helper corpus AJ, repro 09)."""

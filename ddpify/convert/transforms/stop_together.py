@@ -439,7 +439,7 @@ class StopTogether(Transform):
             clocks = clock_names(self.tree, self.program, caller)
             receiver = dotted(call.func.value) if type(call.func) is cst.Attribute else None
             seen = {receiver + attr[4:] for attr in kept} if receiver is not None and receiver != "self" else set()  # `trainer.history`
-            handed = self._handed_state(loop, call)
+            handed = self._handed_state(loop, call) | self._returned_own(loop, call)
             for outer in self.tree.loops(call):
                 if self.tree.function(outer) is not caller:
                     continue
@@ -467,6 +467,18 @@ class StopTogether(Transform):
                             self.plan.replace(above.test, cst.parse_expression(f"any_rank({code(above.test)})"))
                             self.change(above, f"`{code(above.test)}` is this rank's own, and decides which ranks reach a collective test: every rank takes it when any rank would (any_rank)")
         return every, anyone
+
+    def _returned_own(self, loop: TrainLoop, call: cst.Call) -> set[str]:
+        """`stats = train_one_epoch(...)`, where the function returns a record of this rank's
+        numbers (`stats["loss"] = running_loss / n` in its batch loop, then `return stats`; a
+        number it returns is made rank_mean there): the names the caller binds from it."""
+        statement = self.tree.parent(call)
+        if type(statement) is not cst.Assign or statement.value is not call or loop.function is None:
+            return set()
+        own = self._after_the_loop(loop, self._local_names(loop) - self.plan.reduced.get(id(loop.loop), set()))
+        if not any(reads(self.tree, v, own) and not self._number(v, loop.function) for v in self.program.returns(loop.function)):
+            return set()
+        return {name for t in statement.targets for name in self.program.names_in(t.target)}
 
     def _handed_state(self, loop: TrainLoop, call: cst.Call) -> set[str]:
         """What the caller hands the epoch function for it to keep this rank's values in (`bank`
