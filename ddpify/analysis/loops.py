@@ -224,8 +224,12 @@ class TrainLoops:
     def generator_passes(self, loop: TrainLoop) -> list[tuple[cst.CSTNode, cst.FunctionDef, cst.BaseStatement]]:
         """`batches = cycle(train_loader)` drawn with next(): each call that hands the loader to a
         same-file generator (`yields_from_argument`), the generator, and its `for` over the loader
-        or its `yield from` the loader (one pass of the loader each time round its `while True`)."""
-        if loop.consumed_by != "next":
+        or its `yield from` the loader (one pass of the loader each time round its `while True`).
+        Also for a `for` over such a generator that repeats its passes (`for x in infinite(loader):`,
+        stopped by a step count; helper corpus BT, repro 01)."""
+        if loop.consumed_by not in ("next", "for"):
+            return []
+        if loop.consumed_by == "for" and not (type(loop.loop) is cst.For and type(loop.loop.iter) is cst.Call):
             return []
         spelled = code(loop.loader)
         found = []
@@ -237,11 +241,14 @@ class TrainLoops:
         for call in self.program.calls_in(loop.function):
             if not (call.args and code(call.args[0].value) == spelled and self.yields_from_argument(call, loop.function)):
                 continue
+            if loop.consumed_by == "for" and call is not loop.loop.iter:  # type: ignore[union-attr]
+                continue
             generator = self.program.callee(call, loop.function)[0]  # type: ignore[index]
             name = self.program.param_names(generator)[0]
             found += [
                 (call, generator, node) for node, iterable in self._passes(generator)
                 if dotted(self.program.unwrap_iterable(iterable)) == name
+                and (loop.consumed_by == "next" or any(type(lp) is cst.While for lp in self.tree.loops(node)))
             ]  # fmt: skip
         return found
 
