@@ -5650,6 +5650,25 @@ def test_a_for_loop_over_a_generator_cycling_the_loader_moves_its_sampler_each_p
     assert len(passes) == 3 and sorted(passes[0]) == sorted(passes[1]) and passes[0] != passes[1], passes
 
 
+def test_a_for_loop_over_a_generator_method_reading_the_loader_itself_is_sharded() -> None:
+    """Helper corpus BT, repro 02 and script 05: `for x, y in self._batches():`, a method looping
+    `while True: for x, y in self.loader: yield x, y`, was refused ("the training data does not come
+    from a DataLoader"). The loader is sharded where it is built and moves on after each pass."""
+    helpers = (
+        "class Trainer:\n    def __init__(self, model, loader):\n        self.model, self.loader = model, loader\n"
+        "        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\n"
+        "    def _batches(self):\n        while True:\n            for x, y in self.loader:\n                yield x, y\n\n"
+        "    def train(self, steps):\n        step = 0\n        for x, y in self._batches():\n"
+        "            loss = nn.functional.mse_loss(self.model(x), y)\n            self.opt.zero_grad()\n            loss.backward()\n"
+        "            self.opt.step()\n            step += 1\n            if step >= steps:\n                break\n"
+    )
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1)\nTrainer(model, loader).train(20)\n"
+    result = convert(script(body, helpers))
+    assert result.status == "converted", result.reason
+    assert "sampler=DistributedSampler(" in result.output and "model = DDP(model)" in result.output
+    assert "                yield x, y\n            self.loader.sampler.set_epoch(self.loader.sampler.epoch + 1)" in result.output
+
+
 @pytest.mark.parametrize("generator", ["    yield from loader\n", "    for x, y in loader:\n        yield x.float(), y\n"], ids=["yield-from", "for-yield"])
 def test_a_for_loop_over_a_generator_handed_the_loader_shards_that_loader(generator) -> None:
     """`for x, y in batches(loader):` with a same-file generator over the loader it is handed was

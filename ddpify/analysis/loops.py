@@ -233,6 +233,12 @@ class TrainLoops:
             return []
         spelled = code(loop.loader)
         found = []
+        own = self.own_loader_generator(loop.loop.iter, loop.function) if loop.consumed_by == "for" else None  # type: ignore[union-attr, arg-type]
+        if own is not None:  # `for x in self._batches():` over a generator reading the loader itself, pass after pass
+            found += [
+                (loop.loop, own[0], node) for node, iterable in self._passes(own[0])
+                if code(self.program.unwrap_iterable(iterable)) == spelled and any(type(lp) is cst.While for lp in self.tree.loops(node))
+            ]  # fmt: skip
         if loop.function is not None:  # the generator reads the loader itself (`inf_train_gen()`)
             found += [
                 (loop.loop, loop.function, node) for node, iterable in self._passes(loop.function)
@@ -273,6 +279,9 @@ class TrainLoops:
                     iterable = first if first is not iterable.args[0].value else iterable
                 else:
                     iterable = self._through_generator(iterable, function)  # `for x, y in batches(loader)`
+                    own = self.own_loader_generator(iterable, function) if type(iterable) is cst.Call else None
+                    if own is not None:  # `for x in self._batches():`, a generator reading `self.loader` itself (helper corpus BT, repro 02)
+                        iterable = own[1]
                 loader = self.program.loader(iterable, function)
                 if loader is not None:  # and the loaders its steps draw from with next() (FixMatch's labeled batch)
                     drawn = self._next_loaders(loop.body, function, depth=2, before=self._steps(loop, function))
