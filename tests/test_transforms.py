@@ -5632,14 +5632,19 @@ def test_a_generator_cycling_over_the_sharded_loader_moves_its_sampler_each_pass
     assert len(passes) == 3 and sorted(passes[0]) == sorted(passes[1]) and passes[0] != passes[1], passes
 
 
-def test_a_for_loop_over_a_generator_cycling_the_loader_moves_its_sampler_each_pass(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("counted", [False, True], ids=["stopped-by-a-step-count", "through-islice"])
+def test_a_for_loop_over_a_generator_cycling_the_loader_moves_its_sampler_each_pass(tmp_path, monkeypatch, counted) -> None:
     """Helper corpus BT, repro 01: `for x, y in infinite(loader):` stopped by a step count, over a
     generator repeating its passes: the sampler never left epoch 0, so every pass had the first
-    pass's order. Each pass ends with set_epoch, as when the generator is drawn with next()."""
+    pass's order. Each pass ends with set_epoch, as when the generator is drawn with next().
+    BT repro 03: `enumerate(itertools.islice(cycle(loader), n))` was refused ('not a DataLoader')."""
     source = _cycled_script(", shuffle=True", False, False).replace(
         "    batches = cycle(loader)\n    for step in range(3):\n        x, y = next(batches)\n",
         "    step = 0\n    for x, y in cycle(loader):\n        step += 1\n",
     ).replace("        optimizer.step()\n", "        optimizer.step()\n        if step == 3:\n            break\n")
+    if counted:
+        source = "import itertools\n" + source.replace("    step = 0\n    for x, y in cycle(loader):\n        step += 1\n", "    for step, (x, y) in enumerate(itertools.islice(cycle(loader), 3)):\n")
+        source = source.replace("        if step == 3:\n            break\n", "")
     output = convert(source).output
     assert "            yield batch\n        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # the next pass shuffles differently\n" in output
     monkeypatch.chdir(tmp_path)

@@ -229,15 +229,16 @@ class TrainLoops:
         stopped by a step count; helper corpus BT, repro 01)."""
         if loop.consumed_by not in ("next", "for"):
             return []
-        if loop.consumed_by == "for" and not (type(loop.loop) is cst.For and type(loop.loop.iter) is cst.Call):
+        iterated = self.program.unwrap_iterable(loop.loop.iter) if type(loop.loop) is cst.For else None
+        if loop.consumed_by == "for" and type(iterated) is not cst.Call:
             return []
         spelled = code(loop.loader)
         found = []
-        own = self.own_loader_generator(loop.loop.iter, loop.function) if loop.consumed_by == "for" else None  # type: ignore[union-attr, arg-type]
+        own = self.own_loader_generator(iterated, loop.function) if loop.consumed_by == "for" else None  # type: ignore[arg-type]
         if own is not None:  # `for x in self._batches():` over a generator reading the loader itself, pass after pass
             found += [
                 (loop.loop, own[0], node) for node, iterable in self._passes(own[0])
-                if code(self.program.unwrap_iterable(iterable)) == spelled and any(type(lp) is cst.While for lp in self.tree.loops(node))
+                if code(self.program.unwrap_iterable(iterable)) == spelled and bool(self.tree.loops(node))
             ]  # fmt: skip
         if loop.function is not None:  # the generator reads the loader itself (`inf_train_gen()`)
             found += [
@@ -247,14 +248,14 @@ class TrainLoops:
         for call in self.program.calls_in(loop.function):
             if not (call.args and code(call.args[0].value) == spelled and self.yields_from_argument(call, loop.function)):
                 continue
-            if loop.consumed_by == "for" and call is not loop.loop.iter:  # type: ignore[union-attr]
+            if loop.consumed_by == "for" and call is not iterated:
                 continue
             generator = self.program.callee(call, loop.function)[0]  # type: ignore[index]
             name = self.program.param_names(generator)[0]
             found += [
                 (call, generator, node) for node, iterable in self._passes(generator)
                 if dotted(self.program.unwrap_iterable(iterable)) == name
-                and (loop.consumed_by == "next" or any(type(lp) is cst.While for lp in self.tree.loops(node)))
+                and (loop.consumed_by == "next" or bool(self.tree.loops(node)))
             ]  # fmt: skip
         return found
 
@@ -278,7 +279,8 @@ class TrainLoops:
                     first = self._through_generator(iterable.args[0].value, function)  # `zip(forever(lab), unl)`
                     iterable = first if first is not iterable.args[0].value else iterable
                 else:
-                    iterable = self._through_generator(iterable, function)  # `for x, y in batches(loader)`
+                    # `for x, y in batches(loader)`, also inside a wrapper: `enumerate(itertools.islice(repeat(loader), n))` (helper corpus BT, repro 03)
+                    iterable = self._through_generator(self.program.unwrap_iterable(iterable), function)
                     own = self.own_loader_generator(iterable, function) if type(iterable) is cst.Call else None
                     if own is not None:  # `for x in self._batches():`, a generator reading `self.loader` itself (helper corpus BT, repro 02)
                         iterable = own[1]
