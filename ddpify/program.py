@@ -348,6 +348,11 @@ class Program:
         if isinstance(func, cst.Name):
             if func.value in self.functions and not (caller is not None and self.binds(caller, func.value)):
                 return self.functions[func.value], 0
+            if caller is not None and not self.binds(caller, func.value):
+                # `def get_batch(): ...` defined in the function that calls it (nanoGPT's fetcher with `nonlocal`)
+                nested = [f for f in self.nested_functions(caller) if f.name.value == func.value]
+                if len(nested) == 1:
+                    return nested[0], 0
             if func.value in self.classes:
                 init = self.class_methods(self.classes[func.value]).get("__init__")  # its own, or a same-file base's
                 if init is not None:
@@ -589,7 +594,9 @@ class Program:
                 return found or ([Origin(expr, function)] if index is None else [])
         if "." in name:
             return [Origin(expr, function)] if index is None else []
-        # a plain name: parameter, local, or global
+        # a plain name: parameter, local, or global; a closure's variable is the enclosing function's (`loader` in a nested `get_batch()`)
+        while function is not None and not self.binds(function, name) and (enclosing := self.tree.function(function)) is not None and self.binds(enclosing, name):
+            function = enclosing
         if function is not None and name in self.all_param_names(function):
             found = []
             for call, caller in self.call_sites(function):

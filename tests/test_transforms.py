@@ -5674,6 +5674,25 @@ def test_a_for_loop_over_a_generator_method_reading_the_loader_itself_is_sharded
     assert "                yield x, y\n            self.loader.sampler.set_epoch(self.loader.sampler.epoch + 1)" in result.output
 
 
+def test_batches_fetched_by_a_nested_function_restarting_the_loader_are_sharded() -> None:
+    """Helper corpus BT, repro 04 and script 08, BL repro 06 and script 08 (nanoGPT's loop over a
+    DataLoader): `def get_batch(): nonlocal it; try: return next(it) except StopIteration: it =
+    iter(loader) ...`, defined inside main() and called in the micro-steps, was refused ('the
+    training loop iterates range(accum)'). The nested function is followed to its loader, which is
+    sharded where main() builds it; each refill moves the sampler on."""
+    body = (
+        f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nit = iter(loader)\n\n"
+        "def get_batch():\n    nonlocal it\n    try:\n        x, y = next(it)\n    except StopIteration:\n        it = iter(loader)\n        x, y = next(it)\n"
+        "    return x.to(device), y.to(device)\n\nfor step in range(6):\n    for micro in range(2):\n        x, y = get_batch()\n"
+        "        loss = nn.functional.mse_loss(model(x), y) / 2\n        loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n"
+    )
+    result = convert(script(body))
+    assert result.status == "converted", result.reason
+    assert "    loader = DataLoader(train_dataset, batch_size=8, sampler=DistributedSampler(train_dataset, shuffle=True))\n" in result.output
+    assert "distributed_loader" not in result.output
+    assert "            loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new pass shuffles differently\n            it = iter(loader)\n" in result.output
+
+
 @pytest.mark.parametrize("generator", ["    yield from loader\n", "    for x, y in loader:\n        yield x.float(), y\n"], ids=["yield-from", "for-yield"])
 def test_a_for_loop_over_a_generator_handed_the_loader_shards_that_loader(generator) -> None:
     """`for x, y in batches(loader):` with a same-file generator over the loader it is handed was
