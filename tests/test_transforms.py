@@ -861,6 +861,20 @@ def test_a_stop_on_a_record_the_epoch_function_returns_is_decided_together() -> 
     assert "dist.all_reduce" in output and "        if stats['loss'] < 1.2:\n" in output
 
 
+def test_a_print_under_a_test_that_changes_state_is_guarded_inside_it() -> None:
+    """Helper corpus BX, repros 05 and 03: `if pat.improved(v): print(...)`, where `improved` updates
+    the early-stopping state (and `if trainer.try_resume(): print(...)`, which loads the checkpoint),
+    became `if rank == 0 and pat.improved(v):`: only rank 0 kept the state, so the ranks stopped
+    apart (a hang under NCCL). The test runs on every rank; only the print is rank 0's."""
+    helpers = (
+        "class Patience:\n    def __init__(self):\n        self.best = float('inf')\n\n"
+        "    def improved(self, v):\n        better = v < self.best\n        if better:\n            self.best = v\n        return better\n"
+    )
+    loop = "patience = Patience()\n" + LOOP + "    v = sum(float(model(x).sum()) for x, _ in [(torch.ones(1, 4), None)])\n    if patience.improved(v):\n        print('better')\n"
+    output = convert(standard(loop=loop, helpers=helpers)).output
+    assert "        if patience.improved(v):\n            if rank == 0:\n                print('better')\n" in output
+
+
 def test_a_time_budget_read_through_a_property_is_decided_together() -> None:
     """`if timer.out_of_time: break` with `out_of_time` a property reading the clock: the method
     form `timer.out_of_time()` got any_rank, the property did not (helper corpus AJ, repro 09)."""

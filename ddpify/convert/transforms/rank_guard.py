@@ -277,8 +277,8 @@ class RankZeroGuards(Transform):
             # `with open(path, "w") as f:` writes the file whatever else its body does (csv.writer(f))
             return [] if self.facts.syncs(statement.body, function) else ["file write"]
         elif isinstance(statement, cst.If):
-            if self.facts.syncs(statement.test, function):
-                return []
+            if self.facts.syncs(statement.test, function) or self._changes_state(statement.test, function):
+                return []  # the test runs on every rank; what it guards is guarded inside
             if statement.orelse is not None:
                 if not isinstance(statement.orelse, cst.Else):
                     return []
@@ -292,6 +292,21 @@ class RankZeroGuards(Transform):
         if not body or "!" in kinds:
             return []
         return kinds + body
+
+    def _changes_state(self, test: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`if stopper.improved(v):`, `if trainer.try_resume():`: the test calls a same-file function
+        or method that changes what it holds (`self.best = v`) or loads state (`load_state_dict`).
+        Every rank must run it; only what it guards may be rank 0's (helper corpus BX, repros 03, 05)."""
+        for call in self.tree.calls(test):
+            target = self.program.callee(call, function)
+            if target is None:
+                continue
+            for node in self.program.scope_nodes(target[0]):
+                if type(node) in (cst.Global, cst.Nonlocal) or (type(node) in (cst.Assign, cst.AugAssign) and _stores_into_an_object(node)):
+                    return True
+                if type(node) is cst.Call and (found := s.method_call(node)) is not None and found[1] in ("load_state_dict", "append", "update", "step"):
+                    return True
+        return False
 
     def _all_output(self, block: cst.BaseSuite, function: cst.FunctionDef | None) -> list[str]:
         if not isinstance(block, cst.IndentedBlock):
@@ -500,3 +515,10 @@ def _and_operand(test: cst.BaseExpression) -> cst.BaseExpression:
 
 def _is_none(node: cst.BaseExpression) -> bool:
     return type(node) is cst.Name and node.value == "None"
+
+
+def _stores_into_an_object(node: cst.Assign | cst.AugAssign) -> bool:
+    """`self.best, self.bad = v, 0`, `state["epoch"] = e`: a store into an attribute or an item."""
+    targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]  # type: ignore[union-attr]
+    elements = [e.value for t in targets for e in (t.elements if type(t) is cst.Tuple else [cst.Element(t)])]  # type: ignore[union-attr]
+    return any(type(e) in (cst.Attribute, cst.Subscript) for e in elements)
