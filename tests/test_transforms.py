@@ -875,6 +875,21 @@ def test_a_print_under_a_test_that_changes_state_is_guarded_inside_it() -> None:
     assert "        if patience.improved(v):\n            if rank == 0:\n                print('better')\n" in output
 
 
+def test_a_file_the_main_block_reads_after_training_is_waited_for_before_teardown() -> None:
+    """Helper corpus BX, repro 01 and script 04: `best = train()`, then the `__main__` block loads
+    the checkpoint train() saved. The group was set up and torn down inside train(), and the
+    barrier before the load came after the teardown: 'Default process group has not been
+    initialized' on every run. The group now lives in the `__main__` block, around both."""
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}torch.save(model.state_dict(), 'best.pt')\nreturn 'best.pt'\n"
+    source = script(body).replace("def main():", "def train():").replace(
+        '    main()\n', "    best = train()\n    fresh = nn.Linear(4, 1)\n    fresh.load_state_dict(torch.load(best))\n")
+    output = convert(source).output
+    main_block = output.split('if __name__ == "__main__":\n')[1]
+    assert "dist.init_process_group" in main_block and main_block.rstrip().endswith("dist.destroy_process_group()")
+    assert "    best = train()\n    fresh = nn.Linear(4, 1)\n    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n" in main_block
+    assert "destroy_process_group" not in output.split('if __name__ == "__main__":\n')[0]
+
+
 def test_a_time_budget_read_through_a_property_is_decided_together() -> None:
     """`if timer.out_of_time: break` with `out_of_time` a property reading the clock: the method
     form `timer.out_of_time()` got any_rank, the property did not (helper corpus AJ, repro 09)."""

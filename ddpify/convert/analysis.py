@@ -951,7 +951,9 @@ class Analyzer:
             builds = any(m.function is None for m in models) or any(o.function is None for o in loaders)
             # `for lr in grid: train(lr)`: a function run more than once would set the group up again
             repeated = len(training) == 1 and self.program.called_repeatedly(training[0], guard.body)
-            if len(training) == 1 and not builds and not repeated:
+            # `best = train()`, then the block reads back what training wrote: the group must outlive the call (helper corpus BX, repro 01)
+            later = len(training) == 1 and self._reads_back_after(guard.body, training[0])
+            if len(training) == 1 and not builds and not repeated and not later:
                 f = training[0]
                 return Entry("function", f, f.body, None, f"{f.name.value}()")  # type: ignore[arg-type]
             return Entry("main-block", None, guard.body, None, "the __main__ block")
@@ -961,6 +963,19 @@ class Analyzer:
         if guard is None and not self._trains_at_import():
             return Entry("library", None, module, last_import, "the first use")
         return Entry("module", None, module, last_import, "the module")
+
+    def _reads_back_after(self, block: cst.IndentedBlock, function: cst.FunctionDef) -> bool:
+        """A statement of the `__main__` block after the call of `function` loads a file
+        (`torch.load(best)`), which rank 0 may be writing: a barrier must come first, while the
+        process group is still there."""
+        calls = [c for c in self.tree.calls(block) if self.program.callee(c, None) == (function, 0)]
+        if not calls:
+            return False
+        end = self.tree.order(self.tree.statement(calls[-1]))
+        return any(
+            self.tree.order(self.tree.statement(c)) > end and self.tree.is_call_to(c, s.TORCH_LOAD)
+            for c in self.tree.calls(block)
+        )
 
     def _check_spawned_workers(self, entry: Entry) -> None:
         """The group set up at import, and DataLoader workers the script starts with spawn or

@@ -8,6 +8,7 @@ left on every rank, with a warning, because guarding it would hang the other ran
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import cached_property
 
 import libcst as cst
 
@@ -223,7 +224,10 @@ class RankZeroGuards(Transform):
 
     def _before_training(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> None:
         entry = self.facts.entry
-        if function is not entry.function or entry.kind == "library":
+        block: cst.CSTNode = entry.block
+        if entry.kind == "main-block" and function is not None and function in self._trained_from_the_block:
+            block = function.body  # `best = train(save_dir)` in the `__main__` block: train()'s own body runs once, straight through
+        elif function is not entry.function or entry.kind == "library":
             return
         first = min((self.tree.order(loop.loop) for loop in self.facts.train_loops if self.tree.function(loop.loop) is function), default=None)
         if first is None:  # `fit(model, loader, device)`: the training loop in a same-file function the entry calls
@@ -235,10 +239,18 @@ class RankZeroGuards(Transform):
         if first is None or self.tree.order(statement) > first:
             return
         top = statement
-        while self.tree.parent(top) is not entry.block and self.tree.parent(top) is not None:
+        while self.tree.parent(top) is not block and self.tree.parent(top) is not None:
             top = self.tree.statement(self.tree.parent(top))  # type: ignore[arg-type]
-        if self.tree.parent(top) is entry.block and not self.facts.before_setup(function, top) and top not in self._written_before_training:
+        if self.tree.parent(top) is block and not self.facts.before_setup(function, top) and top not in self._written_before_training:
             self._written_before_training.append(top)
+
+    @cached_property
+    def _trained_from_the_block(self) -> set[cst.FunctionDef]:
+        """The training functions the `__main__` block calls once, each."""
+        block = self.facts.entry.block
+        trains = self.program.training_functions
+        called = [t[0] for c in self.tree.calls(block) if (t := self.program.callee(c, None)) is not None and t[0] in trains]
+        return {f for f in called if called.count(f) == 1 and not self.program.called_repeatedly(f, block)}
 
     def _writes_node_local(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
         """Every output of the statement writes into the node's own temporary folder
