@@ -890,6 +890,20 @@ def test_a_file_the_main_block_reads_after_training_is_waited_for_before_teardow
     assert "destroy_process_group" not in output.split('if __name__ == "__main__":\n')[0]
 
 
+def test_a_model_made_by_a_builder_is_wrapped_before_its_return_and_handed_on_wrapped() -> None:
+    """Helper corpus BW, repro 07: `def build(device): model = ...; opt = Adam(model.parameters());
+    return model, opt`, trained by the caller: the wrap was put after the `return` (never run), and
+    the model trained outside DDP on every rank. It is wrapped before the return, and the builder,
+    which does not train, returns the wrapper its caller trains."""
+    helpers = "def build(device):\n    model = nn.Linear(4, 1).to(device)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    return model, opt\n"
+    loop = LOOP.replace("optimizer", "opt")
+    body = f"{DEVICE}\n{LOADER}\nmodel, opt = build(device)\n{loop}torch.save(model.state_dict(), 'last.pt')\n"
+    output = convert(script(body, helpers)).output
+    builder = output.split("def build(device):\n")[1].split("\ndef ")[0]
+    assert "    model = DDP(model)\n" in builder and builder.rstrip().endswith("return model, opt")
+    assert "torch.save(model.module.state_dict(), 'last.pt')" in output
+
+
 def test_a_time_budget_read_through_a_property_is_decided_together() -> None:
     """`if timer.out_of_time: break` with `out_of_time` a property reading the clock: the method
     form `timer.out_of_time()` got any_rank, the property did not (helper corpus AJ, repro 09)."""

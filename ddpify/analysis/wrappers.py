@@ -113,6 +113,10 @@ def _kept_from_a_handed(program: Program, kept: str, function: cst.FunctionDef |
 def _aliases(tree: Tree, program: Program, refs: Refs, wrapped_at: Mapping[Seed, cst.CSTNode], plain_returns: Collection[Seed]) -> list[Seed]:
     found = []
     for function, names in refs.items():
+        for call, caller in program.call_sites(function) if function is not None else ():
+            statement = tree.parent(call)
+            if type(statement) is cst.Assign and statement.value is call and len(statement.targets) == 1 and type(statement.targets[0].target) is cst.Tuple:
+                found += [(alias, caller) for alias in _unpacked_wrappers(program, statement, caller, refs, plain_returns) if alias not in refs.get(caller, set())]
         for node in program.scope_nodes(function):
             if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
                 continue
@@ -122,6 +126,24 @@ def _aliases(tree: Tree, program: Program, refs: Refs, wrapped_at: Mapping[Seed,
             bound = [v for v, _ in program.assignments(function, alias)]
             if all(_holds_the_wrapper(tree, program, v, function, refs, wrapped_at, plain_returns) for v in bound):
                 found.append((alias, function))
+    return found
+
+
+def _unpacked_wrappers(program: Program, node: cst.Assign, function: cst.FunctionDef | None, refs: Refs, plain_returns: Collection[Seed]) -> list[str]:
+    """`model, opt = build(device)`, where the same-file builder wraps the model and returns
+    `model, opt`: the names that get the wrapper (helper corpus BW, repro 07)."""
+    target = program.callee(node.value, function) if type(node.value) is cst.Call else None
+    if target is None:
+        return []
+    returned = program.returns(target[0])
+    elements = node.targets[0].target.elements  # type: ignore[attr-defined]
+    if not returned or any(type(r) is not cst.Tuple or len(r.elements) != len(elements) for r in returned):
+        return []
+    found = []
+    for i, element in enumerate(elements):
+        values = [dotted(r.elements[i].value) for r in returned]  # type: ignore[attr-defined]
+        if type(element.value) is cst.Name and all(v is not None and v in refs.get(target[0], set()) and (v, target[0]) not in plain_returns for v in values):
+            found.append(element.value.value)
     return found
 
 

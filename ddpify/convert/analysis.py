@@ -2234,6 +2234,8 @@ class Analyzer:
         for statement in statements:
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                 continue
+            if isinstance(statement, cst.SimpleStatementLine) and any(type(small) is cst.Return for small in statement.body):
+                break  # `return model, opt` of a builder: the wrap comes before it, never after (helper corpus BW, repro 07)
             if self._uses_for_training(statement, ref, function):
                 guard = self.tree.parent(self.tree.parent(statement))
                 if (
@@ -2455,7 +2457,9 @@ class Analyzer:
         wrapped_at = {(m.ref, m.function): m.anchor for m in models if m.element is None and m.anchor is not None}
         # the function that wraps a model returns the plain one (`return model.module`); `plain`:
         # arguments handed as the plain model (`Head(encoder.module)`)
-        refs = wrapper_names(self.tree, self.program, seeds, wrapped_at, plain_returns=set(wrapped_at), plain_arguments=plain)
+        # (a builder that only makes the model, `model, opt = build(device)`, hands the wrapper on: its caller trains it)
+        returns_plain = {seed for seed in wrapped_at if seed[1] in self.program.training_functions}
+        refs = wrapper_names(self.tree, self.program, seeds, wrapped_at, plain_returns=returns_plain, plain_arguments=plain)
         # A helper the model's function calls only before the wrap (`resume_checkpoint(model)`)
         # gets the plain model: its parameter is no wrapped model; called before and after, either.
         handed_both: set[tuple[str, cst.FunctionDef]] = set()

@@ -523,8 +523,8 @@ class WrapModel(Transform):
         whose state dict has the plain keys and whose attributes are its own. The wrapper's
         saved `module.` keys that the plain model refused to load."""
         for model in self.facts.models:
-            if model.function is None or model.element is not None:
-                continue
+            if model.function is None or model.element is not None or model.function not in self.program.training_functions:
+                continue  # a builder hands the wrapper on: its caller trains it (helper corpus BW, repro 07)
             for node in self.program.scope_nodes(model.function):
                 if type(node) is not cst.Return or node.value is None or self.tree.loops(node):
                     continue
