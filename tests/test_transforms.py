@@ -4436,6 +4436,8 @@ def test_a_per_step_history_of_records_averages_their_floats() -> None:
     scope = {"gathered": gathered}
     exec(line, scope)
     assert scope["history"] == [{"step": 1, "loss": 1.5}, {"step": 2, "loss": 4.0}]
+    called = convert(standard(loop=loop.replace("{'step': step, 'loss': loss.item()}", "dict(step=step, loss=loss.item())"))).output  # BW repro 08
+    assert line in called
     tuples = convert(standard(loop=loop.replace("{'step': step, 'loss': loss.item()}", "(step, loss.item())")))
     assert "all_gather_object" not in tuples.output
     assert any("`history` keeps adding up this rank's shard" in w.message for w in tuples.warnings)
@@ -5249,11 +5251,18 @@ class Pair(nn.Module):
         return torch.tanh(self.a(h) + side.detach()), side
 
 
+class Group(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Pair() for _ in range(2))
+
+
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.pairs = nn.ModuleList(Pair() for _ in range(2))
         self.stacks = nn.ModuleList(nn.ModuleList(Pair() for _ in range(2)) for _ in range(2))
+        self.groups = nn.ModuleList(Group() for _ in range(2))
         self.enc = Pair()
         self.rnn = nn.GRU(4, 4, batch_first=True)
         self.aux = nn.Linear(4, 1)
@@ -5288,6 +5297,12 @@ class Net(nn.Module):
             "                res, total = res - back, total + side\n        return self.out(x) + total",
             "drops what the last `back` that `pair` computes in its loop over `stack` goes into", id="stacks-of-blocks",
         ),
+        # helper corpus BW, repro 01: the blocks a module of the stack keeps, `stack.blocks`
+        pytest.param(
+            "res, total = x, 0\n        for group in self.groups:\n            for pair in group.blocks:\n                back, side = pair(res, x[:, :1])\n"
+            "                res, total = res - back, total + side\n        return self.out(x) + total",
+            "drops what the last `back` that `pair` computes in its loop over `group.blocks` goes into", id="blocks-a-stack-module-keeps",
+        ),
         pytest.param("o, _ = self.rnn(x.unsqueeze(1))\n        return self.out(o[:, -1])", "", id="a-torch-layers-state"),
         # helper corpus BR, repro 03: a backbone run with gradients only when a flag says so
         pytest.param(
@@ -5301,6 +5316,11 @@ class Net(nn.Module):
             "        return self.out(x + h)",
             "runs layers without gradients under a condition", id="no-grad-under-a-flag",
         ),
+        # helper corpus BW, repro 03: the context chosen by a conditional expression
+        pytest.param(
+            "ctx = torch.no_grad() if self.frozen else contextlib.nullcontext()\n        with ctx:\n            h = self.aux(x)\n        return self.out(x + h)",
+            "runs layers without gradients under a condition", id="a-no-grad-context-chosen-by-a-flag",
+        ),
     ],
 )  # fmt: skip
 def test_a_forward_that_drops_what_a_layer_computes_finds_unused_parameters(forward: str, reason: str) -> None:
@@ -5309,7 +5329,7 @@ def test_a_forward_that_drops_what_a_layer_computes_finds_unused_parameters(forw
     reduction', also as one process. A torch layer's dropped state (`o, _ = self.rnn(x)`) comes from
     the same parameters: nothing to find."""
     helpers = DROPPING.replace("FORWARD", forward)
-    for layer in ("pairs", "stacks", "enc", "rnn", "aux"):  # the net builds the layers its forward uses
+    for layer in ("pairs", "stacks", "groups", "enc", "rnn", "aux"):  # the net builds the layers its forward uses
         if f"self.{layer}" not in forward:
             helpers = "\n".join(line for line in helpers.split("\n") if not line.startswith(f"        self.{layer} = "))
     result = convert(standard(model="model = Net().to(device)", helpers=helpers))

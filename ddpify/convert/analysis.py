@@ -1293,6 +1293,15 @@ class Analyzer:
         ]  # fmt: skip
         return bool(built) and all(target in frozen for target in built)
 
+    def _no_grad_at_times(self, item: cst.BaseExpression, with_node: cst.With) -> bool:
+        """A context that disables gradients on some calls only: `torch.no_grad()` inside an `if`,
+        or chosen by a conditional expression, also through a name bound to one."""
+        method = self.tree.function(with_node)
+        if self.tree.disables_grad(item):
+            return any(type(a) is cst.If for a in self.tree.ancestors(with_node) if self.tree.inside(a, method))  # type: ignore[arg-type]
+        values = [item] if type(item) is cst.IfExp else [v for v, i in self.program.assignments(method, item.value) if i is None] if type(item) is cst.Name else []
+        return any(type(v) is cst.IfExp and (self.tree.disables_grad(v.body) or self.tree.disables_grad(v.orelse)) for v in values)
+
     def _builds_no_parameters(self, cls: cst.ClassDef) -> bool:
         """A torch.nn.Module of this file that builds nothing with parameters: no `__init__`, or
         one keeping only numbers, names and parameter-free torch.nn modules (`self.act = nn.ReLU()`).
@@ -1621,10 +1630,11 @@ class Analyzer:
                 and code(item.item.args[0].value) not in ("True", "False", "self.training") for item in node.items
             ) and any((dotted(c.func) or "").startswith("self.") for c in self.tree.calls(node.body)):
                 return f"`{cls.name.value}.forward` runs layers with gradients only as a flag says (line {self.tree.line(node)})"
-            # `if self.frozen: with torch.no_grad(): f = self.backbone(x)` (helper corpus BS, repro 02)
-            if type(node) is cst.With and any(self.tree.disables_grad(item.item) for item in node.items) and any(
+            # `if self.frozen: with torch.no_grad(): f = self.backbone(x)` (helper corpus BS, repro 02), or
+            # `ctx = torch.no_grad() if self.frozen else nullcontext()`, `with ctx:` (BW, repro 03)
+            if type(node) is cst.With and any(self._no_grad_at_times(item.item, node) for item in node.items) and any(
                 (dotted(c.func) or "")[5:] in layers for c in self.tree.calls(node.body)
-            ) and any(type(a) is cst.If for a in self.tree.ancestors(node) if self.tree.inside(a, self.tree.function(node))):
+            ):
                 return f"`{cls.name.value}.forward` runs layers without gradients under a condition (line {self.tree.line(node)})"
         for method in sorted(seen, key=self.tree.order):  # `self.heads[task](z)`: one head, chosen by what the call is handed
             params = set(self.program.param_names(method))
@@ -1685,11 +1695,12 @@ class Analyzer:
             if type(n) is cst.For and (name := _layer_target(n)) is not None and (dotted(self.program.unwrap_iterable(n.iter)) or "").startswith("self.")
         }
         # `for stack in self.stacks: for block in stack:`, a loop over the layers of each (helper corpus BS, repro 06)
+        # (or `for block in stack.blocks:`, the blocks a Stack module holds: helper corpus BW, repro 01)
         outer = {name for name, n in layer_loops.items() if type(n.target) is cst.Name}
         layer_loops.update({
             name.value: n for n in nodes
-            if type(n) is cst.For and (name := _layer_target(n)) is not None and type(n.iter) is cst.Name and n.iter.value in outer
-            and self.tree.inside(n, layer_loops[n.iter.value])
+            if type(n) is cst.For and (name := _layer_target(n)) is not None and (root := _attribute_root(n.iter)) is not None and root in outer
+            and self.tree.inside(n, layer_loops[root])
         })
         targets = {id(n) for node in nodes if type(node) is cst.Assign for t in node.targets for n in self.tree.walk(t.target)}
         reads: dict[str, list[cst.Name]] = {}
@@ -1707,9 +1718,13 @@ class Analyzer:
             target = node.targets[0].target
             names = [target] if type(target) is cst.Name else [e.value for e in target.elements] if type(target) is cst.Tuple else []
             held = loop.iter if loop is not None else func
+            kept = None
             if type(held) is cst.Name and held.value in layer_loops:
                 held = layer_loops[held.value].iter  # `stack` of `for stack in self.stacks:`
-            separate = self._separate_outputs(held, method) if len(names) > 1 else None
+            elif type(held) is cst.Attribute and (root := _attribute_root(held)) in layer_loops:
+                kept = held.attr.value  # `stack.blocks`: what the classes built in `self.stacks` keep in `self.blocks`
+                held = layer_loops[root].iter  # type: ignore[index]
+            separate = self._separate_outputs(held, method, kept) if len(names) > 1 else None
             if len(names) > 1 and not separate:
                 continue  # `out, _ = self.lstm(x)`: every output comes from all of the layer's parameters
             line = self.tree.line(node)
@@ -1786,20 +1801,16 @@ class Analyzer:
                 return False
         return True
 
-    def _separate_outputs(self, held: cst.BaseExpression, method: cst.FunctionDef) -> set[int]:
+    def _separate_outputs(self, held: cst.BaseExpression, method: cst.FunctionDef, kept: str | None = None) -> set[int]:
         """The positions of the outputs of `self.enc` (built as `self.enc = Enc(...)`, or held in
         `self.layers` as `Layer(d)`, a class of this file) that come from layers no other output
-        comes from: `return self.a(x), self.b(x)`, not `return self.out(o), h` (h behind out)."""
+        comes from: `return self.a(x), self.b(x)`, not `return self.out(o), h` (h behind out).
+        With `kept`, the layers those classes keep in `self.<kept>` (`stack.blocks`)."""
         held = self.program.unwrap_iterable(held)
         cls = self.program.owner_class(method)
-        name = dotted(held)
-        init = self.program.methods.get(cls, {}).get("__init__") if cls is not None else None
-        built = [
-            self.program.classes[n.func.value]
-            for value, _ in (self.program.assignments(init, name) if name is not None and init is not None else [])
-            for n in self.tree.walk(value)
-            if type(n) is cst.Call and type(n.func) is cst.Name and n.func.value in self.program.classes
-        ]
+        built = self._classes_built_in(cls, dotted(held))
+        if kept is not None:
+            built = [inner for outer in built for inner in self._classes_built_in(outer, f"self.{kept}")]
         if not built:
             return set()
         methods = self.program.class_methods(built[0])
@@ -1809,6 +1820,16 @@ class Analyzer:
             return set()
         reached = [self._layers_behind(v, forward, methods, set()) for v in values]  # type: ignore[arg-type]
         return {i for i, layers in enumerate(reached) if layers - set().union(*(r for j, r in enumerate(reached) if j != i))}
+
+    def _classes_built_in(self, cls: cst.ClassDef | None, name: str | None) -> list[cst.ClassDef]:
+        """The same-file classes `cls.__init__` builds into `name` (`self.stacks = nn.ModuleList([Stack(), ...])`)."""
+        init = self.program.methods.get(cls, {}).get("__init__") if cls is not None else None
+        return [
+            self.program.classes[n.func.value]
+            for value, _ in (self.program.assignments(init, name) if name is not None and init is not None else [])
+            for n in self.tree.walk(value)
+            if type(n) is cst.Call and type(n.func) is cst.Name and n.func.value in self.program.classes
+        ]
 
     def _rest_indexed(self, item: cst.Subscript, method: cst.FunctionDef | None) -> bool:
         """`for layer in self.layers[:-1]: ...` and then `self.layers[-1](x)` (or `[1:]` after
@@ -3628,6 +3649,13 @@ def _tees_output(statement: cst.CSTNode) -> bool:
 
 def _is_none(node: cst.CSTNode) -> bool:
     return type(node) is cst.Name and node.value == "None"
+
+
+def _attribute_root(node: cst.BaseExpression) -> str | None:
+    """`stack` of `stack` or of `stack.blocks`."""
+    if type(node) is cst.Name:
+        return node.value
+    return node.value.value if type(node) is cst.Attribute and type(node.value) is cst.Name else None
 
 
 def _layer_target(loop: cst.For) -> cst.Name | None:
