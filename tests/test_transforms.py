@@ -5576,6 +5576,14 @@ def test_a_plateau_scheduler_stepped_on_this_ranks_loss_steps_on_the_mean() -> N
     listed = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    losses = []\n") + "        losses.append(loss)\n"
     listed += "    epoch_loss = torch.stack(losses).mean().item()\n    scheduler.step(epoch_loss)\n"
     assert "        scheduler.step(rank_mean(epoch_loss))\n" in convert(standard(loop=setup + listed)).output
+    # helper corpus BW, repro 04: the epoch function returns the mean of that list, the caller steps on it
+    helpers = (
+        "def run_epoch(model, loader, optimizer):\n    losses = []\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n        losses.append(loss.detach())\n    return sum(losses) / len(losses)\n"
+    )
+    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{setup}"
+            "for epoch in range(3):\n    epoch_loss = run_epoch(model, loader, optimizer)\n    scheduler.step(epoch_loss.item())\n")
+    assert "        scheduler.step(rank_mean(epoch_loss.item()))\n" in convert(script(body, helpers)).output
 
 
 def test_the_loader_helper_passes_no_loader_and_a_sharded_one_through() -> None:

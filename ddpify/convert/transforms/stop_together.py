@@ -253,6 +253,23 @@ class StopTogether(Transform):
                 done.add(id(call))
                 self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
                 self.change(call, f"`{code(value)}` is this rank's own: the plateau scheduler steps on its mean over ranks, so every rank lowers its learning rate alike (rank_mean)")
+            # `epoch_loss = run_epoch(...)`, returning `sum(losses) / len(losses)` of this rank's loss tensors, then
+            # `sched.step(epoch_loss.item())` in the caller (helper corpus BW, repro 04)
+            for site, caller in self.program.call_sites(loop.function) if loop.function is not None else ():
+                returned = self._returned_own(loop, site)
+                if not returned:
+                    continue
+                for call in self.program.calls_in(caller):
+                    found = method_call(call)
+                    if found is None or found[1] != "step" or not call.args or id(call) in done or self.tree.order(call) < self.tree.order(site):
+                        continue
+                    if not any(self.tree.is_call_to(o.node, PLATEAU) for o in self.program.origins(found[0], caller)):
+                        continue
+                    value = call.args[0].value
+                    if reads(self.tree, value, returned):
+                        done.add(id(call))
+                        self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
+                        self.change(call, f"`{code(value)}` is this rank's own: the plateau scheduler steps on its mean over ranks, so every rank lowers its learning rate alike (rank_mean)")
         return bool(done)
 
     def _local_names(self, loop: TrainLoop) -> set[str]:
