@@ -8650,7 +8650,12 @@ def test_a_removal_after_a_reload_in_a_branch_waits_for_the_loads() -> None:
 
 @pytest.mark.parametrize(
     "rotation",
-    ['[os.remove(p) for p in sorted(glob.glob("ckpts/e*.pt"))[:-1]]', 'list(map(os.remove, sorted(glob.glob("ckpts/e*.pt"))[:-1]))'],
+    [
+        '[os.remove(p) for p in sorted(glob.glob("ckpts/e*.pt"))[:-1]]',
+        'list(map(os.remove, sorted(glob.glob("ckpts/e*.pt"))[:-1]))',
+        '[*map(os.remove, sorted(glob.glob("ckpts/e*.pt"))[:-1])]',  # BW repro 02
+        'collections.deque(map(os.remove, sorted(glob.glob("ckpts/e*.pt"))[:-1]), maxlen=0)',  # BW repro 02b
+    ],
 )
 def test_a_rotation_written_as_a_comprehension_runs_on_rank_0(rotation: str) -> None:
     """Helper corpus BO, repro 07: `[os.remove(p) for p in sorted(glob.glob("ckpts/e*.pt"))[:-1]]`
@@ -8661,7 +8666,7 @@ def test_a_rotation_written_as_a_comprehension_runs_on_rank_0(rotation: str) -> 
             torch.save(model.state_dict(), f"ckpts/e{{epoch:02d}}.pt")
             {rotation}
         """
-    output = convert(standard(after="    save_checkpoint(model, epoch)\n", helpers=helpers, imports="import glob\nimport os\n")).output
+    output = convert(standard(after="    save_checkpoint(model, epoch)\n", helpers=helpers, imports="import collections\nimport glob\nimport os\n")).output
     assert (
         '    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), f"ckpts/e{epoch:02d}.pt")\n'
         f'        {rotation}\n'

@@ -272,9 +272,8 @@ class RankZeroGuards(Transform):
                 kind = self._output_call(small.value, function) if isinstance(small, cst.Expr) else None
                 if kind is None and isinstance(small, cst.Expr) and isinstance(small.value, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
                     kind = self._output_call(small.value.elt, function)  # `[os.remove(p) for p in old]`, a rotation written as a comprehension (helper corpus BO, repro 07)
-                if kind is None and isinstance(small, cst.Expr) and any(self.tree.is_builtin_call(small.value, f) for f in ("list", "tuple", "set")):
-                    consumed = small.value.args[0].value if len(small.value.args) == 1 else None  # type: ignore[attr-defined]
-                    kind = self._output_call(consumed, function) if consumed is not None else None  # `list(map(os.remove, old))` (helper corpus BS, repro 08)
+                if kind is None and isinstance(small, cst.Expr) and (consumed := self._consumed(small.value)) is not None:
+                    kind = self._output_call(consumed, function)  # `list(map(os.remove, old))` (helper corpus BS, repro 08; BW, repro 02)
                 if kind is None and isinstance(small, cst.Assign) and any(dotted(t.target) in ("sys.stdout", "sys.stderr") for t in small.targets):
                     kind = "console copied to a log file"  # `sys.stdout = Logger("log.txt")`: one log, rank 0's
                 if kind is None and (used := self._rank_zero_object_used(small)) is not None and not self._is_logger_assignment(small):
@@ -304,6 +303,17 @@ class RankZeroGuards(Transform):
         if not body or "!" in kinds:
             return []
         return kinds + body
+
+    def _consumed(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The iterator a statement only runs through: `list(it)`, `tuple(it)`, `set(it)`,
+        `collections.deque(it, maxlen=0)`, `[*it]`."""
+        if type(expr) in (cst.List, cst.Tuple, cst.Set) and len(expr.elements) == 1 and type(expr.elements[0]) is cst.StarredElement:  # type: ignore[attr-defined]
+            return expr.elements[0].value  # type: ignore[attr-defined]
+        if type(expr) is cst.Call and expr.args and (
+            any(self.tree.is_builtin_call(expr, f) for f in ("list", "tuple", "set")) or self.tree.qname(expr.func) == "collections.deque"
+        ):
+            return expr.args[0].value
+        return None
 
     def _changes_state(self, test: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """`if stopper.improved(v):`, `if trainer.try_resume():`: the test calls a same-file function
