@@ -6613,6 +6613,23 @@ def test_a_second_stage_model_is_wrapped_too() -> None:
 
 
 
+def test_a_confusion_meter_reading_a_size_fixed_at_init_is_summed() -> None:
+    """Helper corpus BY, repro 05 and script 01: `self.mat += torch.bincount(self.n * t + p,
+    minlength=self.n ** 2).reshape(self.n, self.n)` read `self.n` and was called a running
+    statistic (a false warning), and the training mIoU stayed rank 0's. `self.n`, set only in
+    `__init__`, is no state the update folds: the counts are summed in place."""
+    helpers = (
+        "class IoUMeter:\n    def __init__(self, n):\n        self.n = n\n        self.mat = torch.zeros(n, n, dtype=torch.int64)\n\n"
+        "    def update(self, pred, target):\n        self.mat += torch.bincount(self.n * target + pred, minlength=self.n ** 2).reshape(self.n, self.n)\n"
+    )
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    meter = IoUMeter(2)\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        meter.update((y > 0).long().flatten(), (x[:, 0] > 0).long())\n"
+    ) + "    print(meter.mat.diag().sum() / meter.mat.sum())\n"
+    result = convert(standard(loop=loop, helpers=helpers))
+    assert "        dist.all_reduce(meter.mat)  # a tensor: summed in place\n" in result.output
+    assert not any("running statistic" in w for w in warnings(result))
+
+
 @pytest.mark.parametrize("fold", ["self.mean += (value - self.mean) * k / self.n", "self.mean = self.mean + (value - self.mean) * k / self.n"])
 def test_a_meter_keeping_a_running_mean_is_warned_about_not_summed(fold: str) -> None:
     """`self.mean += (value - self.mean) * k / self.n` in update(): every `+=` attribute was summed

@@ -1453,10 +1453,20 @@ def _running_statistic(program: Program, update: cst.FunctionDef) -> cst.CSTNode
     """An increment in update() that reads the object's own state (`self.mean += (v - self.mean)
     * k / self.n`, or `self.avg = self.avg + (v - self.avg) * k / self.n`): a running statistic,
     which no sum over ranks reproduces."""
+    cls = program.owner_class(update)
+    changing = {  # what the object changes after it is made (`self.mat`), not what `__init__` fixes (`self.n`, helper corpus BY, repro 05)
+        target
+        for method in (program.class_methods(cls).values() if cls is not None else [update])
+        if method.name.value != "__init__"
+        for node in program.scope_nodes(method)
+        if type(node) in (cst.Assign, cst.AugAssign)
+        for stored in ([t.target for t in node.targets] if type(node) is cst.Assign else [node.target])  # type: ignore[union-attr]
+        if (target := dotted(stored)) is not None
+    }
     for node in program.scope_nodes(update):
         if (added := _added_to(node)) is None or not (dotted(added[0]) or "").startswith("self."):
             continue
-        if any(type(n) is cst.Attribute and type(n.value) is cst.Name and n.value.value == "self" for n in program.tree.walk(added[1])):
+        if any(type(n) is cst.Attribute and dotted(n) in changing for n in program.tree.walk(added[1])):
             return node
     return None
 
