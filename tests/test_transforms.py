@@ -1720,7 +1720,13 @@ def test_hits_divided_by_the_length_of_the_tensor_the_dataset_is_made_of_are_sum
     assert "        correct = int(totals.item())\n" in output and "correct = (totals" not in output
 
 
-@pytest.mark.parametrize("start", ["{k: 0.0 for k in TASKS}", "{k: 0.0 for k in TASKS.keys()}", "dict.fromkeys(TASKS, 0.0)", "{k: 0.0 for k in ['a', 'b']}", "{k: 0.0 for k in range(N)}"])
+@pytest.mark.parametrize(
+    "start",
+    [
+        "{k: 0.0 for k in TASKS}", "{k: 0.0 for k in TASKS.keys()}", "dict.fromkeys(TASKS, 0.0)", "{k: 0.0 for k in ['a', 'b']}",
+        "{k: 0.0 for k in range(N)}", "{k: 0.0 for k in CFG['weights']}",  # BY repro 02: a config dict's entry
+    ],
+)
 def test_totals_under_keys_written_out_elsewhere_are_reduced_key_by_key(start: str) -> None:
     """`total = {k: 0.0 for k in TASKS}` with `TASKS = {"a": 2, "b": 3}` at module level (or a
     list, `.keys()`, `dict.fromkeys`): keys the same, in the same order, on every rank; only
@@ -1729,7 +1735,7 @@ def test_totals_under_keys_written_out_elsewhere_are_reduced_key_by_key(start: s
     loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    total = {start}\n").replace(
         "        optimizer.step()\n", "        optimizer.step()\n        for k in TASKS:\n            total[k] += loss.item()\n"
     ) + "    print(total)\n"
-    source = standard(loop=loop).replace("def main():", 'TASKS = {"a": 2, "b": 3}\nN = 2\n\n\ndef main():')
+    source = standard(loop=loop).replace("def main():", 'TASKS = {"a": 2, "b": 3}\nN = 2\nCFG = {"weights": {"a": 1.0, "b": 0.5}}\n\n\ndef main():')
     output = convert(source).output
     assert "        total_totals = torch.tensor([float(value) for value in total.values()], dtype=torch.float64)\n" in output
 

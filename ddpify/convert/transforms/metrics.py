@@ -940,6 +940,16 @@ class ReduceMetrics(Transform):
             scope = function if function is not None and self.program.assignments(function, keys.value) else None
             values = [v for v, i in self.program.assignments(scope, keys.value) if i is None]
             return bool(values) and all(self._constant_keys(v, scope, depth - 1) for v in values)
+        if type(keys) is cst.Subscript and type(keys.value) is cst.Name and len(keys.slice) == 1 and depth > 0:
+            # `CFG["loss_w"]` of a config dict written out (`CFG = {"loss_w": {"hm": 1.0, "wh": 0.1}}`; helper corpus BY, repro 02)
+            key = keys.slice[0].slice.value if type(keys.slice[0].slice) is cst.Index else None
+            scope = function if function is not None and self.program.assignments(function, keys.value.value) else None
+            values = [v for v, i in self.program.assignments(scope, keys.value.value) if i is None]
+            entries = [
+                e.value for v in values if type(v) is cst.Dict for e in v.elements
+                if type(e) is cst.DictElement and key is not None and string_value(e.key) is not None and string_value(e.key) == string_value(key)
+            ]
+            return len(values) == 1 and len(entries) == 1 and self._constant_keys(entries[0], scope, depth - 1)
         return False
 
     def _clock(self, value: cst.BaseExpression) -> bool:
