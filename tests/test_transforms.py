@@ -6619,6 +6619,21 @@ def test_a_second_stage_model_is_wrapped_too() -> None:
 
 
 
+def test_meters_made_per_key_the_loop_meets_are_warned_about() -> None:
+    """Helper corpus BY, repro 01 and script 03: torchvision detection's `meters =
+    defaultdict(SmoothedValue)`, `meters[k].update(v.item(), n)` for each loss term: rank 0's
+    shard was printed with no word said. Said now: the keys may differ per rank."""
+    helpers = (
+        "class SmoothedValue:\n    def __init__(self):\n        self.total, self.count = 0.0, 0\n\n"
+        "    def update(self, value, n=1):\n        self.count += n\n        self.total += value * n\n"
+    )
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    meters = defaultdict(SmoothedValue)\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        for k, v in {'mse': loss}.items():\n            meters[k].update(v.item(), len(x))\n"
+    ) + "    print({k: m.total / m.count for k, m in meters.items()})\n"
+    result = convert(standard(loop=loop, helpers=helpers, imports="from collections import defaultdict\n"))
+    assert any(w.startswith("`meters` (`defaultdict(SmoothedValue)`) makes a meter for each key the loop meets") for w in warnings(result)), warnings(result)
+
+
 def test_a_confusion_meter_reading_a_size_fixed_at_init_is_summed() -> None:
     """Helper corpus BY, repro 05 and script 01: `self.mat += torch.bincount(self.n * t + p,
     minlength=self.n ** 2).reshape(self.n, self.n)` read `self.n` and was called a running

@@ -503,6 +503,11 @@ class ReduceMetrics(Transform):
         for name in sorted(meter_dicts):
             if self._meter_dict_class(loop, name) is not None and self._read_after(loop, name):
                 totals[name] = "meter dict"
+            elif self._read_after(loop, name) and (made := self._meters_per_key_met(loop, name)) is not None:
+                warn(loop.loop, (  # torchvision detection's `defaultdict(SmoothedValue)` (helper corpus BY, repro 01)
+                    f"`{name}` (`{code(made)}`) makes a meter for each key the loop meets: what they total covers this rank's shard "
+                    "only, and the keys may differ per rank; gather each meter's totals over ranks (dist.all_gather_object) before reporting them"
+                ))
         for name, values in concatenated.items():
             if not (self._initial_values(loop, name) and self._read_after(loop, name)) or not any(self._from_batch(loop, v) for v in values):
                 continue
@@ -592,6 +597,14 @@ class ReduceMetrics(Transform):
             if type(obj) is cst.Name and obj.value == name:
                 found.append(call)
         return found
+
+    def _meters_per_key_met(self, loop: TrainLoop, name: str) -> cst.Call | None:
+        """`meters = defaultdict(SmoothedValue)` before the loop, a meter class of this file or one beside it."""
+        initial = self._initial_values(loop, name)
+        made = initial[0] if len(initial) == 1 else None
+        if not (type(made) is cst.Call and self.tree.is_call_to(made, {"collections.defaultdict"}) and len(made.args) == 1):
+            return None
+        return made if self._meter_of(cst.Call(func=made.args[0].value)) is not None else None
 
     def _meter_dict_class(self, loop: TrainLoop, name: str) -> tuple[Program, cst.ClassDef] | None:
         """`meters = {k: AverageMeter() for k in ["cls", "reg"]}` (or the dict written out) before
