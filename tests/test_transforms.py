@@ -4519,6 +4519,20 @@ def test_a_run_folder_named_per_process_is_rank_0s_on_every_rank(draw: str) -> N
     assert "stamp = rank0_value" not in output and output.count("def rank0_value(value):") == 1
 
 
+def test_a_run_folder_picked_by_what_exists_is_picked_by_rank_0() -> None:
+    """Helper corpus BX, repro 02 and script 04: YOLO's `save_dir = increment_path("runs/exp")`,
+    looking at what exists and making the next free folder: each rank picked its own (rank 0
+    made `exp`, rank 1 then found it and made `exp2`), and rank 1 read a checkpoint from a folder
+    nothing was written to. Rank 0 alone picks and makes it; every rank takes its name."""
+    helpers = (
+        "def increment_path(path):\n    path, n = Path(path), 2\n    while path.exists():\n        path = Path(f'runs/exp{n}')\n        n += 1\n"
+        "    path.mkdir(parents=True)\n    return path\n"
+    )
+    loop = "save_dir = increment_path('runs/exp')\n" + LOOP + "    torch.save(model.state_dict(), save_dir / 'last.pt')\n"
+    output = convert(standard(loop=loop, helpers=helpers, imports="from pathlib import Path\n")).output
+    assert "    save_dir = rank0_value(increment_path('runs/exp') if rank == 0 else None)\n" in output
+
+
 def test_a_seed_drawn_per_process_is_rank_0s_on_every_rank() -> None:
     """Helper corpus AM, repro 03 and s04 (DCGAN's `opt.manualSeed = random.randint(1, 10000)`):
     each rank drew its own seed, so its own split and data; the report said the seed was alike.

@@ -52,6 +52,15 @@ class SharedRunNames(Transform):
             name = dotted(assign.targets[0].target)
             if name is None or self.tree.loops(assign):
                 continue
+            if type(assign.targets[0].target) is cst.Name and self._picks_a_free_name(assign.value, entry.function) and not self.facts.before_setup(entry.function, assign):
+                # YOLO's `save_dir = increment_path("runs/exp")`: each rank would look, find another folder free and make it
+                # (helper corpus BX, repro 02): rank 0 alone picks and makes it, and every rank takes its name
+                statement = self.tree.statement(assign)
+                value = f"rank0_value({code(assign.value)} if {self.is_main_process(entry.function, statement)} else None)"
+                self.plan.replace(assign.value, cst.parse_expression(value))
+                self.change(statement, f"`{name}` is a folder `{code(assign.value.func)}` picks by what exists (`{code(assign.value)}`): rank 0 picks and makes it, every rank takes its name (rank0_value)")  # type: ignore[attr-defined]
+                done = True
+                continue
             if type(assign.targets[0].target) is cst.Name and self._draws(assign.value) and self._names_files(name, entry.function):
                 why, what = "one run: the same name on every rank", "drawn in each process"
             elif self._draws_a_seed(assign.value) and self._seeds(name, entry.function):
@@ -79,6 +88,18 @@ class SharedRunNames(Transform):
         if done:
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(HELPER))
+
+    def _picks_a_free_name(self, value: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """A call of a same-file function that looks at what exists to pick a new folder and makes
+        it (`increment_path`: `while path.exists(): ...`, then `path.mkdir(...)`)."""
+        target = self.program.callee(value, function) if type(value) is cst.Call else None
+        if target is None:
+            return False
+        calls = self.program.calls_in(target[0])
+        names = [(self.tree.qname(c.func) or "", (method_call(c) or (None, ""))[1]) for c in calls]
+        looks = any(q in ("os.path.exists", "os.path.isdir", "os.listdir", "glob.glob") or m in ("exists", "is_dir", "iterdir", "glob") for q, m in names)
+        makes = any(q in ("os.makedirs", "os.mkdir") or m == "mkdir" for q, m in names)
+        return looks and makes
 
     def _draws_a_seed(self, value: cst.BaseExpression) -> bool:
         return any(self.tree.is_call_to(call, SEED_DRAWS) for call in self.tree.calls(value))
