@@ -456,6 +456,11 @@ class Program:
             return None
         if obj.value == "self" and function is not None:
             return self.owner_class(function)
+        if function is not None and obj.value in self.param_names(function) and not self.assignments(function, obj.value):
+            # `def main(cfg): cfg.save(...)`, called `main(Cfg())`: the class every caller hands (helper corpus BX, repro 04)
+            handed = [self.argument_for(call, function, obj.value) for call, _ in self.call_sites(function)]
+            classes = {self.classes.get(a.func.value) if type(a) is cst.Call and type(a.func) is cst.Name else None for a in handed}
+            return classes.pop() if len(classes) == 1 and handed else None
         scope = function if function is not None and self.assignments(function, obj.value) else None
         for value, index in self.assignments(scope, obj.value):
             value = unchained(value)  # `model = Net().to(device)`

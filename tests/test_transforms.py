@@ -4519,6 +4519,47 @@ def test_a_run_folder_named_per_process_is_rank_0s_on_every_rank(draw: str) -> N
     assert "stamp = rank0_value" not in output and output.count("def rank0_value(value):") == 1
 
 
+def test_a_config_an_object_handed_in_writes_is_waited_for_before_it_is_read() -> None:
+    """Helper corpus BX, repro 04 and script 05: `main(Cfg())`, then `cfg.save(out / "cfg.json")` and
+    `Cfg.load(out / "cfg.json")` right after: the write went on rank 0 inside the method, and rank 1
+    read before it was there (FileNotFoundError). The object's class is known from what every
+    caller hands (`Cfg()`): the call runs on rank 0 and the others wait for it."""
+    source = textwrap.dedent("""\
+        import json
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Cfg:
+            lr = 0.1
+
+            def save(self, path):
+                with open(path, "w") as f:
+                    json.dump({"lr": self.lr}, f)
+
+
+        def main(cfg):
+            cfg.save("cfg.json")
+            with open("cfg.json") as f:
+                lr = json.load(f)["lr"]
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+            model = nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main(Cfg())
+        """)
+    output = convert(source).output
+    assert "    if rank == 0:\n        cfg.save(\"cfg.json\")\n    dist.barrier()" in output
+
+
 def test_a_run_folder_picked_by_what_exists_is_picked_by_rank_0() -> None:
     """Helper corpus BX, repro 02 and script 04: YOLO's `save_dir = increment_path("runs/exp")`,
     looking at what exists and making the next free folder: each rank picked its own (rank 0
