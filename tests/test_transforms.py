@@ -4560,6 +4560,20 @@ def test_a_config_an_object_handed_in_writes_is_waited_for_before_it_is_read() -
     assert "    if rank == 0:\n        cfg.save(\"cfg.json\")\n    dist.barrier()" in output
 
 
+def test_a_training_function_importing_os_itself_gets_it_before_the_setup(tmp_path, monkeypatch) -> None:
+    """Helper corpus CA, repro 01 and script 06: `import os` further down in main() makes `os`
+    main()'s own name, unbound at the top where the setup reads `os.environ`: UnboundLocalError on
+    every rank and in a plain run. The setup imports it first; run as a world of one, it trains."""
+    source = standard(after="import os\nprint(os.getcwd() is not None)\n")
+    output = convert(source).output
+    assert "def main():\n    import os\n    # One process per GPU" in output
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RANK", raising=False)
+    namespace: dict = {}
+    exec(compile(output.replace('if __name__ == "__main__":\n    main()\n', ""), "converted.py", "exec"), namespace)
+    namespace["main"]()
+
+
 def test_a_run_folder_picked_by_what_exists_is_picked_by_rank_0() -> None:
     """Helper corpus BX, repro 02 and script 04: YOLO's `save_dir = increment_path("runs/exp")`,
     looking at what exists and making the next free folder: each rank picked its own (rank 0

@@ -60,6 +60,9 @@ class ProcessGroup(Transform):
         for name in ("rank", "world_size"):
             if name in self.plan.uses:
                 source += f"{name} = dist.get_{name}()\n"
+        local = self._imported_here(entry.function)
+        if local:  # `import os` further down in main(): the name is main()'s own, unbound until then (helper corpus CA, repro 01)
+            source = "".join(f"import {name}\n" for name in ("os", "torch") if name in local) + source
         renamed = next((n for n in self.facts.taken if n.endswith("_backend")), None)
         if renamed is not None:  # the script has a `backend` of its own
             source = re.sub(r"\bbackend\b", renamed, source)
@@ -77,6 +80,14 @@ class ProcessGroup(Transform):
             self.plan.add_import(name)
         self.plan.add_import("torch.distributed", asname="dist")
 
+
+    def _imported_here(self, function: cst.FunctionDef | None) -> set[str]:
+        """`os` and `torch` when `function` imports them itself: Python makes them its locals."""
+        found: set[str] = set()
+        for node in self.program.scope_nodes(function) if function is not None else ():
+            if type(node) is cst.Import:
+                found |= {(a.asname.name.value if a.asname else code(a.name).split(".")[0]) for a in node.names}  # type: ignore[union-attr]
+        return found & {"os", "torch"}
 
     def _lazy_setup(self) -> None:
         """`init_distributed()` at the top of each function that wraps a model or builds a training loader."""
