@@ -4574,6 +4574,15 @@ def test_a_training_function_importing_os_itself_gets_it_before_the_setup(tmp_pa
     namespace["main"]()
 
 
+def test_a_forward_in_a_comprehension_of_an_output_runs_whole_on_every_rank() -> None:
+    """Helper corpus CA, repro 02 and script 10 (the char-RNN tutorial): `print(c, [sample(rnn, s)
+    for s in "ABC"])` had its call moved out of the comprehension (`sample_result = sample(rnn, s)`,
+    NameError on `s` on every run). The comprehension is taken whole, on every rank."""
+    helpers = "def sample(model, k):\n    with torch.no_grad():\n        return model(torch.full((1, 4), float(k))).item()\n"
+    output = convert(standard(after="print('samples', [sample(model, k) for k in range(3)])\n", helpers=helpers)).output
+    assert "    sample_results = [sample(model, k) for k in range(3)]\n    if rank == 0:\n        print('samples', sample_results)\n" in output
+
+
 def test_a_run_folder_picked_by_what_exists_is_picked_by_rank_0() -> None:
     """Helper corpus BX, repro 02 and script 04: YOLO's `save_dir = increment_path("runs/exp")`,
     looking at what exists and making the next free folder: each rank picked its own (rank 0

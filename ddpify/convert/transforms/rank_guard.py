@@ -22,6 +22,7 @@ from ddpify.syntax import code, dotted
 
 # methods that take an item out of a container every rank keeps (`saved.pop(0)`)
 STATE_CHANGES = {"pop", "popleft", "popitem"}
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
 class RankZeroGuards(Transform):
@@ -159,15 +160,21 @@ class RankZeroGuards(Transform):
         calls = self._syncing_calls(statement.body[0], function)
         if not calls or any(self.facts.syncs(a.value, function) for c in calls for a in c.args):
             return False
-        hoisted, taken = [], set()
+        hoisted, taken, done = [], set(), set()
         for call in calls:
             callee = s.dotted(call.func) or "value"
-            base = f"{callee.rsplit('.', 1)[-1]}_result"
+            # `print([sample(rnn, s) for s in "ABC"])`: the comprehension goes whole, its variable with it (helper corpus CA, repro 02)
+            comprehensions = [a for a in self.tree.ancestors(call) if type(a) in COMPREHENSIONS and self.tree.inside(a, statement)]
+            value = comprehensions[-1] if comprehensions else call
+            if id(value) in done:
+                continue
+            done.add(id(value))
+            base = f"{callee.rsplit('.', 1)[-1]}_result{'s' if comprehensions else ''}"
             candidates = (base if i == 1 else f"{base}{i}" for i in range(1, 100))  # `print(evaluate(a), evaluate(b))`: two names
             name = next(n for n in candidates if n not in taken and not self.program.binds(function, n))
             taken.add(name)
-            hoisted.append(f"{name} = {code(call)}\n")
-            self.plan.replace(call, cst.Name(name))
+            hoisted.append(f"{name} = {code(value)}\n")
+            self.plan.replace(value, cst.Name(name))
         self.plan.insert_before(statement, statements("".join(hoisted)))
         self.change(statement, "the call that syncs ranks runs on every rank before the rank-0 output")
         return True
