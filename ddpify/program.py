@@ -163,7 +163,7 @@ class Program:
     def class_methods(self, cls: cst.ClassDef, seen: frozenset = frozenset()) -> dict[str, cst.FunctionDef]:
         """Methods of a same-file class by name, with those it inherits from same-file bases."""
         if not cls.bases:
-            return self.methods.get(cls, {})
+            return dict(self.methods.get(cls, {}))
         methods: dict[str, cst.FunctionDef] = {}
         for base in reversed(cls.bases):  # the first base wins, as in the MRO of simple hierarchies
             name = dotted(base.value)

@@ -17,6 +17,8 @@ from ddpify.syntax import Tree
 
 DEVICE = 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")'
 LOADER = "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)"
+# The device, the loader, a model on the device and its optimizer: what most scripts below start with.
+TRAINED = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
 LOOP = """\
 for epoch in range(2):
     for x, y in loader:
@@ -259,7 +261,7 @@ def test_training_through_a_custom_method_inside_a_loss_helper_is_refused() -> N
     A helper whose custom call does not reach its result (a log line) is no training forward."""
     helper = "def vae_loss(model, x):\n    z = model.encode(x)\n    return nn.functional.mse_loss(z, x)\n\n\n"
     loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = vae_loss(model, x)")
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    body = f"{TRAINED}"
     result = convert(script(body + loop, helpers=helper))
     assert result.status == "unchanged"
     assert result.reason.startswith("`model.encode(...)` (line ") and "runs the model for training outside its forward()" in result.reason
@@ -543,7 +545,7 @@ def train_step(engine, batch):
 def test_a_step_function_handed_to_the_loop_as_a_value_is_followed(helpers: str, run: str) -> None:
     """The Ignite layout: the loop calls a step function it was handed (`self.process_fn(self,
     batch)`); the batches are the loader's, not tensors the script builds."""
-    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{run}\n",
+    source = script(f"{TRAINED}{run}\n",
                     STEP_FUNCTION + "\n\n" + helpers)
     result = convert(source)
     assert result.status == "converted", result.reason
@@ -644,7 +646,7 @@ def test_iterators_made_at_the_top_of_an_epoch_function_start_a_new_pass() -> No
         "        except StopIteration:\n            batches = iter(loader)\n            x, y = next(batches)\n"
         "        loss = nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
     )
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(3):\n    train(loader, model, optimizer)\n"
+    body = f"{TRAINED}for epoch in range(3):\n    train(loader, model, optimizer)\n"
     output = convert(script(body, helpers)).output
     assert output.count("loader.sampler.set_epoch(loader.sampler.epoch + 1)") == 2
     assert "    loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new pass shuffles differently\n    batches = iter(loader)\n" in output
@@ -773,7 +775,7 @@ def test_lists_collected_side_by_side_are_gathered_alike(label: str, gathered: b
         "def extract(model, loader, device):\n    embs, labels = [], []\n    with torch.no_grad():\n        for x, y in loader:\n"
         f"            embs.append(model(x).cpu())\n            {label}\n    return torch.cat(embs), torch.cat(labels)\n"
     )
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}e, l = extract(model, loader, device)\nprint(e.shape, l.shape)\n"
+    body = f"{TRAINED}{LOOP}e, l = extract(model, loader, device)\nprint(e.shape, l.shape)\n"
     result = convert(script(body, helpers))
     assert result.output.count("dist.all_gather_object(") == (2 if gathered else 0)
     if not gathered:
@@ -804,7 +806,7 @@ def test_a_stop_on_what_a_trainer_keeps_of_its_loss_is_decided_together() -> Non
         "            self.opt.zero_grad()\n            loss.backward()\n            self.opt.step()\n            self.last_loss = loss.item()\n"
         "        self.history.append(self.last_loss)\n"
     )
-    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    body = (f"{TRAINED}"
             "trainer = Trainer(model, optimizer)\nfor epoch in range(5):\n    trainer.run_epoch(loader)\n    if trainer.history[-1] < 20.0:\n        break\n")
     assert "if any_rank(trainer.history[-1] < 20.0):" in convert(script(body, helpers)).output
     # a nested state object (helper corpus AQ, repro 11): `self.state.history["loss"].append(...)`
@@ -834,7 +836,7 @@ def test_a_subclass_of_a_trainer_that_wraps_its_model_stops_together_and_saves_t
         "            self.best, self.bad = mean, 0\n            torch.save(self.model.state_dict(), 'best.pt')\n        else:\n"
         "            self.bad += 1\n            self.should_stop = self.bad >= 2\n"
     )
-    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    body = (f"{TRAINED}"
             "Patient(model, optimizer, loader).fit(10)\n")
     output = convert(script(body, helpers)).output
     assert "            if any_rank(self.should_stop):\n" in output
@@ -853,7 +855,7 @@ def test_a_stop_on_a_record_the_epoch_function_returns_is_decided_together() -> 
         "        loss = nn.functional.mse_loss(model(x), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
         "        running += loss.item() * x.size(0)\n        seen += x.size(0)\n        stats['loss'] = running / seen\n    return stats\n"
     )
-    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    body = (f"{TRAINED}"
             "for epoch in range(20):\n    stats = train_one_epoch(model, loader, optimizer)\n    if stats['loss'] < 1.2:\n        break\n")
     assert "        if any_rank(stats['loss'] < 1.2):\n" in convert(script(body, helpers)).output
     after = helpers.replace("        stats['loss'] = running / seen\n    return stats\n", "    return {'loss': running / len(loader.dataset)}\n")
@@ -880,7 +882,7 @@ def test_a_file_the_main_block_reads_after_training_is_waited_for_before_teardow
     the checkpoint train() saved. The group was set up and torn down inside train(), and the
     barrier before the load came after the teardown: 'Default process group has not been
     initialized' on every run. The group now lives in the `__main__` block, around both."""
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}torch.save(model.state_dict(), 'best.pt')\nreturn 'best.pt'\n"
+    body = f"{TRAINED}{LOOP}torch.save(model.state_dict(), 'best.pt')\nreturn 'best.pt'\n"
     source = script(body).replace("def main():", "def train():").replace(
         '    main()\n', "    best = train()\n    fresh = nn.Linear(4, 1)\n    fresh.load_state_dict(torch.load(best))\n")
     output = convert(source).output
@@ -974,7 +976,7 @@ def test_a_record_a_training_function_returns_holds_the_mean_over_ranks() -> Non
         "def train_epoch(model, loader, optimizer):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
         "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n    return EpochResult(last=loss.item())\n"
     )
-    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    body = (f"{TRAINED}"
             "for epoch in range(5):\n    result = train_epoch(model, loader, optimizer)\n    if result.last < 1.0:\n        break\n")
     output = convert(script(body, helpers, imports="from dataclasses import dataclass\n")).output
     assert "return EpochResult(last=rank_mean(loss.item()))" in output
@@ -991,7 +993,7 @@ def test_a_callback_keeping_the_trainer_saves_the_plain_model() -> None:
         "            for x, y in self.loader:\n                loss = nn.functional.mse_loss(self.model(x), y)\n                self.opt.zero_grad()\n"
         "                loss.backward()\n                self.opt.step()\n            for cb in self.callbacks:\n                cb.on_epoch_end()\n"
     )
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nTrainer(model, loader, optimizer, [Saver()]).fit(2)\n"
+    body = f"{TRAINED}Trainer(model, loader, optimizer, [Saver()]).fit(2)\n"
     assert "torch.save(self.trainer.model.module.state_dict(), \"last.pt\")" in convert(script(body, helpers)).output
 
 
@@ -1006,7 +1008,7 @@ def test_a_rate_hook_from_a_dict_handed_a_kept_loss_gets_the_mean_over_ranks() -
         "            self.opt.zero_grad()\n            loss.backward()\n            self.opt.step()\n            self.last_loss = loss.item()\n"
         "        self.hooks[\"after_epoch\"](self.opt, self.last_loss)\n"
     )
-    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    body = (f"{TRAINED}"
             "trainer = Trainer(model, optimizer)\nfor epoch in range(3):\n    trainer.run_epoch(loader)\n")
     assert 'self.hooks["after_epoch"](self.opt, rank_mean(self.last_loss))' in convert(script(body, helpers)).output
 
@@ -1120,7 +1122,7 @@ def test_gradients_read_per_sample_without_a_step_are_warned_about() -> None:
         "        model.zero_grad()\n        nn.functional.mse_loss(model(x), y).backward()\n        for g, p in zip(f, model.parameters()):\n"
         "            g += p.grad ** 2\n    return f\n"
     )
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}f = fisher(model, loader.dataset)\n"
+    body = f"{TRAINED}{LOOP}f = fisher(model, loader.dataset)\n"
     result = convert(script(body, helpers))
     assert sum(w.startswith("this loop reads gradients (`p.grad`)") for w in warnings(result)) == 1
 
@@ -2072,7 +2074,7 @@ def test_local_rank_option_becomes_the_environment_variable() -> None:
 
 
 def test_top_level_script_gets_the_setup_after_its_imports() -> None:
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+    body = f"{TRAINED}{LOOP}"
     source = "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n" + body
     output = convert(source).output
     assert "import DistributedSampler\n\n# One process per GPU" in output
@@ -2447,7 +2449,7 @@ def test_a_log_file_handler_is_made_on_rank_0_only() -> None:
 def test_an_averaged_model_averages_the_plain_model() -> None:
     """`AveragedModel(model)` deep-copied the DDP wrapper: its state dict had a `module.` level."""
     helper = "def fit(model, optimizer, loader):\n    swa_model = AveragedModel(model)\n" + textwrap.indent(LOOP, "    ") + "        swa_model.update_parameters(model)\n    return swa_model\n"
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nswa = fit(model, optimizer, loader)\n"
+    body = f"{TRAINED}swa = fit(model, optimizer, loader)\n"
     source = script(body, helpers=helper, imports="from torch.optim.swa_utils import AveragedModel\n")
     result = convert(source)
     assert "    swa_model = AveragedModel(model.module)\n" in result.output
@@ -3128,7 +3130,7 @@ APEX_INIT = 'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
 
 
 def apex_script(body: str, imports: str = "from apex import amp\n") -> str:
-    return script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{body}", imports=imports)
+    return script(f"{TRAINED}{body}", imports=imports)
 
 
 def test_apex_scale_loss_becomes_autocast_and_grad_scaler() -> None:
@@ -3281,7 +3283,7 @@ def test_apex_amp_in_a_helper_without_the_forward_is_left_with_a_warning() -> No
             scaled_loss.backward()
     """
     loop = APEX_LOOP.replace("        with amp.scale_loss(loss, optimizer) as scaled_loss:\n            scaled_loss.backward()\n", "        backward(loss, optimizer)\n")
-    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", helpers, "from apex import amp\n")
+    source = script(f"{TRAINED}{APEX_INIT}{loop}", helpers, "from apex import amp\n")
     result = convert(source)
     assert "apex amp is left as is (the model initialized with amp has no name where `amp.scale_loss` is): the script still needs apex" in warnings(result)
     assert "from apex import amp\n" in result.output and "GradScaler" not in result.output
@@ -3300,7 +3302,7 @@ def test_apex_amp_in_a_training_function_gets_the_scaler_handed_to_it() -> None:
             nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
             optimizer.step()
     """
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}"
+    body = f"{TRAINED}{APEX_INIT}"
     body += "for epoch in range(2):\n    train(loader, model, optimizer, device)\n"
     result = convert(script(body, helpers, "from apex import amp\n"))
     assert "def train(loader, net, optimizer, device, scaler):\n" in result.output
@@ -3330,7 +3332,7 @@ def test_apex_amp_in_a_function_called_from_elsewhere_is_left_with_a_warning() -
         step(model(torch.randn(2, 4)).sum(), model, optimizer)
     """
     loop = APEX_LOOP.replace("        with amp.scale_loss(loss, optimizer) as scaled_loss:\n            scaled_loss.backward()\n        optimizer.step()\n", "        step(loss, model, optimizer)\n")
-    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", helpers, "from apex import amp\n")
+    source = script(f"{TRAINED}{APEX_INIT}{loop}", helpers, "from apex import amp\n")
     result = convert(source)
     assert (
         "apex amp is left as is (`amp.scale_loss` is used in `step()`, which is not called only from the function that calls "
@@ -3413,7 +3415,7 @@ def test_apex_forward_through_a_helper_goes_under_autocast() -> None:
         return nn.functional.mse_loss(model(x), y)
     """
     loop = APEX_LOOP.replace("        output = model(x)\n        loss = nn.functional.mse_loss(output, y)\n", "        loss = compute_loss(model, x, y)\n")
-    source = script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{APEX_INIT}{loop}", helpers, "from apex import amp\n")
+    source = script(f"{TRAINED}{APEX_INIT}{loop}", helpers, "from apex import amp\n")
     output = convert(source).output
     assert (
         '            with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=scaler.is_enabled()):\n'
@@ -4049,7 +4051,7 @@ def test_numbers_of_this_rank_a_training_function_returns_are_returned_as_means(
         "def run_epoch(model, loader, optimizer):\n    first = None\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
         "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n        if first is None:\n            first = loss.item()\n" + tail
     )
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(3):\n    print(run_epoch(model, loader, optimizer))\n"
+    body = f"{TRAINED}for epoch in range(3):\n    print(run_epoch(model, loader, optimizer))\n"
     assert expected in convert(script(body, helpers=helpers)).output
 
 
@@ -4062,7 +4064,7 @@ def test_a_training_function_returning_this_ranks_last_loss_returns_its_mean() -
         "def run_epoch(model, loader, optimizer):\n    last = 0.0\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
         "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n        last = loss.item()\n    return last\n"
     )
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nbest = 1e9\nfor epoch in range(5):\n    last = run_epoch(model, loader, optimizer)\n    if last > best:\n        break\n    best = last\n"
+    body = f"{TRAINED}best = 1e9\nfor epoch in range(5):\n    last = run_epoch(model, loader, optimizer)\n    if last > best:\n        break\n    best = last\n"
     output = convert(script(body, helpers=helpers)).output
     assert "    return rank_mean(last)\n" in output and "any_rank" not in output
 
@@ -4139,7 +4141,7 @@ def test_a_time_budget_around_a_function_training_an_epoch_is_kept_together(epoc
         "def run_epoch(model, loader, optimizer):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
         "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
     )
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{epochs}"
+    body = f"{TRAINED}{epochs}"
     source = script(body, helpers=helpers).replace("import torch\n", "import time\n\nimport torch\n", 1)
     assert expected in convert(source).output
 
@@ -4344,7 +4346,7 @@ def test_a_metric_made_once_and_reset_each_epoch_sums_its_totals_over_ranks() ->
     )
     loop = "metric = PSNR()\n" + LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    metric.reset()\n")
     loop += "        metric.update(model(x).detach(), y)\n    if metric.compute() < 0.1:\n        break\n"
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
+    body = f"{TRAINED}{loop}"
     output = convert(script(body, helpers=metric)).output
     assert (
         "        metric_totals = torch.tensor([metric.total, metric.count], dtype=torch.float64)\n        dist.all_reduce(metric_totals)\n"
@@ -4376,7 +4378,7 @@ class AverageMeter:
 """
     loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    losses = AverageMeter()\n")
     loop += "        losses.update(loss.item(), x.size(0))\n    print(losses.avg)\n"
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
+    body = f"{TRAINED}{loop}"
     output = convert(script(body, helpers=meter)).output
     expected = (
         "        losses_totals = torch.tensor([losses.sum, losses.count], dtype=torch.float64)\n"
@@ -4694,7 +4696,7 @@ def test_a_loss_over_in_batch_negatives_is_warned_about() -> None:
     different objective, silently. A hand-written linear layer (`x @ self.weight.t()`) or an
     attention product over sequence positions is no such comparison."""
     helpers = "def nt_xent(z):\n    sim = z @ z.t()\n    return nn.functional.cross_entropy(sim, torch.arange(z.size(0)))\n"
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    body = f"{TRAINED}"
     loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = nt_xent(model(x))")
     result = convert(script(body + loop, helpers=helpers))
     assert any(w.startswith("`z @ z.t()` compares each sample with the rest of its batch") for w in warnings(result))
@@ -4710,7 +4712,7 @@ def test_in_batch_negatives_spelled_other_ways_are_warned_about(product: str) ->
     """Two-tower retrieval: `torch.einsum("id,jd->ij", q, d)`, `q.mm(d.t())` or `F.linear(q, d)`
     with `arange` targets trained on 1/N of the negatives, unwarned (helper corpus AG, repro 04)."""
     helpers = f"def two_tower(z, w):\n    sim = {product}\n    return nn.functional.cross_entropy(sim, torch.arange(z.size(0)))\n"
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    body = f"{TRAINED}"
     loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = two_tower(model(x), model(x + 1))")
     result = convert(script(body + loop, helpers=helpers))
     assert any(w.startswith(f"`{product}` compares each sample with the rest of its batch") for w in warnings(result))
@@ -4742,7 +4744,7 @@ def test_a_same_file_monitor_is_not_called_one_from_another_module() -> None:
     `from another module` in the report."""
     helpers = "class EarlyStopping:\n    def __init__(self):\n        self.early_stop = False\n\n    def __call__(self, loss, model):\n        self.early_stop = loss < 0.01\n"
     loop = LOOP + "    stopper(loss.item(), model)\n    if stopper.early_stop:\n        break\n"
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nstopper = EarlyStopping()\n{loop}"
+    body = f"{TRAINED}stopper = EarlyStopping()\n{loop}"
     result = convert(script(body, helpers=helpers))
     notes = [n.message for n in result.notes]
     assert any(n.startswith("`stopper(...)` (a same-file `EarlyStopping`) gets the plain model") for n in notes)
@@ -4886,7 +4888,7 @@ def test_a_comprehension_over_the_loader_is_refused_for_what_it_is() -> None:
     """Helper corpus K: `losses = [train_step(b) for b in train_loader]` was refused as data
     "that does not come from a DataLoader". The reason now names the comprehension."""
     helpers = "def train_step(model, optimizer, batch):\n    x, y = batch\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n    return loss.item()\n"
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(2):\n    losses = [train_step(model, optimizer, b) for b in loader]\n"
+    body = f"{TRAINED}for epoch in range(2):\n    losses = [train_step(model, optimizer, b) for b in loader]\n"
     result = convert(script(body, helpers=helpers))
     assert result.status == "unchanged" and result.reason.startswith("the training loop is a comprehension over `loader` (line ")
 
@@ -4896,7 +4898,7 @@ def test_per_step_values_a_same_file_step_returns_are_gathered() -> None:
     `loss.item()`, was only warned about; it is a number like `loss.item()` itself."""
     helpers = "def train_step(model, optimizer, x, y):\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n    return loss.item()\n"
     loop = "for epoch in range(2):\n    losses = []\n    for x, y in loader:\n        losses.append(train_step(model, optimizer, x, y))\n    print(sum(losses) / len(losses))\n"
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{loop}"
+    body = f"{TRAINED}{loop}"
     output = convert(script(body, helpers=helpers)).output
     assert "        dist.all_gather_object(gathered, losses)\n" in output
 
@@ -5064,7 +5066,7 @@ def test_an_epoch_loop_in_a_function_run_twice_goes_on_shuffling() -> None:
     the whole model: `set_epoch(epoch)` restarted at 0 and stage 2 replayed stage 1's orders (one
     process draws new ones). The sampler's own epoch count goes on instead."""
     helpers = "def train(model, loader, optimizer, epochs):\n    for epoch in range(epochs):\n        for x, y in loader:\n            loss = nn.functional.mse_loss(model(x), y)\n            optimizer.zero_grad()\n            loss.backward()\n            optimizer.step()\n"
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, loader, optimizer, 1)\ntrain(model, loader, optimizer, 2)\n"
+    body = f"{TRAINED}train(model, loader, optimizer, 1)\ntrain(model, loader, optimizer, 2)\n"
     output = convert(script(body, helpers=helpers)).output
     assert "        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order also when this function runs again\n" in output
     once = convert(script(body.replace("train(model, loader, optimizer, 1)\n", ""), helpers=helpers)).output
@@ -5204,7 +5206,7 @@ def test_a_total_over_the_dataset_length_in_parentheses_is_summed() -> None:
 
 def test_a_helper_called_before_the_wrap_keeps_the_plain_model() -> None:
     helpers = 'def resume(model):\n    model.load_state_dict(torch.load("init.pt"))\n'
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nresume(model)\n{LOOP}"
+    body = f"{TRAINED}resume(model)\n{LOOP}"
     output = convert(script(body, helpers=helpers)).output
     assert "    model.load_state_dict(torch.load(" in output and "model.module.load_state_dict" not in output
 
@@ -5495,7 +5497,7 @@ def test_a_window_restarted_inside_the_loop_is_no_total_for_convert_or_lint() ->
         print(total / len(loader))
         return last
     '''
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(2):\n    avg = train_one_epoch(model, loader, optimizer)\n    print(avg)\n"
+    body = f"{TRAINED}for epoch in range(2):\n    avg = train_one_epoch(model, loader, optimizer)\n    print(avg)\n"
     output = convert(script(body, helpers)).output
     assert "totals = torch.tensor([total], dtype=torch.float64)" in output
     assert "float(running)" not in output and "[running" not in output and "[last" not in output
@@ -5593,7 +5595,7 @@ def test_an_export_over_the_sharded_training_loader_on_rank_0_is_warned_about() 
         rows = [model(x).detach() for x, _ in loader]
         torch.save(torch.cat(rows), f"{name}.pt")
     '''
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}save_feature_vectors(model, loader, 'train')\n"
+    body = f"{TRAINED}{LOOP}save_feature_vectors(model, loader, 'train')\n"
     result = convert(script(body, helpers))
     assert any(w.startswith("`save_feature_vectors(...)` writes what it reads from `loader`, which is this rank's shard") for w in warnings(result))
 
@@ -5665,7 +5667,7 @@ def test_a_plateau_scheduler_stepped_on_this_ranks_loss_steps_on_the_mean() -> N
         "def run_epoch(model, loader, optimizer):\n    losses = []\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
         "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n        losses.append(loss.detach())\n    return sum(losses) / len(losses)\n"
     )
-    body = (f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{setup}"
+    body = (f"{TRAINED}{setup}"
             "for epoch in range(3):\n    epoch_loss = run_epoch(model, loader, optimizer)\n    scheduler.step(epoch_loss.item())\n")
     assert "        scheduler.step(rank_mean(epoch_loss.item()))\n" in convert(script(body, helpers)).output
 
@@ -5836,7 +5838,7 @@ def test_batches_fetched_by_a_nested_function_restarting_the_loader_are_sharded(
     training loop iterates range(accum)'). The nested function is followed to its loader, which is
     sharded where main() builds it; each refill moves the sampler on."""
     body = (
-        f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nit = iter(loader)\n\n"
+        f"{TRAINED}it = iter(loader)\n\n"
         "def get_batch():\n    nonlocal it\n    try:\n        x, y = next(it)\n    except StopIteration:\n        it = iter(loader)\n        x, y = next(it)\n"
         "    return x.to(device), y.to(device)\n\nfor step in range(6):\n    for micro in range(2):\n        x, y = get_batch()\n"
         "        loss = nn.functional.mse_loss(model(x), y) / 2\n        loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n"
@@ -6916,14 +6918,14 @@ def test_a_loop_in_an_engine_module_is_refused_with_what_both_files_need(tmp_pat
         "        loss = (model(x.to(device)) - y.to(device)).pow(2).mean()\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\n\n"
         "class Trainer:\n    def __init__(self, model, optimizer, loader):\n        self.model, self.optimizer, self.loader = model, optimizer, loader\n"
     )
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(2):\n    engine.train_one_epoch(model, loader, optimizer, device, epoch)\n"
+    body = f"{TRAINED}for epoch in range(2):\n    engine.train_one_epoch(model, loader, optimizer, device, epoch)\n"
     main = tmp_path / "main.py"
     main.write_text(script(body, imports="import engine\n"))
     result = convert_source(main.read_text(), ConvertOptions(), path=str(main))
     assert result.status == "unchanged"
     assert result.reason.startswith("the training loop runs in `engine.train_one_epoch` (another module), called at line ")
     assert "here the DDP wrap, a DistributedSampler with set_epoch and rank-0 output; in `engine` the reduction" in result.reason
-    main.write_text(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nengine.Trainer(model, optimizer, loader)\n", imports="import engine\n"))
+    main.write_text(script(f"{TRAINED}engine.Trainer(model, optimizer, loader)\n", imports="import engine\n"))
     result = convert_source(main.read_text(), ConvertOptions(), path=str(main))
     assert result.reason.startswith("nothing to train in this file: `engine.Trainer` (engine.py), handed the optimizer at line ")
 
@@ -7176,7 +7178,7 @@ def test_a_queue_of_batch_values_kept_across_steps_is_warned_about() -> None:
     """`queue[ptr:ptr + n] = k` in the training loop, `queue` a tensor made before it and read
     by the loss (MoCo's negatives): each rank stores only its shard's keys (helper corpus N).
     A tensor written from numbers is not."""
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nqueue = torch.randn(16, 4)\nptr = 0\n"
+    body = f"{TRAINED}queue = torch.randn(16, 4)\nptr = 0\n"
     loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = nn.functional.mse_loss(model(x), y) + (model(queue) ** 2).mean()").replace(
         "        optimizer.step()\n", "        optimizer.step()\n        queue[ptr:ptr + len(x)] = x.detach()\n        ptr = (ptr + len(x)) % 16\n"
     )
@@ -7253,7 +7255,7 @@ def test_a_training_step_in_a_closure_is_refused_with_the_way_out() -> None:
     corpus Q: replicas apart, or an UnboundLocalError). Refused, naming the closure. An LBFGS
     closure the optimizer's step calls is not."""
     closure = LOOP.replace("for epoch in range(2):\n    for x, y in loader:\n", "def train_one_epoch(dl):\n    for x, y in dl:\n")
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{closure}for epoch in range(2):\n    train_one_epoch(loader)\n"
+    body = f"{TRAINED}{closure}for epoch in range(2):\n    train_one_epoch(loader)\n"
     result = convert(script(body))
     assert result.status == "unchanged"
     assert "is in `train_one_epoch`, a function defined inside `main()`: ddpify does not follow" in result.reason
@@ -7304,7 +7306,7 @@ def test_a_model_returned_by_the_function_that_trains_it_is_the_plain_model() ->
     """`def train(): ...; return model`, then `torch.save(train().state_dict(), path)` in the
     caller: the function returns `model.module` (the wrapper's `module.` keys did not load into
     the plain model; helper corpus P)."""
-    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}return model, 1\n"
+    body = f"{TRAINED}{LOOP}return model, 1\n"
     output = convert(script(body)).output
     assert "    return model.module, 1\n" in output
 
@@ -7604,18 +7606,18 @@ def test_a_calibration_wrapper_built_around_the_trained_model_holds_the_plain_on
         "        self.temperature = nn.Parameter(torch.ones(1))\n\n    def forward(self, x):\n        return self.model(x) / self.temperature\n"
     )
     if used == "calibration":
-        body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+        body = f"{TRAINED}{LOOP}"
         body += "scaled = Scaled(model).to(device)\nt_opt = torch.optim.SGD([scaled.temperature], lr=0.01)\ntorch.save(scaled.state_dict(), 'calibrated.pt')\n"
         output = convert(script(body, helpers)).output
         assert "    scaled = Scaled(model.module).to(device)\n" in output
     elif used == "loss-wrapper":
-        body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nscaled = Scaled(model)\n"
+        body = f"{TRAINED}scaled = Scaled(model)\n"
         body += LOOP.replace("mse_loss(model(x), y)", "mse_loss(scaled(x), y)")
         output = convert(script(body, helpers)).output
         assert "Scaled(model.module)" not in output
     else:  # a second stage trains the model through the wrapper, in a same-file function
         fit = "def fit(net, loader, optimizer):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(net(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
-        body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{LOOP}"
+        body = f"{TRAINED}{LOOP}"
         body += "scaled = Scaled(model)\nfit(scaled, loader, optimizer)\n"
         output = convert(script(body, helpers + "\n\n" + fit)).output
         assert "Scaled(model.module)" not in output

@@ -240,37 +240,31 @@ class StopTogether(Transform):
             local = self._local_names(loop)
             after = self._after_the_loop(loop, local - self.plan.reduced.get(id(loop.loop), set()))  # `epoch_loss = torch.stack(losses).mean().item()`
             for call in self.program.calls_in(loop.function):
-                found = method_call(call)
-                if found is None or found[1] != "step" or not call.args or id(call) in done:
-                    continue
-                if not any(self.tree.inside(call, scope) for scope in scopes):
-                    continue
-                if not any(self.tree.is_call_to(o.node, PLATEAU) for o in self.program.origins(found[0], loop.function)):
-                    continue
-                value = call.args[0].value
-                if not reads(self.tree, value, local if self.tree.inside(call, loop.loop.body) else after):
-                    continue
-                done.add(id(call))
-                self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
-                self.change(call, f"`{code(value)}` is this rank's own: the plateau scheduler steps on its mean over ranks, so every rank lowers its learning rate alike (rank_mean)")
+                if any(self.tree.inside(call, scope) for scope in scopes):
+                    self._plateau_on_the_mean(call, loop.function, local if self.tree.inside(call, loop.loop.body) else after, done)
             # `epoch_loss = run_epoch(...)`, returning `sum(losses) / len(losses)` of this rank's loss tensors, then
             # `sched.step(epoch_loss.item())` in the caller (helper corpus BW, repro 04)
             for site, caller in self.program.call_sites(loop.function) if loop.function is not None else ():
                 returned = self._returned_own(loop, site)
-                if not returned:
-                    continue
-                for call in self.program.calls_in(caller):
-                    found = method_call(call)
-                    if found is None or found[1] != "step" or not call.args or id(call) in done or self.tree.order(call) < self.tree.order(site):
-                        continue
-                    if not any(self.tree.is_call_to(o.node, PLATEAU) for o in self.program.origins(found[0], caller)):
-                        continue
-                    value = call.args[0].value
-                    if reads(self.tree, value, returned):
-                        done.add(id(call))
-                        self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
-                        self.change(call, f"`{code(value)}` is this rank's own: the plateau scheduler steps on its mean over ranks, so every rank lowers its learning rate alike (rank_mean)")
+                for call in self.program.calls_in(caller) if returned else ():
+                    if self.tree.order(call) > self.tree.order(site):
+                        self._plateau_on_the_mean(call, caller, returned, done)
         return bool(done)
+
+    def _plateau_on_the_mean(self, call: cst.Call, function: cst.FunctionDef | None, own: set[str], done: set[int]) -> None:
+        """`call` steps a ReduceLROnPlateau on a value read from `own` (this rank's): it steps on
+        the value's mean over ranks instead (rank_mean)."""
+        found = method_call(call)
+        if found is None or found[1] != "step" or not call.args or id(call) in done:
+            return
+        if not any(self.tree.is_call_to(o.node, PLATEAU) for o in self.program.origins(found[0], function)):
+            return
+        value = call.args[0].value
+        if not reads(self.tree, value, own):
+            return
+        done.add(id(call))
+        self.plan.replace(value, cst.parse_expression(f"rank_mean({code(value)})"))
+        self.change(call, f"`{code(value)}` is this rank's own: the plateau scheduler steps on its mean over ranks, so every rank lowers its learning rate alike (rank_mean)")
 
     def _local_names(self, loop: TrainLoop) -> set[str]:
         """Names holding this rank's own numbers in the step: those bound from its batch, and what
