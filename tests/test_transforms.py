@@ -4446,6 +4446,8 @@ def test_a_per_step_history_of_records_averages_their_floats() -> None:
     assert scope["history"] == [{"step": 1, "loss": 1.5}, {"step": 2, "loss": 4.0}]
     called = convert(standard(loop=loop.replace("{'step': step, 'loss': loss.item()}", "dict(step=step, loss=loss.item())"))).output  # BW repro 08
     assert line in called
+    ordered = loop.replace("{'step': step, 'loss': loss.item()}", "collections.OrderedDict(step=step, loss=loss.item())")  # BZ repro 01
+    assert line in convert(standard(loop=ordered, imports="import collections\n")).output
     tuples = convert(standard(loop=loop.replace("{'step': step, 'loss': loss.item()}", "(step, loss.item())")))
     assert "all_gather_object" not in tuples.output
     assert any("`history` keeps adding up this rank's shard" in w.message for w in tuples.warnings)
@@ -8773,6 +8775,7 @@ def test_a_removal_after_a_reload_in_a_branch_waits_for_the_loads() -> None:
         'list(map(os.remove, sorted(glob.glob("ckpts/e*.pt"))[:-1]))',
         '[*map(os.remove, sorted(glob.glob("ckpts/e*.pt"))[:-1])]',  # BW repro 02
         'collections.deque(map(os.remove, sorted(glob.glob("ckpts/e*.pt"))[:-1]), maxlen=0)',  # BW repro 02b
+        'any(p.unlink() for p in sorted(Path("ckpts").glob("e*.pt"))[:-1])',  # BZ repro 02
     ],
 )
 def test_a_rotation_written_as_a_comprehension_runs_on_rank_0(rotation: str) -> None:
@@ -8784,7 +8787,7 @@ def test_a_rotation_written_as_a_comprehension_runs_on_rank_0(rotation: str) -> 
             torch.save(model.state_dict(), f"ckpts/e{{epoch:02d}}.pt")
             {rotation}
         """
-    output = convert(standard(after="    save_checkpoint(model, epoch)\n", helpers=helpers, imports="import collections\nimport glob\nimport os\n")).output
+    output = convert(standard(after="    save_checkpoint(model, epoch)\n", helpers=helpers, imports="import collections\nimport glob\nimport os\nfrom pathlib import Path\n")).output
     assert (
         '    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), f"ckpts/e{epoch:02d}.pt")\n'
         f'        {rotation}\n'

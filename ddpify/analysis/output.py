@@ -289,6 +289,12 @@ class Outputs:
         for loop in self.program.loops_binding(function, expr.value):
             if self.is_path(loop.iter, function, depth - 1):
                 return True
+        for made in (a for a in tree.ancestors(expr) if type(a) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            comp = made.for_in  # type: ignore[attr-defined]  # `any(p.unlink() for p in old)` (helper corpus BZ, repro 02)
+            while comp is not None:
+                if expr.value in self.program.names_in(comp.target) and self.is_path(comp.iter, function, depth - 1):
+                    return True
+                comp = comp.inner_for_in
         return any(o.node is not expr and self.is_path(o.node, o.function, depth - 1) for o in self.program.origins(expr, function))
 
     def is_log_object(self, obj: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:

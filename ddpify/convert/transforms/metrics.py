@@ -707,12 +707,13 @@ class ReduceMetrics(Transform):
         in. Emitted here; False when the shape is not that one (then a warning)."""
         mean = "[sum(step) / len(step) for step in zip(*{g})]"
         records = lambda v: (type(v) is cst.Dict and all(type(e) is cst.DictElement for e in v.elements)) or (  # noqa: E731
-            self.tree.is_builtin_call(v, "dict") and all(a.keyword is not None for a in v.args)  # `dict(step=s, loss=l)` (helper corpus BW, repro 08)
+            (self.tree.is_builtin_call(v, "dict") or self.tree.is_call_to(v, {"collections.OrderedDict"}))
+            and all(a.keyword is not None for a in v.args)  # `dict(step=s, loss=l)` (helper corpus BW, repro 08; `OrderedDict(...)`, BZ repro 01)
         )
         if values and all(map(records, values)):
             # `history.append({"step": global_step, "loss": loss.item()})`: the floats averaged, the rest (counters) as they are
             mean = "[{{k: sum(d[k] for d in step) / len(step) if isinstance(v, float) else v for k, v in step[0].items()}} for step in zip(*{g})]"
-        elif any(type(v) in (cst.Dict, cst.Tuple, cst.List, cst.Set) or self.tree.is_builtin_call(v, "dict") for v in values) or not all(map(self._is_number, values)):
+        elif any(type(v) in (cst.Dict, cst.Tuple, cst.List, cst.Set) or self.tree.is_builtin_call(v, "dict") or self.tree.is_call_to(v, {"collections.OrderedDict"}) for v in values) or not all(map(self._is_number, values)):
             return False  # records of another shape: a tuple, a list
         starts = [self.program.element(v, i) for v, i in self.program.assignments(loop.function, name) if self.tree.order(v) < self.tree.order(loop.loop)]
         if len(starts) != 1 or not (isinstance(starts[0], cst.List) and not starts[0].elements):
