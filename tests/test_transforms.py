@@ -6939,6 +6939,8 @@ def test_a_loop_in_an_engine_module_is_refused_with_what_both_files_need(tmp_pat
         ('{"mse": AverageMeter(), "total": AverageMeter()}', 'meters["mse"].update(loss.item(), x.size(0))'),
         # through the loss dict's loop key (helper corpus Y, repro 07)
         ('{k: AverageMeter() for k in ["mse", "total"]}', 'for k, v in {"mse": loss, "total": loss}.items():\n            meters[k].update(v.item(), x.size(0))'),
+        # the keys of a config dict's entry (helper corpus BZ, repro 03)
+        ('{k: AverageMeter() for k in CFG["weights"]}', 'meters["mse"].update(loss.item(), x.size(0))'),
     ],
 )
 def test_a_dict_of_meters_over_fixed_keys_is_reduced_meter_by_meter(made: str, update: str) -> None:
@@ -6953,7 +6955,7 @@ def test_a_dict_of_meters_over_fixed_keys_is_reduced_meter_by_meter(made: str, u
     loop = LOOP.replace("for epoch in range(2):\n", f"for epoch in range(2):\n    meters = {made}\n").replace(
         "        optimizer.step()\n", f"        optimizer.step()\n        {update}\n"
     ) + "    print({k: m.avg for k, m in meters.items()})\n"
-    output = convert(standard(loop=loop, helpers=helpers)).output
+    output = convert(standard(loop=loop, helpers='CFG = {"weights": {"mse": 1.0, "total": 1.0}}\n\n\n' + helpers)).output
     assert (
         "        for meter in meters.values():  # made from the same keys on every rank: reduced in the same order\n"
         "            meter_totals = torch.tensor([meter.sum, meter.count], dtype=torch.float64)\n"

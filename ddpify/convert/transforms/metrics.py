@@ -625,8 +625,8 @@ class ReduceMetrics(Transform):
             return found[0] if found[0] is not None and all(f == found[0] for f in found) else None
         if len(initial) != 1 or type(initial[0]) is not cst.DictComp:
             return None
-        keys = initial[0].for_in.iter
-        if not (type(keys) in (cst.List, cst.Tuple) and all(type(e.value) is cst.SimpleString for e in keys.elements)):
+        keys = initial[0].for_in.iter  # written out, or a name or config entry bound to keys written out (`CFG["loss_w"]`: helper corpus BZ, repro 03)
+        if not self._constant_keys(keys, loop.function):
             return None
         return self._meter_of(initial[0].value)
 
