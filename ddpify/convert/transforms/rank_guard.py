@@ -277,11 +277,8 @@ class RankZeroGuards(Transform):
                 if isinstance(small, cst.Pass):
                     continue
                 kind = self._output_call(small.value, function) if isinstance(small, cst.Expr) else None
-                if kind is None and isinstance(small, cst.Expr) and isinstance(small.value, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
-                    kind = self._output_call(small.value.elt, function)  # `[os.remove(p) for p in old]`, a rotation written as a comprehension (helper corpus BO, repro 07)
-                if kind is None and isinstance(small, cst.Expr) and (consumed := self._consumed(small.value)) is not None:
-                    # `list(map(os.remove, old))` (helper corpus BS, repro 08; BW, repro 02), `any(p.unlink() for p in old)` (BZ, repro 02)
-                    kind = self._output_call(consumed.elt if type(consumed) in (cst.ListComp, cst.SetComp, cst.GeneratorExp) else consumed, function)  # type: ignore[attr-defined]
+                if kind is None and isinstance(small, cst.Expr) and (each := self._run_for_each(small.value)) is not None:
+                    kind = self._output_call(each, function)  # a rotation: `[os.remove(p) for p in old]`, `list(map(os.remove, old))`
                 if kind is None and isinstance(small, cst.Assign) and any(dotted(t.target) in ("sys.stdout", "sys.stderr") for t in small.targets):
                     kind = "console copied to a log file"  # `sys.stdout = Logger("log.txt")`: one log, rank 0's
                 if kind is None and (used := self._rank_zero_object_used(small)) is not None and not self._is_logger_assignment(small):
@@ -312,16 +309,23 @@ class RankZeroGuards(Transform):
             return []
         return kinds + body
 
-    def _consumed(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        """The iterator a statement only runs through: `list(it)`, `tuple(it)`, `set(it)`,
-        `any(it)`, `collections.deque(it, maxlen=0)`, `[*it]`."""
+    def _run_for_each(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """What a statement that only runs through an iterator runs for each item: the element of
+        a comprehension (`[os.remove(p) for p in old]`: helper corpus BO, repro 07), or what
+        `list(it)`, `tuple(it)`, `set(it)`, `any(it)`, `collections.deque(it, maxlen=0)` or `[*it]`
+        run through (`map(os.remove, old)`: BS, repro 08; BW, repro 02; `any(p.unlink() for p in old)`: BZ, repro 02)."""
+        if type(expr) in COMPREHENSIONS and type(expr) is not cst.DictComp:
+            return expr.elt  # type: ignore[attr-defined]
+        inner = None
         if type(expr) in (cst.List, cst.Tuple, cst.Set) and len(expr.elements) == 1 and type(expr.elements[0]) is cst.StarredElement:  # type: ignore[attr-defined]
-            return expr.elements[0].value  # type: ignore[attr-defined]
-        if type(expr) is cst.Call and expr.args and (
+            inner = expr.elements[0].value  # type: ignore[attr-defined]
+        elif type(expr) is cst.Call and expr.args and (
             any(self.tree.is_builtin_call(expr, f) for f in ("list", "tuple", "set", "any", "all")) or self.tree.qname(expr.func) == "collections.deque"
         ):
-            return expr.args[0].value
-        return None
+            inner = expr.args[0].value
+        if inner is None:
+            return None
+        return self._run_for_each(inner) if type(inner) in COMPREHENSIONS else inner
 
     def _changes_state(self, test: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """`if stopper.improved(v):`, `if trainer.try_resume():`: the test calls a same-file function
