@@ -8794,3 +8794,91 @@ def test_a_rotation_written_as_a_comprehension_runs_on_rank_0(rotation: str) -> 
         '    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), f"ckpts/e{epoch:02d}.pt")\n'
         f'        {rotation}\n'
     ) in output
+
+
+@pytest.mark.parametrize("init", ["net.apply(init_weights)", "init_all(net)"], ids=["apply", "helper"])
+def test_a_training_function_that_draws_the_weights_it_is_handed_wraps_after_them(init: str) -> None:
+    """Helper corpus BP, repros 03 and 04 (d2l's `train_ch6`): the function handed `net` draws its
+    weights (`net.apply(init_weights)`) before it trains. The wrap in the caller broadcast rank 0's
+    weights before each rank drew its own: the replicas trained apart. The wrap goes into the
+    function, after the draw; the caller keeps the plain model and saves it as it is."""
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def init_weights(m):\n    if type(m) == nn.Linear:\n        nn.init.xavier_uniform_(m.weight)\n\n\n"
+        "def init_all(model):\n    model.apply(init_weights)\n\n\n"
+        "def train(net, loader, device):\n"
+        f"    {init}\n"
+        "    net.to(device)\n"
+        "    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        + textwrap.indent(LOOP.replace("model(x)", "net(x)"), "    ")
+        + f"\n\n{DEVICE}\n{LOADER}\nnet = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))\ntrain(net, loader, device)\n"
+        "torch.save(net.state_dict(), 'net.pt')\n"
+    )
+    result = convert(source)
+    assert f"    {init}\n    net.to(device)\n    net = DDP(net)\n    optimizer" in result.output
+    assert "if rank == 0:\n    torch.save(net.state_dict(), 'net.pt')\n" in result.output
+    assert not any("not in this file" in m for m in warnings(result))
+
+
+def test_a_model_class_from_a_registry_filled_by_a_decorator_is_judged() -> None:
+    """Helper corpus BN, repro 03: `MODEL_REGISTRY[cfg["type"]](...)` over a dict a decorator fills
+    (`@register_model` puts each class in): the chosen class was not known, so its layer the
+    forward never calls got no find_unused_parameters, and DDP failed on the second step."""
+    helpers = """\
+        MODEL_REGISTRY = {}
+
+
+        def register_model(cls):
+            MODEL_REGISTRY[cls.__name__] = cls
+            return cls
+
+
+        @register_model
+        class WithAux(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(4, 1)
+                self.aux = nn.Linear(4, 1)
+
+            def forward(self, x):
+                return self.head(x)
+        """
+    output = convert(standard(model='model = MODEL_REGISTRY["WithAux"]().to(device)', helpers=helpers)).output
+    assert "model = DDP(model, find_unused_parameters=True)" in output
+
+
+def test_a_freeze_through_a_list_of_the_models_parts_wraps_it_again() -> None:
+    """Helper corpus BR, repro 02: `freeze_to(groups, n)` walks `groups = [model[0], model[2]]`
+    (`for i, g in enumerate(groups): for p in g.parameters(): p.requires_grad = ...`) every epoch
+    after the wrap: DDP failed with "Expected to have finished reduction". The list's parts are
+    the model's, so it is wrapped again after the switch, as after any unfreeze."""
+    helpers = """\
+        def freeze_to(groups, n):
+            for i, g in enumerate(groups):
+                for p in g.parameters():
+                    p.requires_grad = i >= len(groups) - n
+        """
+    model = "model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).to(device)\ngroups = [model[0], model[2]]"
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    freeze_to(groups, epoch + 1)\n")
+    output = convert(standard(model=model, loop=loop, helpers=helpers)).output
+    assert "        freeze_to(groups, epoch + 1)\n        model = DDP(model.module)  # again:" in output
+
+
+def test_a_toggle_handed_a_list_of_one_critic_is_a_switch_of_it() -> None:
+    """Helper corpus BS script 04, BW script 03: `toggle(D, True)` and `toggle([D], False)` with a
+    toggle walking the list it is handed. Read as switches of `D`, the critic turned off and on
+    after its wrap is no unfreeze: it is not wrapped again."""
+    helpers = """\
+        def toggle(nets, on):
+            if not isinstance(nets, list):
+                nets = [nets]
+            for net in nets:
+                for p in net.parameters():
+                    p.requires_grad = on
+        """
+    loop = LOOP.replace("        optimizer.zero_grad()\n", "        toggle(model, True)\n        optimizer.zero_grad()\n").replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        toggle([model], False)\n"
+    )
+    output = convert(standard(loop=loop, helpers=helpers)).output
+    assert "DDP(model.module)" not in output
+

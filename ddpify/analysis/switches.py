@@ -82,14 +82,32 @@ class GradSwitches:
             for loop in (n for n in self.program.scope_nodes(helper) if type(n) is cst.For):
                 switch = self._loop(loop, helper, call)
                 subject = _root_name(switch.module) if switch is not None else None
+                if subject is not None and subject not in self.program.all_param_names(helper):
+                    subject = self._iterated_parameter(subject, helper) or subject  # `for g in groups: for p in g.parameters()`
                 # `set_requires_grad(model.backbone, True)`, or `set_backbone_trainable(model, True)` reaching `model.backbone`
                 handed = self.program.argument_for(call, helper, subject) if subject is not None else None
                 if subject == "self" and type(call.func) is cst.Attribute:
                     handed = call.func.value  # a method of the model's class: `model.set_backbone_trainable(True)`
                 if switch is not None and handed is not None:
-                    found.append(GradSwitch(call, call, handed, switch.on, switch.partial))
+                    # `toggle([netD_A, netD_B], False)` over the list it walks: a switch of each
+                    each = [e.value for e in handed.elements] if type(handed) in (cst.List, cst.Tuple) and subject != _root_name(switch.module) else [handed]
+                    found += [GradSwitch(call, call, module, switch.on, switch.partial) for module in each]
         found.sort(key=lambda switch: self.tree.order(switch.node))
         return found
+
+    def _iterated_parameter(self, name: str, helper: cst.FunctionDef) -> str | None:
+        """The helper's parameter that `name` walks: `for g in groups:` or `for i, g in
+        enumerate(groups):` (ULMFiT's gradual unfreezing over layer groups, helper corpus BR, repro 02)."""
+        for loop in (n for n in self.program.scope_nodes(helper) if type(n) is cst.For):
+            targets = [loop.target] if type(loop.target) is cst.Name else [e.value for e in getattr(loop.target, "elements", [])]
+            if not any(type(t) is cst.Name and t.value == name for t in targets):
+                continue
+            iterated = loop.iter
+            if type(iterated) is cst.Call and type(iterated.func) is cst.Name and iterated.func.value == "enumerate" and iterated.args:
+                iterated = iterated.args[0].value
+            if type(iterated) is cst.Name and iterated.value in self.program.all_param_names(helper):
+                return iterated.value
+        return None
 
     def in_function(self, function: cst.FunctionDef | None) -> list[GradSwitch]:
         return [switch for switch in self.all if self.tree.function(switch.node) is function]

@@ -50,6 +50,8 @@ CHECKPOINTS = {"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.chec
 # Forwards with parameters handed in (MAML's inner loop): they call the module's forward, not DDP's.
 FUNCTIONAL_CALLS = {"torch.func.functional_call", "torch.nn.utils.stateless.functional_call", "torch.func.stateless.functional_call"}
 MOVE_METHODS = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
+# Methods of a model that draw its weights in place (each rank its own): the DDP wrap must come after them.
+WEIGHT_SETTERS = {"apply", "reset_parameters"}
 # What SyncBatchNorm.convert_sync_batchnorm converts: subclasses of torch.nn.modules.batchnorm._BatchNorm.
 BATCH_NORMS = {
     f"torch.nn.{prefix}{name}"
@@ -948,7 +950,10 @@ class Analyzer:
             ]
             training = [f for f in called if self._reaches_training(f)]
             # the block itself builds what trains (the model it wraps, the loader it shards): set up there
-            builds = any(m.function is None for m in models) or any(o.function is None for o in loaders)
+            builds = any(m.function is None for m in models) or any(o.function is None for o in loaders) or any(
+                m.function is not None and m.ref in self.program.all_param_names(m.function) and any(caller is None for _, caller in self.program.call_sites(m.function))
+                for m in models
+            )  # or hands the model to the function that wraps it (`_sets_weights`)
             # `for lr in grid: train(lr)`: a function run more than once would set the group up again
             repeated = len(training) == 1 and self.program.called_repeatedly(training[0], guard.body)
             # `best = train()`, then the block reads back what training wrote: the group must outlive the call (helper corpus BX, repro 01)
@@ -1460,6 +1465,13 @@ class Analyzer:
             if type(inner) is cst.Call and self.tree.qname(inner.func) in s.DATA_PARALLEL and inner.args and dotted(inner.args[0].value) == model.ref:
                 continue  # `model = nn.DataParallel(model)`: the same model (helper corpus AS, repro 03: its find_unused was lost)
             values.append(value)
+        if not values and model.function is not None and model.ref in self.program.all_param_names(model.function):
+            # a parameter the function wraps itself (`_sets_weights`): what its callers hand it
+            for site, caller in self.program.call_sites(model.function):
+                argument = self.program.argument_for(site, model.function, model.ref)
+                name = dotted(argument) if argument is not None else None
+                if name is not None and "." not in name:
+                    values += [self.program.element(v, i) for v, i in self.program.assignments(caller, name) if self.tree.order(v) < self.tree.order(site)]
         return values
 
     def _judge_batch_norm(self, model: TrainedModel, values: list[cst.CSTNode]) -> None:
@@ -2122,6 +2134,8 @@ class Analyzer:
     def _definition(self, ref: str, function: cst.FunctionDef | None) -> list[tuple[str, cst.FunctionDef | None]]:
         """Follow a model name through parameters to the function that assigns it."""
         if function is not None and "." not in ref and ref in self.program.all_param_names(function):
+            if self._sets_weights(ref, function, training=True):
+                return [(ref, function)]  # `train_ch6(net, ...)` initializes `net` itself: wrapped there, after that
             out = []
             for call, caller in self.program.call_sites(function):
                 argument = self.program.argument_for(call, function, ref)
@@ -2142,12 +2156,36 @@ class Analyzer:
             function = None  # a global
         return [(ref, function)]
 
+    def _sets_weights(self, ref: str, function: cst.FunctionDef, training: bool, depth: int = 0) -> bool:
+        """Whether `function` changes the weights of its parameter `ref` (before it trains it, with
+        `training`): `net.apply(init_weights)`, `reset_parameters()`,
+        `nn.init.*` on its tensors, or a same-file function handed it that does. d2l's `train_ch6`
+        initializes the net it is handed: a wrap in its caller broadcast rank 0's weights before
+        each rank drew its own (helper corpus BP, repros 03 and 04)."""
+        for statement in function.body.body:
+            if training and self._uses_for_training(statement, ref, function):
+                return False
+            for call in self.tree.calls(statement):
+                found = s.method_call(call)
+                if found is not None and dotted(found[0]) == ref and found[1] in WEIGHT_SETTERS:
+                    return True
+                if (self.tree.qname(call.func) or "").startswith("torch.nn.init.") and call.args and (dotted(unchained(call.args[0].value)) or "").split(".")[0] == ref:
+                    return True
+                target = self.program.callee(call, function)
+                handed = [a for a in call.args if dotted(a.value) == ref]
+                if depth < 2 and target is not None and len(handed) == 1 and target[0] is not function:
+                    param = self.program.parameter_for(call, target[0], handed[0].value)
+                    if param is not None and self._sets_weights(param, target[0], training=False, depth=depth + 1):
+                        return True
+        return False
+
     def _trained_model(self, ref: str, function: cst.FunctionDef | None) -> TrainedModel | None:
         """The model is wrapped right before training starts: after the last statement that uses it
         before then, so that weight init (`apply`), loaded or frozen weights and moves come first
         (DDP broadcasts rank 0's weights when it wraps; a change after that is per rank)."""
         body = function.body if function is not None else self.tree.module
-        found = self._anchor_in(_flatten_main_block(self.tree, body), ref, function)
+        handed = function is not None and "." not in ref and ref in self.program.all_param_names(function)
+        found = self._anchor_in(_flatten_main_block(self.tree, body), ref, function, assigned=handed)
         if found is None:
             # Built and trained inside a loop (a sweep over learning rates): wrapped there, each time
             for value, _ in self.program.assignments(function, ref):
@@ -2247,9 +2285,10 @@ class Analyzer:
                 return False
         return True
 
-    def _anchor_in(self, statements: list[cst.BaseStatement], ref: str, function: cst.FunctionDef | None) -> tuple[cst.BaseStatement, bool] | None:
+    def _anchor_in(self, statements: list[cst.BaseStatement], ref: str, function: cst.FunctionDef | None, assigned: bool = False) -> tuple[cst.BaseStatement, bool] | None:
+        """The statement the wrap follows; `assigned`: `ref` is bound on entry (a parameter)."""
         anchor: cst.BaseStatement | None = None
-        assigned = moved = False
+        moved = False
         printing = False  # the anchor is followed by statements that only print so far
         before: cst.BaseStatement | None = None  # the statement before the current one
         for statement in statements:
@@ -3504,13 +3543,42 @@ class Analyzer:
         dicts = [o.node for o in self.program.origins(table, function)]
         if not dicts or any(type(d) is not cst.Dict for d in dicts):
             return []
-        classes = []
+        classes = self._registered_by_decorator(table)
+        if classes is None:
+            return []
         for d in dicts:
             for element in d.elements:
                 value = getattr(element, "value", None)
                 if type(value) is not cst.Name or value.value not in self.program.classes:
                     return []
                 classes.append(self.program.classes[value.value])
+        return classes
+
+    def _registered_by_decorator(self, table: cst.BaseExpression) -> list[cst.ClassDef] | None:
+        """The same-file classes a decorator puts into the module's dict `table`
+        (`def register_model(cls): MODEL_REGISTRY[cls.__name__] = cls`, then `@register_model`,
+        or `@register("name")` through an inner function): empty when nothing fills it that way,
+        None when something else writes into it (helper corpus BN, repro 03)."""
+        name = dotted(table)
+        if type(table) is not cst.Name or name is None:
+            return []
+        registrars: set[str] = set()
+        for node in self.tree.walk(self.tree.module):
+            if type(node) is not cst.Assign or not any(type(t.target) is cst.Subscript and dotted(t.target.value) == name for t in node.targets):
+                continue
+            function = self.tree.function(node)
+            outer = function
+            while outer is not None and self.tree.function(self.tree.parent(outer)) is not None:
+                outer = self.tree.function(self.tree.parent(outer))
+            if function is None or outer is None or type(node.value) is not cst.Name or node.value.value not in self.program.param_names(function):
+                return None  # `MODELS["mlp"] = MLP` at module level, or a value that is no decorated class
+            registrars.add(outer.name.value)
+        classes = []
+        for cls in self.program.classes.values():
+            for decorator in cls.decorators:
+                used = decorator.decorator.func if type(decorator.decorator) is cst.Call else decorator.decorator
+                if dotted(used) in registrars:
+                    classes.append(cls)
         return classes
 
     def _chosen_class(self, node: cst.CSTNode, function: cst.FunctionDef | None, depth: int) -> list[cst.ClassDef]:

@@ -510,6 +510,14 @@ class WrapModel(Transform):
         """The wrapped model whose parameters `root` (`model.backbone`) holds, as (root, model):
         (None, None) when it is no wrapped model's (before the wrap, which sees it)."""
         function = self.tree.function(node)
+        if type(root) is cst.Name and not self.facts.is_model(root, function):
+            # `groups = [model[0], model[2], model[4]]`: a list of the model's own parts
+            parts = [o.node for o in self.program.origins(root, function)]
+            if len(parts) == 1 and type(parts[0]) in (cst.List, cst.Tuple) and parts[0].elements:
+                roots = {dotted(_part_root(e.value)) for e in parts[0].elements}
+                model = next((m for m in self.facts.models if m.ref in roots and m.function is function and m.element is None), None)
+                if len(roots) == 1 and model is not None and self.tree.order(node) > self.tree.order(model.anchor):
+                    return _part_root(parts[0].elements[0].value), model
         while type(root) in (cst.Attribute, cst.Subscript) and not self.facts.is_model(root, function):
             root = root.value
         if root is None or not self.facts.is_model(root, function):
@@ -1023,3 +1031,10 @@ def _stored_in(target: cst.BaseExpression) -> str:
 def _state_of_a_model(node: cst.CSTNode) -> bool:
     """`x.state_dict()`: what a copy of a model's state is made from."""
     return type(node) is cst.Call and (found := s.method_call(node)) is not None and found[1] == "state_dict"
+
+
+def _part_root(part: cst.BaseExpression) -> cst.BaseExpression:
+    """`model` of `model[0]` and of `model.encoder.layer`."""
+    while type(part) in (cst.Attribute, cst.Subscript):
+        part = part.value  # type: ignore[union-attr]
+    return part
