@@ -8882,3 +8882,28 @@ def test_a_toggle_handed_a_list_of_one_critic_is_a_switch_of_it() -> None:
     output = convert(standard(loop=loop, helpers=helpers)).output
     assert "DDP(model.module)" not in output
 
+
+def test_a_timestamp_drawn_in_the_init_of_a_class_that_trains_is_rank_0s() -> None:
+    """Helper corpus BK, repro 01: `Experiment.__init__` names its run folder with a timestamp
+    (`stamp = datetime.datetime.now().strftime(...)`), its `run()` trains and saves there on rank
+    0, and `main` loads each returned folder's file: rank 1 looked in a folder of its own
+    (FileNotFoundError). The stamp is rank 0's on every rank, and the loads wait for the saves."""
+    helpers = """\
+        class Experiment:
+            def __init__(self, lr):
+                self.lr = lr
+                stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+                self.run_dir = os.path.join("runs", f"lr{lr}_{stamp}")
+                os.makedirs(self.run_dir, exist_ok=True)
+
+            def run(self, loader, device):
+                model = nn.Linear(4, 1).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=self.lr)
+""" + textwrap.indent(LOOP, " " * 16) + """\
+                torch.save(model.state_dict(), os.path.join(self.run_dir, "model.pt"))
+                return self.run_dir
+        """
+    body = f"{DEVICE}\n{LOADER}\ndirs = [Experiment(lr).run(loader, device) for lr in [0.1, 0.01]]\nfor d in dirs:\n    state = torch.load(os.path.join(d, 'model.pt'))\n    print(d, state['weight'].sum())\n"
+    output = convert(script(body, helpers, imports="import datetime\nimport os\n")).output
+    assert '        stamp = rank0_value(stamp)  # one run: the same name on every rank\n        self.run_dir = os.path.join(' in output
+    assert "    dist.barrier()  # rank 0 saved in the training above: wait until it is done\n    for d in dirs:\n" in output

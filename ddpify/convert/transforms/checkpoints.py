@@ -380,6 +380,15 @@ class Checkpoints(Transform):
             writer = "this node's first rank" if node_local(self.tree, self.program, path.value, function) else "rank 0"  # type: ignore[union-attr]
             self.plan.insert_before(statement, statements(f"dist.barrier()  # {writer} wrote this file: wait until it is complete\n"))
             self.change(call, f"barrier before reading {code(path.value)} back: rank 0 saves it, every rank loads it")
+        elif (
+            path is not None and not saves and not private_to_process(self.tree, self.program, path.value, function)
+            and (trainer := self._trained_and_saved_before(call, function)) is not None
+        ):
+            statement = self.tree.statement(opened if opened is not None else call)
+            while self.tree.loops(statement) and not any(self.tree.inside(trainer, loop) for loop in self.tree.loops(statement)):
+                statement = self.tree.statement(self.tree.parent(statement))  # type: ignore[arg-type]  # `for d in dirs: torch.load(...)`: before the loop
+            self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 saved in the training above: wait until it is done\n"))
+            self.change(call, f"barrier before reading {code(path.value)}: `{code(trainer.func)}(...)` (line {self.tree.line(trainer)}) trains and saves on rank 0 first")
         elif path is not None and (helper := self._handed_the_model_before(call, function)) is not None and not self.tree.loops(call):
             statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
             self.plan.insert_before(statement, statements("dist.barrier()  # a helper handed the model may have written this file: wait until every rank is done\n"))
@@ -485,6 +494,25 @@ class Checkpoints(Transform):
                 if "." in name.strip("."):
                     names.add(name)
         return names
+
+    def _trained_and_saved_before(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Call | None:
+        """The last call before `call`, in its function and outside its loops, of a same-file
+        function that trains and saves with torch.save, rank 0's (`dirs = [Experiment(lr).run(ds)
+        for lr in grid]`, then `torch.load(os.path.join(d, "model.pt"))`: helper corpus BK, repro
+        01). Only where the path read names no save of this function that `_load` could match."""
+        if self.tree.loops(call) and any(self.tree.inside(c, lp) for lp in self.tree.loops(call) for c in self.program.calls_in(function) if self.tree.order(c) < self.tree.order(call) and self._saves_in_training(c, function)):
+            return None  # trained and loaded in one loop: `_load`'s own matching decides
+        found = None
+        for other in self.program.calls_in(function):
+            if self.tree.order(other) < self.tree.order(call) and self._saves_in_training(other, function):
+                found = other
+        return found
+
+    def _saves_in_training(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        target = self.program.callee(call, function)
+        if target is None or target[0] not in self.program.training_functions:
+            return False
+        return any(self.tree.is_call_to(c, s.TORCH_SAVE) for c in self.program.calls_in(target[0]))
 
     def _handed_the_model_before(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Call | None:
         """A call of another module's function, handed the model, earlier in this function (a

@@ -46,11 +46,18 @@ class SharedRunNames(Transform):
         entry = self.facts.entry
         if entry.kind == "library":
             return
-        for assign in self.program.scope_nodes(entry.function):
-            if type(assign) is not cst.Assign or len(assign.targets) != 1 or not isinstance(self.tree.parent(assign), cst.SimpleStatementLine):
-                continue
+        for function, assign in self._assignments():
             name = dotted(assign.targets[0].target)
             if name is None or self.tree.loops(assign):
+                continue
+            if function is not entry.function:
+                # `stamp = datetime.datetime.now().strftime(...)`, then `self.run_dir = os.path.join("runs", f"lr{lr}_{stamp}")`, in
+                # the `__init__` of a class that trains (helper corpus BK, repro 01): drawn on every rank, as the entry's names are
+                if self._draws(assign.value) and self._names_files(name, function):
+                    statement = self.tree.statement(assign)
+                    self.plan.insert_after(statement, statements(f"{name} = rank0_value({name})  # one run: the same name on every rank\n"))
+                    self.change(statement, f"`{name}` is drawn in each process (`{code(assign.value)}`): every rank takes rank 0's (rank0_value)")
+                    done = True
                 continue
             if type(assign.targets[0].target) is cst.Name and self._picks_a_free_name(assign.value, entry.function) and not self.facts.before_setup(entry.function, assign):
                 # YOLO's `save_dir = increment_path("runs/exp")`: each rank would look, find another folder free and make it
@@ -89,6 +96,23 @@ class SharedRunNames(Transform):
             assert self.facts.imports_end is not None
             self.plan.insert_after(self.facts.imports_end, statements(HELPER))
 
+    def _assignments(self):
+        """Single assignments of the entry function, then of the functions every rank runs: those
+        that train, and the `__init__` of a class with a method that trains (the object that
+        trains is made on every rank). Not other functions: one may run on rank 0 alone, where a
+        broadcast would wait for the others forever."""
+        entry = self.facts.entry.function
+        scopes = [entry]
+        trains = self.program.training_functions
+        for function in sorted(trains, key=self.tree.order):
+            cls = self.program.owner_class(function)
+            init = self.program.class_methods(cls).get("__init__") if cls is not None else None
+            scopes += [f for f in (init, function) if f is not None and f is not entry and f not in scopes and self.facts.runs_after_setup(f) and not self.facts.before_setup(f, None)]
+        for function in scopes:
+            for assign in self.program.scope_nodes(function):
+                if type(assign) is cst.Assign and len(assign.targets) == 1 and isinstance(self.tree.parent(assign), cst.SimpleStatementLine):
+                    yield function, assign
+
     def _picks_a_free_name(self, value: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """A call of a same-file function that looks at what exists to pick a new folder and makes
         it (`increment_path`: `while path.exists(): ...`, then `path.mkdir(...)`)."""
@@ -123,6 +147,6 @@ class SharedRunNames(Transform):
             qualified = self.tree.qname(call.func) or ""
             if not qualified.startswith(PATH_CALLS):
                 continue
-            if any(type(n) is cst.Name and n.value == name for a in call.args for n in self.tree.walk(a.value)):
+            if any(type(n) in (cst.Name, cst.Attribute) and dotted(n) == name for a in call.args for n in self.tree.walk(a.value)):
                 return True
         return False
