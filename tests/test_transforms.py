@@ -8907,3 +8907,39 @@ def test_a_timestamp_drawn_in_the_init_of_a_class_that_trains_is_rank_0s() -> No
     output = convert(script(body, helpers, imports="import datetime\nimport os\n")).output
     assert '        stamp = rank0_value(stamp)  # one run: the same name on every rank\n        self.run_dir = os.path.join(' in output
     assert "    dist.barrier()  # rank 0 saved in the training above: wait until it is done\n    for d in dirs:\n" in output
+
+
+def test_a_break_on_a_meters_running_value_in_the_step_is_decided_together() -> None:
+    """Helper corpus CD, repro 02: `if step >= 2 and metric.compute() > 0.97: break` inside the
+    batch loop, on a same-file meter whose `update` adds this rank's counts to its own
+    (`self.correct += ...`): one rank left the loop while the other went on to its next
+    all-reduce (gloo aborted with a collective mismatch; NCCL hangs). The test is any_rank's."""
+    helpers = """\
+        class Accuracy:
+            def __init__(self):
+                self.correct = 0
+                self.total = 0
+
+            def update(self, out, y):
+                self.correct += (out.round() == y).sum().item()
+                self.total += y.numel()
+
+            def compute(self):
+                return self.correct / max(1, self.total)
+        """
+    loop = """\
+for epoch in range(2):
+    metric = Accuracy()
+    for step, (x, y) in enumerate(loader):
+        x, y = x.to(device), y.to(device)
+        out = model(x)
+        loss = nn.functional.mse_loss(out, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        metric.update(out.detach(), y)
+        if step >= 2 and metric.compute() > 0.97:
+            break
+"""
+    output = convert(standard(loop=loop, helpers=helpers)).output
+    assert "            if any_rank(step >= 2 and metric.compute() > 0.97):\n                break\n" in output

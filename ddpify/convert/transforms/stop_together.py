@@ -291,7 +291,7 @@ class StopTogether(Transform):
                 elif type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Subscript and reads(self.tree, node.value, local):
                     target = dotted(node.targets[0].target.value)  # `memory[idx] = f.detach()`: a bank of this rank's values (helper corpus BB, repro 01)
                     target = target.split(".")[0] if target is not None else None
-                elif (found := method_call(node)) and type(found[0]) is cst.Name and any(reads(self.tree, a, local) for a in node.args) and keeps_in_place(self.program, found, loop.function):
+                elif (found := method_call(node)) and type(found[0]) is cst.Name and any(reads(self.tree, a, local) for a in node.args) and keeps_in_place(self.program, found, loop.function, totals=True):
                     target = found[0].value  # `memory.index_copy_(0, idx, f)`, `bank.update(f, idx)`
                 elif type(node) is cst.If and id(node) not in exits and reads(self.tree, node.test, local):
                     # `if tr_loss < 1.0: control.should_training_stop = True`: what it sets is this rank's decision
