@@ -8943,3 +8943,25 @@ for epoch in range(2):
 """
     output = convert(standard(loop=loop, helpers=helpers)).output
     assert "            if any_rank(step >= 2 and metric.compute() > 0.97):\n                break\n" in output
+
+
+def test_two_stages_handed_one_loader_count_epochs_on_from_the_sampler() -> None:
+    """Helper corpus CD, repro 03: `pretrain(ae, loader)` then `finetune(head, loader)`, each with
+    `for ep in range(epochs)`: `set_epoch(ep)` in both replayed pretraining's orders in
+    fine-tuning. Both count on from the sampler's own epoch, whichever runs first."""
+    stage = """\
+        def {name}(model, loader, device):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for ep in range(2):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+        """
+    helpers = stage.format(name="pretrain") + "\n\n" + stage.format(name="finetune")
+    body = f"{DEVICE}\n{LOADER}\nae = nn.Linear(4, 1).to(device)\npretrain(ae, loader, device)\nhead = nn.Linear(4, 1).to(device)\nfinetune(head, loader, device)\n"
+    output = convert(script(body, helpers)).output
+    onward = "        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order: another stage passes over the same loader\n"
+    assert output.count(onward) == 2
+    assert "set_epoch(ep)" not in output

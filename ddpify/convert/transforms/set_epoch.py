@@ -27,6 +27,7 @@ class SetEpoch(Transform):
         if not self.facts.loader_plans:
             return
         staged: set[tuple[int, str]] = set()  # (function, loader) of an epoch loop already met
+        shared = self._loader_shared_by_stages()
         for start in sorted(self.facts.epoch_starts, key=lambda st: self.tree.order(st.loop)):
             stage = (id(self.tree.function(start.loop)), start.loader)
             later_stage = stage in staged
@@ -47,6 +48,8 @@ class SetEpoch(Transform):
                 set_epoch = f"{onward}  # a new order also when this function runs again"
             elif later_stage:  # a second epoch loop over the same loader (fine-tuning after pretraining): its epochs start at 0 again
                 set_epoch = f"{onward}  # a new order: an earlier stage used the first epochs' orders"
+            elif id(start.loop) in shared:  # `pretrain(ae, loader)`, then `finetune(head, loader)`: each counts its epochs from 0
+                set_epoch = f"{onward}  # a new order: another stage passes over the same loader"
             if start.optional:  # a flag may choose a sampler of the script's own, which has no set_epoch
                 self.plan.add_import("torch.utils.data.distributed", "DistributedSampler")
                 set_epoch = f"if isinstance({start.loader}.sampler, DistributedSampler):\n    {set_epoch}"
@@ -70,6 +73,24 @@ class SetEpoch(Transform):
                 set_epoch = f"if isinstance({loader}.sampler, DistributedSampler):\n    {set_epoch}"
             self.plan.insert_after(loop, statements(set_epoch + "\n"))
             self.change(loop, f"each pass over `{loader}` ends with its sampler moving to the next epoch, so the next pass shuffles differently")
+
+    def _loader_shared_by_stages(self) -> set[int]:
+        """The epoch loops of two or more functions that are handed one loader (`pretrain(ae,
+        loader)`, then `finetune(head, loader)`): each counts its epochs from 0, so `set_epoch(ep)`
+        replayed the first stage's orders in the second (helper corpus CD, repro 03). Either may run
+        first: all of them count on from the sampler's own epoch."""
+        by_origin: dict[int, list[EpochStart]] = {}
+        for start in self.facts.epoch_starts:
+            function = self.tree.function(start.loop)
+            if function is None or "." in start.loader or "[" in start.loader or start.loader not in self.program.all_param_names(function):
+                continue
+            for origin in self.program.origins(cst.Name(start.loader), function):
+                by_origin.setdefault(id(origin.node), []).append(start)
+        shared: set[int] = set()
+        for starts in by_origin.values():
+            if len({id(self.tree.function(st.loop)) for st in starts}) > 1:
+                shared |= {id(st.loop) for st in starts}
+        return shared
 
     def _later_single_passes(self) -> None:
         """Two stages that each go once over the same loader, with no epoch loop around either
