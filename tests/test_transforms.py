@@ -8965,3 +8965,18 @@ def test_two_stages_handed_one_loader_count_epochs_on_from_the_sampler() -> None
     onward = "        loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order: another stage passes over the same loader\n"
     assert output.count(onward) == 2
     assert "set_epoch(ep)" not in output
+
+
+def test_a_rotation_through_map_of_pathlibs_unlink_runs_on_rank_0() -> None:
+    """Helper corpus CB, repro 05: `any(map(Path.unlink, sorted(root.glob("step_*.pt"))[:-keep]))`
+    after rank 0's save ran on every rank: the ranks removed the same files under one another."""
+    helpers = """\
+        def save_and_rotate(model, root, step, keep=2):
+            torch.save(model.state_dict(), root / f"step_{step:04d}.pt")
+            any(map(Path.unlink, sorted(root.glob("step_*.pt"))[:-keep]))
+        """
+    output = convert(standard(after="    save_and_rotate(model, Path('ck'), epoch)\n", helpers=helpers, imports="from pathlib import Path\n")).output
+    assert (
+        '    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), root / f"step_{step:04d}.pt")\n'
+        '        any(map(Path.unlink, sorted(root.glob("step_*.pt"))[:-keep]))\n'
+    ) in output

@@ -75,6 +75,8 @@ WRITE_METHODS: dict[str, tuple[int, str] | None] = {
 PATH_CHANGES = {"unlink", "rmdir", "rename", "replace", "touch"}
 # Of the writes above, those that remove what they name (the destination is what goes).
 REMOVALS = {"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree", "unlink", "rmdir"}
+# pathlib's removals named unbound (`map(Path.unlink, stale)`: helper corpus CB, repro 05)
+PATH_REMOVALS = {"pathlib.Path.unlink", "pathlib.Path.rmdir", "pathlib.PurePath.unlink"}
 # pathlib methods whose value is a path, or paths (`out.glob("*.pt")`), when their receiver is one
 PATH_METHODS = {"glob", "rglob", "iterdir", "with_suffix", "with_name", "with_stem", "joinpath", "resolve", "absolute", "expanduser"}
 # builtins that hand on the paths of their first argument (`sorted(out.glob(...))[:-2]`)
@@ -138,8 +140,10 @@ class Outputs:
         tree = self.tree
         if tree.is_builtin_call(call, "print"):
             return Output(PRINT, "print")
-        if tree.is_builtin_call(call, "map") and len(call.args) == 2 and tree.qname(call.args[0].value) in WRITE_FUNCTIONS:
-            # `list(map(os.remove, old[:-2]))`: the function writes (removes) each path
+        if tree.is_builtin_call(call, "map") and len(call.args) == 2 and (
+            tree.qname(call.args[0].value) in WRITE_FUNCTIONS or (tree.qname(call.args[0].value) or "") in PATH_REMOVALS
+        ):
+            # `list(map(os.remove, old[:-2]))`, `any(map(Path.unlink, stale))`: the function writes (removes) each path
             return Output(FILE_WRITE, code(call.args[0].value), call.args[1].value)
         name = tree.qname(call.func) or self.program.star_imported(call.func, function) or self._star_imported_module(call.func, function)
         if name is not None:
