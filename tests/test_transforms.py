@@ -8980,3 +8980,58 @@ def test_a_rotation_through_map_of_pathlibs_unlink_runs_on_rank_0() -> None:
         '    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), root / f"step_{step:04d}.pt")\n'
         '        any(map(Path.unlink, sorted(root.glob("step_*.pt"))[:-keep]))\n'
     ) in output
+
+
+def test_the_last_checkpoints_kept_in_a_deque_are_popped_on_every_rank_and_waited_for() -> None:
+    """Helper corpus CB, repro 03: `recent.append(path)`, then `if len(recent) > 2:
+    os.remove(recent.popleft())` became `if rank == 0 and len(recent) > 2:`: the other ranks' deque
+    kept every path and they loaded files rank 0 had removed. The pop runs on every rank, the
+    removal on rank 0; the loads of the kept paths wait for rank 0's last save, and the removal
+    of the folder after them waits for the loads."""
+    loop = LOOP + (
+        "    path = f'ck/e{epoch}.pt'\n"
+        "    torch.save(model.state_dict(), path)\n"
+        "    recent.append(path)\n"
+        "    if len(recent) > 2:\n"
+        "        os.remove(recent.popleft())\n"
+        "states = [torch.load(p) for p in recent]\n"
+        "print(len(states))\n"
+        "shutil.rmtree('ck')\n"
+    )
+    output = convert(standard(loop="recent = collections.deque()\n" + loop, imports="import collections\nimport os\nimport shutil\n")).output
+    assert "        if len(recent) > 2:\n            popped = recent.popleft()\n            if rank == 0:\n                os.remove(popped)\n" in output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    states = [torch.load(p" in output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('ck')\n" in output
+
+
+def test_a_checkpoint_read_back_through_a_helper_waits_for_rank_0s_save() -> None:
+    """Helper corpus CB, repro 07: the epoch loop saves `os.path.join(WORK, "best.pth")` on rank
+    0, then `net = load_best(net)`, whose body loads that file, then `shutil.rmtree(WORK)`: no
+    barrier before the helper's load nor before the removal (rank 1 found no file)."""
+    helpers = """\
+        WORK = "work"
+
+
+        def load_best(model):
+            model.load_state_dict(torch.load(os.path.join(WORK, "best.pth")))
+            return model
+        """
+    loop = LOOP + "    torch.save(model.state_dict(), os.path.join(WORK, 'best.pth'))\nmodel = load_best(model)\nshutil.rmtree(WORK)\n"
+    output = convert(standard(loop=loop, helpers=helpers, imports="import os\nimport shutil\n")).output
+    assert "    dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n    model = load_best(model)\n" in output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree(WORK)\n" in output
+
+
+def test_a_checkpoint_picked_by_a_helper_listing_the_folder_waits_before_the_pick() -> None:
+    """Helper corpus CB, repro 06: `ck = latest(root)`, a same-file helper that globs the folder
+    for the newest checkpoint, then `torch.load(ck)`: the barrier came after the pick, so rank 1
+    listed the folder before rank 0's last save and loaded an older checkpoint (the replicas
+    parted). The barrier goes before the pick."""
+    helpers = """\
+        def latest(root):
+            files = sorted(root.glob("step_*.pt"))
+            return files[-1] if files else None
+        """
+    loop = LOOP + "    torch.save(model.state_dict(), root / f'step_{epoch:04d}.pt')\nck = latest(root)\nmodel.load_state_dict(torch.load(ck))\n"
+    output = convert(standard(loop="root = Path('ck')\n" + loop, helpers=helpers, imports="from pathlib import Path\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    ck = latest(root)\n" in output

@@ -15,6 +15,7 @@ from ddpify import syntax as s
 from ddpify.analysis.destinations import node_local, private_to_process
 from ddpify.analysis.ranks import RANK_NAMES
 from ddpify.analysis.output import REMOVALS
+from ddpify.names import COMPREHENSIONS
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
 from ddpify.syntax import code, dotted, string_value
@@ -41,6 +42,8 @@ class Checkpoints(Transform):
     DESCRIPTION = "state_dict through model.module, map_location on torch.load, barrier before reading back"
 
     def run(self) -> None:
+        self._read_at: dict[int, cst.Call] = {}  # a helper's load (by id) -> the call of the helper in the function walked
+        self._kept_paths: dict[int, list[cst.BaseExpression]] = {}  # a load of paths kept in a list (by id) -> the saved paths
         for function in [None, *self.program.all_functions]:
             if self.facts.in_dataset(function):
                 continue  # data files a Dataset writes and reads: rank 0 downloads first (Downloads)
@@ -63,6 +66,10 @@ class Checkpoints(Transform):
                 elif self.tree.is_call_to(node, s.TORCH_LOAD):
                     self._load(node, function, saves)
                     loads.append(node)
+                elif read := self._loads_in_helper(node, function):
+                    self._load_through_helper(node, function, saves, read)
+                    loads += read
+                    self._read_at.update((id(load), node) for load in read)  # a removal after it waits where the helper is called
                 elif loads and self._removed(node, function) is not None and self._removed_after_reading(node, function, loads):
                     loads = []  # one barrier serves the removals after it
                 elif self.tree.is_call_to(node, s.MODEL_EXPORTS):
@@ -88,10 +95,11 @@ class Checkpoints(Transform):
             read = s.arg(load, 0, "f")
             listing = self._listing(read.value, function, load) if read is not None else None
             read_parts = (self._path_parts(read.value, function) | (self._path_parts(listing.value, function) if listing is not None else set())) if read is not None else set()
+            read_parts |= {part for saved in self._kept_paths.get(id(load), []) for part in self._path_parts(saved, function)}
             if not parts & read_parts:
                 continue
             statement = self.tree.statement(removal)
-            block = self.tree.block(self.tree.statement(load))
+            block = self.tree.block(self.tree.statement(self._read_at.get(id(load), load)))
             if not self.tree.inside(statement, block):
                 # a load in a branch of its own (`if args.load_best_at_end:`, helper corpus BS, repro 09): the barrier
                 # goes before the removal, in its block, where every rank that loaded passes
@@ -137,7 +145,10 @@ class Checkpoints(Transform):
         """The variables and string literals a path is built from (`os.path.join("ckpt", name)`:
         `ckpt`, `name`, and what `name` is built from)."""
         def literals(expr: cst.CSTNode) -> set[str]:
-            return {part for n in self.tree.walk(expr) if type(n) is cst.SimpleString and (value := string_value(n)) for part in value.split("/")} - {"", "."}
+            found = {part for n in self.tree.walk(expr) if type(n) is cst.SimpleString and (value := string_value(n)) for part in value.split("/")}
+            # `f"ck/e{epoch}.pt"`: the folders before the last slash of each literal piece (`ck`)
+            found |= {part for n in self.tree.walk(expr) if type(n) is cst.FormattedStringText for part in n.value.split("/")[:-1]}
+            return found - {"", "."}
 
         if type(path) is cst.Name:  # `ckpt` of `ckpt.unlink()`: the name itself (not the method read off it), and what it is made from
             values = [value for value, _ in self.program.assignments(function, path.value)]
@@ -364,6 +375,10 @@ class Checkpoints(Transform):
                 or (listing is not None and self._path_parts(self._saved_path(save, p.value, function), function) & self._path_parts(listing.value, function))
             )
         ]  # fmt: skip
+        kept_in = self._kept_saves(path.value, call, saves) if path is not None and not written else None
+        if kept_in is not None:
+            written = kept_in[1]
+            self._kept_paths[id(call)] = [s.arg(save, 1, "f").value for save in written]  # type: ignore[union-attr]
         if written and path is not None and private_to_process(self.tree, self.program, path.value, function):
             written = []  # a temporary file of this process: each rank saved its own copy
         written = [save for save in written if not self._prepared(save)]
@@ -375,6 +390,8 @@ class Checkpoints(Transform):
             written = self._saved_elsewhere(call, path.value, function) or self._saved_and_returned(path.value, function, call)
         if written:
             statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
+            if kept_in is not None and type(kept_in[0]) is cst.For:
+                statement = kept_in[0]  # `for p in recent: torch.load(p)`: once, before the loop
             if listing is not None and any(self.tree.order(save) < self.tree.order(listing) for save in written):
                 statement = self.tree.statement(listing)  # before the folder is listed: the newest checkpoint is the same on every rank
             writer = "this node's first rank" if node_local(self.tree, self.program, path.value, function) else "rank 0"  # type: ignore[union-attr]
@@ -406,8 +423,17 @@ class Checkpoints(Transform):
         if len(bound) != 1:
             return None
         parent = self.tree.parent(bound[0])
-        lists = any(self.tree.is_call_to(c, FOLDER_LISTINGS) or ((m := s.method_call(c)) is not None and m[1] in ("glob", "rglob", "iterdir")) for c in self.tree.calls(bound[0]))
+        lists = any(self._lists_a_folder(c, function) for c in self.tree.calls(bound[0]))
         return parent if lists and type(parent) is cst.Assign else None
+
+    def _lists_a_folder(self, call: cst.Call, function: cst.FunctionDef | None, depth: int = 1) -> bool:
+        """`glob.glob(...)`, `os.listdir(...)`, `root.glob(...)`, or a same-file function that
+        does (`ck = latest(root)`: helper corpus CB, repro 06, where the barrier came after the
+        pick and rank 1 loaded an older checkpoint)."""
+        if self.tree.is_call_to(call, FOLDER_LISTINGS) or ((m := s.method_call(call)) is not None and m[1] in ("glob", "rglob", "iterdir")):
+            return True
+        target = self.program.callee(call, function)
+        return depth > 0 and target is not None and any(self._lists_a_folder(c, target[0], depth - 1) for c in self.program.calls_in(target[0]))
 
     def _opened(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, at: cst.CSTNode) -> cst.Call | None:
         """The `open(...)` a file object used at `at` comes from: the `with open(path, "rb") as f`
@@ -494,6 +520,49 @@ class Checkpoints(Transform):
                 if "." in name.strip("."):
                     names.add(name)
         return names
+
+    def _kept_saves(self, path: cst.BaseExpression, call: cst.Call, saves: list[cst.Call]) -> tuple[cst.CSTNode, list[cst.Call]] | None:
+        """`torch.save(..., path)` then `recent.append(path)` in the epoch loop, and after it
+        `[torch.load(p) for p in recent]` (the last checkpoints averaged: helper corpus CB, repro
+        03): the loop or comprehension walking the list, and the saves whose paths it keeps."""
+        if type(path) is not cst.Name:
+            return None
+        for walker in self.tree.ancestors(call):
+            fors = [walker] if type(walker) is cst.For else [f for f in self.tree.walk(walker) if type(f) is cst.CompFor] if type(walker) in COMPREHENSIONS else []
+            for loop in fors:
+                if type(loop.target) is not cst.Name or loop.target.value != path.value or type(loop.iter) is not cst.Name:
+                    continue
+                listed = loop.iter.value
+                kept = {
+                    dotted(c.args[0].value) for c in self.program.calls_in(self.tree.function(call))
+                    if (m := s.method_call(c)) is not None and m[1] == "append" and dotted(m[0]) == listed and c.args
+                }  # fmt: skip
+                found = [save for save in saves if (f := s.arg(save, 1, "f")) is not None and dotted(f.value) in kept]
+                return (walker, found) if found else None
+        return None
+
+    def _loads_in_helper(self, call: cst.Call, function: cst.FunctionDef | None) -> list[cst.Call]:
+        """The torch.load calls of a same-file function that `call` runs and that trains nothing
+        (`net = load_best(net)`, whose body reads `best.pth` back)."""
+        target = self.program.callee(call, function)
+        if target is None or target[0] is function or target[0] in self.program.training_functions or self.facts.in_dataset(target[0]):
+            return []
+        return [c for c in self.program.calls_in(target[0]) if self.tree.is_call_to(c, s.TORCH_LOAD) and s.arg(c, 0, "f") is not None]
+
+    def _load_through_helper(self, call: cst.Call, function: cst.FunctionDef | None, saves: list[cst.Call], read: list[cst.Call]) -> None:
+        """`torch.save(net.state_dict(), os.path.join(WORK, "best.pth"))` (rank 0's) in the epoch
+        loop, then `net = load_best(net)`, which loads that file: the barrier goes before the call,
+        where every rank passes (helper corpus CB, repro 07: rank 1 found no file)."""
+        callee = self.program.callee(call, function)[0]  # type: ignore[index]
+        names = {name for load in read for name in self._file_names(s.arg(load, 0, "f").value, callee)}  # type: ignore[union-attr]
+        written = [
+            save for save in saves
+            if (p := s.arg(save, 1, "f")) is not None and names & self._file_names(self._saved_path(save, p.value, function), function)
+            and self._after_in_its_block(save, call) and not private_to_process(self.tree, self.program, p.value, function)
+        ]  # fmt: skip
+        if written and not self.tree.loops(call):
+            self.plan.insert_before(self.tree.statement(call), statements("dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n"))
+            self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what rank 0 saved at line {self.tree.line(written[-1])}")
 
     def _trained_and_saved_before(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Call | None:
         """The last call before `call`, in its function and outside its loops, of a same-file

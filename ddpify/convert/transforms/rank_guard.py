@@ -200,6 +200,11 @@ class RankZeroGuards(Transform):
             self.plan.insert_before(statement, statements("".join(hoisted)))
             self.change(statement, "what the output takes from a list or queue every rank reads is taken on every rank, before the rank-0 output")
 
+    def _takes_from_a_shared_list(self, body: cst.BaseSuite) -> bool:
+        """A call in `body` that takes an item out of a list or queue every rank reads
+        (`recent.popleft()`, `saved.pop(0)`): `_hoist_state_changes`' kind."""
+        return any((m := s.method_call(call)) is not None and m[1] in STATE_CHANGES and s.dotted(m[0]) is not None for call in self.tree.calls(body))
+
     def _syncing_calls(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> list[cst.Call]:
         """The outermost calls inside `node` that themselves take part in a collective."""
         found: list[cst.Call] = []
@@ -295,6 +300,8 @@ class RankZeroGuards(Transform):
         elif isinstance(statement, cst.If):
             if self.facts.syncs(statement.test, function) or self._changes_state(statement.test, function):
                 return []  # the test runs on every rank; what it guards is guarded inside
+            if self._takes_from_a_shared_list(statement.body):
+                return []  # `if len(recent) > 2: os.remove(recent.popleft())`: the pop runs on every rank, the removal on rank 0 (helper corpus CB, repro 03)
             if statement.orelse is not None:
                 if not isinstance(statement.orelse, cst.Else):
                     return []
