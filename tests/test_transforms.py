@@ -9035,3 +9035,32 @@ def test_a_checkpoint_picked_by_a_helper_listing_the_folder_waits_before_the_pic
     loop = LOOP + "    torch.save(model.state_dict(), root / f'step_{epoch:04d}.pt')\nck = latest(root)\nmodel.load_state_dict(torch.load(ck))\n"
     output = convert(standard(loop="root = Path('ck')\n" + loop, helpers=helpers, imports="from pathlib import Path\n")).output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    ck = latest(root)\n" in output
+
+
+
+def test_a_part_of_a_batchnorm_model_evaluated_after_each_epoch_takes_rank_0s_buffers() -> None:
+    """Helper corpus CC, repro 04: after each epoch `knn_score(model.encoder, X, y)` probes the
+    encoder, which holds BatchNorm, and an early stop follows its score. DDP shares the buffers
+    only at its own forward, so each rank probed with its own statistics: one rank stopped, the
+    other waited at its next all-reduce. Every rank takes rank 0's buffers after each pass."""
+    helpers = """\
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8))
+                self.head = nn.Linear(8, 1)
+
+            def forward(self, x):
+                return self.head(self.encoder(x))
+
+
+        @torch.no_grad()
+        def probe(encoder, x):
+            return encoder(x).abs().mean().item()
+        """
+    after = "    score = probe(model.encoder, torch.randn(8, 4).to(device))\n    if score < 0.1:\n        break\n"
+    output = convert(standard(model="model = Net().to(device)", after=after, helpers=helpers)).output
+    assert (
+        "        for buffer in model.module.buffers():  # `model.module.encoder` runs outside DDP's forward, which shares them: rank 0's, on every rank\n"
+        "            dist.broadcast(buffer, 0)\n        score = probe(model.module.encoder,"
+    ) in output

@@ -754,7 +754,8 @@ class WrapModel(Transform):
             if model.element is not None or not (model.batch_norms or model.registers_buffers):
                 continue
             outside = None if model.repeated_forward else self._run_outside_ddp(model)
-            if not model.repeated_forward and outside is None:
+            part = None if model.repeated_forward or outside is not None else self._part_run_outside_ddp(model)
+            if not model.repeated_forward and outside is None and part is None:
                 continue
             for loop in self.facts.train_loops:
                 if loop.function is not model.function and model.ref not in self.facts.model_refs.get(loop.function, set()):
@@ -762,17 +763,53 @@ class WrapModel(Transform):
                 if not any(dotted(c.func) == model.ref or any(dotted(a.value) == model.ref for a in c.args) for c in self.tree.calls(loop.loop.body)):
                     continue  # neither run in the loop nor handed to a helper there (`loss = step(model, x, y)`)
                 buffer = next(n for n in ("buffer", "model_buffer", "own_buffer") if not self.program.binds(loop.function, n))
-                method = f"{self.plain(model.ref, outside)}.{outside.func.attr.value}" if outside is not None else ""  # type: ignore[attr-defined]
-                why = "kept per rank since the wrap (broadcast_buffers off)" if outside is None else f"`{method}` runs outside DDP's forward, which shares them"
+                runs = outside or part
+                if part is not None:
+                    method = f"{self.plain(model.ref, part)}.{part_name(part, model.ref)}"
+                else:
+                    method = f"{self.plain(model.ref, outside)}.{outside.func.attr.value}" if outside is not None else ""  # type: ignore[attr-defined]
+                why = "kept per rank since the wrap (broadcast_buffers off)" if runs is None else f"`{method}` runs outside DDP's forward, which shares them"
                 self.plan.insert_after(loop.loop, statements(
                     f"for {buffer} in {self.plain(model.ref, loop.loop)}.buffers():  # {why}: rank 0's, on every rank\n"
                     f"    dist.broadcast({buffer}, 0)\n"
                 ))
                 self.change(loop.loop, (
                     f"`{model.ref}` takes rank 0's buffers after each pass: "
-                    + ("with broadcast_buffers off, each rank's statistics drifted apart" if outside is None else
-                       f"`{method}` (line {self.tree.line(outside)}) evaluates it outside DDP's forward, on each rank's own statistics")
+                    + ("with broadcast_buffers off, each rank's statistics drifted apart" if runs is None else
+                       f"`{method}` (line {self.tree.line(runs)}) evaluates it outside DDP's forward, on each rank's own statistics")
                 ))
+
+    def _part_run_outside_ddp(self, model: TrainedModel) -> cst.Call | None:
+        """A part of a model with BatchNorm run or handed on outside its training loops
+        (`knn_score(model.encoder, X, y)`, `model.encoder(x)` after the epoch): it runs on this
+        rank's statistics, so an early stop on what it gives split the ranks (helper corpus CC,
+        repro 04: one rank stopped, the other waited)."""
+        cls = self._model_class(model)
+        if cls is None or not model.batch_norms:
+            return None
+        init = self.program.class_methods(cls).get("__init__")
+        parts = {
+            name[5:] for node in self.program.scope_nodes(init) if type(node) is cst.Assign and self._builds_a_layer(node.value)
+            for t in node.targets if (name := dotted(t.target) or "").startswith("self.") and name.count(".") == 1
+        } if init is not None else set()  # fmt: skip
+        parts -= set(self.program.class_methods(cls))
+        loops = [loop.loop for loop in self.facts.train_loops]
+        for call in self.program.calls_in(model.function):
+            if any(self.tree.inside(call, loop) for loop in loops):
+                continue
+            func = call.func
+            if type(func) is cst.Attribute and dotted(func.value) == model.ref and func.attr.value in parts:
+                return call  # `model.encoder(x)`
+            target = self.program.callee(call, model.function)
+            if target is None or self.program.owner_class(target[0]) is not None:
+                continue
+            for a in call.args:  # `knn_score(model.encoder, X, y)`, whose body runs `encoder(...)`
+                expr = a.value
+                if type(expr) is cst.Attribute and dotted(expr.value) == model.ref and expr.attr.value in parts:
+                    param = self.program.parameter_for(call, target[0], expr)
+                    if param is not None and any(dotted(c.func) == param for c in self.program.calls_in(target[0])):
+                        return call
+        return None
 
     def _run_outside_ddp(self, model: TrainedModel) -> cst.Call | None:
         """A method of the model's own called outside its training loops (`model.predict_proba(X_val)`,
@@ -1038,3 +1075,11 @@ def _part_root(part: cst.BaseExpression) -> cst.BaseExpression:
     while type(part) in (cst.Attribute, cst.Subscript):
         part = part.value  # type: ignore[union-attr]
     return part
+
+
+def part_name(call: cst.Call, ref: str) -> str:
+    """`encoder` of `knn_score(model.encoder, X)` or of `model.encoder(x)`."""
+    for expr in [call.func, *(a.value for a in call.args)]:
+        if type(expr) is cst.Attribute and dotted(expr.value) == ref:
+            return expr.attr.value
+    return "?"
