@@ -9064,3 +9064,29 @@ def test_a_part_of_a_batchnorm_model_evaluated_after_each_epoch_takes_rank_0s_bu
         "        for buffer in model.module.buffers():  # `model.module.encoder` runs outside DDP's forward, which shares them: rank 0's, on every rank\n"
         "            dist.broadcast(buffer, 0)\n        score = probe(model.module.encoder,"
     ) in output
+
+
+
+def test_a_loss_modules_buffer_updated_from_the_batch_is_warned_about() -> None:
+    """Helper corpus CC, repro 01: DINO's loss keeps a `center` buffer it moves toward each
+    batch's teacher mean (`self.center = self.center * m + t.mean(0) * (1 - m)`). No optimizer
+    trains the loss module and DDP does not wrap it, so each rank's center drifted apart on its own
+    shard with no word said; now the warning names the buffer and the all_reduce to add."""
+    helpers = """\
+        class CenteredLoss(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("center", torch.zeros(1, 1))
+
+            def forward(self, out, y):
+                loss = nn.functional.mse_loss(out - self.center, y)
+                self.update_center(out.detach())
+                return loss
+
+            def update_center(self, out):
+                batch_center = out.mean(0, keepdim=True)  # DINO's own spelling: a local from the batch
+                self.center = self.center * 0.9 + batch_center * 0.1
+        """
+    loop = LOOP.replace("nn.functional.mse_loss(model(x), y)", "criterion(model(x), y)")
+    result = convert(standard(loop="criterion = CenteredLoss()\n" + loop, helpers=helpers))
+    assert any(m.startswith("`self.center` is updated from this rank's batch in `CenteredLoss`") for m in warnings(result))

@@ -662,6 +662,7 @@ class Analyzer:
         models = self._models()
         if not models:
             raise NotConvertible(self._no_model_reason(backward_calls))
+        self._warn_loss_buffers(models)
         found = self.program.fact(TrainLoops)
         loops = found.loops
         self._judge_repeated_forwards(models, loops)
@@ -1345,6 +1346,50 @@ class Analyzer:
             part = self.program.classes.get(call.func.value) if type(call.func) is cst.Name else None
             if part is not None and part is not cls:
                 found += [p for p in self._parts(part, depth - 1) if p not in found]
+        return found
+
+    def _warn_loss_buffers(self, models: list[TrainedModel]) -> None:
+        """A same-file module that no optimizer trains (a loss: DINO's `DINOLoss`) with a buffer
+        its methods update from the batch (`self.center = self.center * m + t.mean(0) * (1 - m)`):
+        nothing synchronizes it, so each rank's targets drift apart on its own shard and the
+        checkpoint keeps rank 0's (helper corpus CC, repro 01). Warned about: the all_reduce of the
+        batch statistic before the update is the class's own change to make."""
+        trained = {id(part) for m in models for cls in self._model_classes(m) for part in self._parts(cls)}
+        for cls in self.program.classes.values():
+            if id(cls) in trained or not any(type(c.func) is cst.Name and c.func.value == cls.name.value for c in self.tree.calls()):
+                continue
+            methods = self.program.class_methods(cls)
+            buffers = {
+                string_value(c.args[0].value)
+                for method in methods.values() for c in self.program.calls_in(method)
+                if dotted(c.func) == "self.register_buffer" and c.args
+            } - {None}  # fmt: skip
+            for name, method in methods.items():
+                if name == "__init__" or not buffers:
+                    continue
+                inputs = set(self.program.param_names(method)) - {"self"}
+                for node in self.program.scope_nodes(method):  # `batch_center = teacher_output.sum(0) / n`: from the batch too
+                    if type(node) is cst.Assign and any(type(n) is cst.Name and n.value in inputs for n in self.tree.walk(node.value)):
+                        inputs |= {n for t in node.targets for n in self.program.names_in(t.target)}
+                written = [
+                    node for node in self.program.scope_nodes(method) if type(node) is cst.Assign and any((dotted(t.target) or "").removeprefix("self.") in buffers for t in node.targets)
+                    and any(type(n) is cst.Name and n.value in inputs for n in self.tree.walk(node.value))
+                ]  # fmt: skip
+                if written:
+                    target = code(written[0].targets[0].target)
+                    self.warnings.append((written[0], (
+                        f"`{target}` is updated from this rank's batch in `{cls.name.value}`, which no optimizer trains and DDP does not "
+                        "wrap: each rank keeps its own, so what it computes drifts apart across ranks (and rank 0's is saved); "
+                        "all_reduce the batch statistic over ranks (divided by the world size) before the update"
+                    )))
+                    break
+
+    def _model_classes(self, model: TrainedModel) -> list[cst.ClassDef]:
+        """The same-file classes the model may be built from."""
+        found = []
+        for value in self._built_from(model):
+            chosen = self._registry_classes(unchained(value), model.function)
+            found += chosen or [c for c in [self._model_class_of_value(value, model.function)] if c is not None]
         return found
 
     def _warn_buffer_queues(self, model: TrainedModel, cls: cst.ClassDef) -> None:
