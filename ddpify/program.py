@@ -299,6 +299,25 @@ class Program:
             return True
         return bool(self.assignments(function, name)) or name in self.loop_targets(function) or (function is None and bool(self.global_writers(name)))
 
+    def parsed_options(self, name: str, function: cst.FunctionDef) -> bool:
+        """`args = parser.parse_args()` (or `parse_known_args()[0]`, or a same-file `get_args()`
+        returning it), bound once in `function`: the same options on every rank."""
+        values = self.assignments(function, name)
+        if len(values) != 1 or name in self.loop_targets(function):
+            return False
+        value = self.element(*values[0])
+        while type(value) is cst.Subscript:
+            value = value.value
+        found = s.method_call(value)
+        if found is None and type(value) is cst.Call and (target := self.callee(value, function)) is not None:
+            # `args = get_args()`, a same-file function returning `parser.parse_args()` (helper corpus BS, repro 09)
+            returned = self.returns(target[0])
+            value = returned[0] if len(returned) == 1 else None
+            while type(value) is cst.Subscript:
+                value = value.value
+            found = s.method_call(value) if value is not None else None
+        return found is not None and found[1] in ("parse_args", "parse_known_args")
+
     def loop_targets(self, function: cst.FunctionDef | None) -> set[str]:
         """The names `for` loops of a scope bind."""
         names = self._loop_target_cache.get(function)

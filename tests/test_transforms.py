@@ -9090,3 +9090,37 @@ def test_a_loss_modules_buffer_updated_from_the_batch_is_warned_about() -> None:
     loop = LOOP.replace("nn.functional.mse_loss(model(x), y)", "criterion(model(x), y)")
     result = convert(standard(loop="criterion = CenteredLoss()\n" + loop, helpers=helpers))
     assert any(m.startswith("`self.center` is updated from this rank's batch in `CenteredLoss`") for m in warnings(result))
+
+
+def test_a_meter_dict_over_option_keys_walked_by_items_is_reduced() -> None:
+    """Helper corpus CB, repro 01: `meters = {t: AverageMeter() for t in args.terms.split(",")}`,
+    updated as `for t, m in meters.items(): m.update(parts[t].item(), n)`: the printed averages
+    were rank 0's shard (n = 32 of 64), with no warning. Parsed options split by a literal are
+    the same keys on every rank, and a meter walked through `.items()` is the dict's."""
+    helpers = """\
+        class AverageMeter:
+            def __init__(self):
+                self.sum, self.count, self.avg = 0.0, 0, 0.0
+
+            def update(self, val, n=1):
+                self.sum += val * n
+                self.count += n
+                self.avg = self.sum / self.count
+        """
+    loop = """\
+meters = {t: AverageMeter() for t in args.terms.split(",")}
+for x, y in loader:
+    x, y = x.to(device), y.to(device)
+    out = model(x)
+    parts = {"mse": nn.functional.mse_loss(out, y), "l1": nn.functional.l1_loss(out, y)}
+    loss = sum(parts.values())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    for t, m in meters.items():
+        m.update(parts[t].item(), x.size(0))
+print({t: m.avg for t, m in meters.items()})
+"""
+    parse = 'parser = argparse.ArgumentParser()\nparser.add_argument("--terms", default="mse,l1")\nargs = parser.parse_args()\n'
+    output = convert(standard(device=parse + DEVICE, loop=loop, helpers=helpers, imports="import argparse\n")).output
+    assert "    for meter in meters.values():  # made from the same keys on every rank: reduced in the same order\n" in output

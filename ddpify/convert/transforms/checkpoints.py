@@ -239,7 +239,7 @@ class Checkpoints(Transform):
                     return False
                 continue
             if function is not None and self.program.binds(function, n.value):
-                if self._parsed_options(n.value, function):
+                if self.program.parsed_options(n.value, function):
                     continue  # `if args.restore_best:` on `args = parser.parse_args()` (helper corpus BO, script 01)
                 if depth == 0 or not self._optional_alike(n.value, function, depth - 1):
                     return False
@@ -247,24 +247,6 @@ class Checkpoints(Transform):
             if not self.program.assignments(None, n.value) or self.program.global_writers(n.value):
                 return False
         return True
-
-    def _parsed_options(self, name: str, function: cst.FunctionDef) -> bool:
-        """`args = parser.parse_args()` (or `parse_known_args()[0]`), bound once: the same options on every rank."""
-        values = self.program.assignments(function, name)
-        if len(values) != 1 or name in self.program.loop_targets(function):
-            return False
-        value = self.program.element(*values[0])
-        while type(value) is cst.Subscript:
-            value = value.value
-        found = s.method_call(value)
-        if found is None and type(value) is cst.Call and (target := self.program.callee(value, function)) is not None:
-            # `args = get_args()`, a same-file function returning `parser.parse_args()` (helper corpus BS, repro 09)
-            returned = self.program.returns(target[0])
-            value = returned[0] if len(returned) == 1 else None
-            while type(value) is cst.Subscript:
-                value = value.value
-            found = s.method_call(value) if value is not None else None
-        return found is not None and found[1] in ("parse_args", "parse_known_args")
 
     def _optional_alike(self, name: str, function: cst.FunctionDef, depth: int) -> bool:
         """`val_loader = DataLoader(val_ds, ...) if val_ds is not None else None`: whether it is

@@ -379,6 +379,11 @@ class ReduceMetrics(Transform):
                 and node.args and self._from_batch(loop, node.args[0].value)  # type: ignore[union-attr]
             ):
                 meter_dicts.add(found[0].value.value)  # `meters[k].update(v.item(), n)`
+            if (
+                found and found[1] == "update" and type(found[0]) is cst.Name and node.args and self._from_batch(loop, node.args[0].value)  # type: ignore[union-attr]
+                and (walked := self._walked_dict(found[0].value, node)) is not None
+            ):
+                meter_dicts.add(walked)  # `for t, m in meters.items(): m.update(parts[t].item(), n)` (helper corpus CB, repro 01)
         for name in [n for n in added if (initial := self._initial_values(loop, n)) and all(type(v) is cst.List and not v.elements for v in initial)]:
             for value in added.pop(name):  # `scores = []`, `scores += psnr(out, y).tolist()` (or `+= [v.item()]`): a list extended
                 appended.setdefault(name, []).extend([e.value for e in value.elements] if type(value) is cst.List else [value])
@@ -587,16 +592,30 @@ class ReduceMetrics(Transform):
         return self._meter_reduction(*found, name, loop.function, self._update_calls(loop, name))
 
     def _update_calls(self, loop: TrainLoop, name: str) -> list[cst.Call]:
-        """`name.update(...)` and `name[k].update(...)` in the loop."""
+        """`name.update(...)`, `name[k].update(...)` and `m.update(...)` under `for k, m in name.items():` in the loop."""
         found = []
         for call in self.tree.calls(loop.loop.body):
             method = method_call(call)
             if method is None or method[1] not in UPDATES:
                 continue
             obj = method[0].value if type(method[0]) is cst.Subscript else method[0]
-            if type(obj) is cst.Name and obj.value == name:
+            if type(obj) is cst.Name and (obj.value == name or self._walked_dict(obj.value, call) == name):
                 found.append(call)
         return found
+
+    def _walked_dict(self, meter: str, at: cst.CSTNode) -> str | None:
+        """The dict whose values a loop around `at` binds to `meter`: `for k, m in meters.items():`
+        or `for m in meters.values():`."""
+        for loop in self.tree.loops(at):
+            if type(loop) is not cst.For:
+                continue
+            found = method_call(loop.iter)
+            if found is None or type(found[0]) is not cst.Name or found[1] not in ("items", "values"):
+                continue
+            target = loop.target.elements[-1].value if found[1] == "items" and type(loop.target) is cst.Tuple and loop.target.elements else loop.target
+            if type(target) is cst.Name and target.value == meter:
+                return found[0].value
+        return None
 
     def _meters_per_key_met(self, loop: TrainLoop, name: str) -> cst.Call | None:
         """`meters = defaultdict(SmoothedValue)` before the loop, a meter class of this file or one beside it."""
@@ -950,6 +969,14 @@ class ReduceMetrics(Transform):
         found = method_call(keys)
         if found is not None and found[1] == "keys" and not keys.args:  # type: ignore[attr-defined]
             return self._constant_keys(found[0], function, depth)
+        if found is not None and found[1] == "split" and all(isinstance(a.value, cst.SimpleString) for a in keys.args):  # type: ignore[attr-defined]
+            # `args.terms.split(",")` of parsed options, or of a string written out (helper corpus CB, repro 01)
+            root = found[0]
+            while type(root) is cst.Attribute:
+                root = root.value
+            return type(found[0]) is cst.SimpleString or (
+                type(found[0]) is cst.Attribute and type(root) is cst.Name and function is not None and self.program.parsed_options(root.value, function)
+            )
         if type(keys) is cst.Name and depth > 0:
             scope = function if function is not None and self.program.assignments(function, keys.value) else None
             values = [v for v, i in self.program.assignments(scope, keys.value) if i is None]
