@@ -4448,6 +4448,8 @@ def test_a_per_step_history_of_records_averages_their_floats() -> None:
     assert line in called
     ordered = loop.replace("{'step': step, 'loss': loss.item()}", "collections.OrderedDict(step=step, loss=loss.item())")  # BZ repro 01
     assert line in convert(standard(loop=ordered, imports="import collections\n")).output
+    paired = loop.replace("{'step': step, 'loss': loss.item()}", "collections.OrderedDict([('step', step), ('loss', loss.item())])")  # CB repro 02
+    assert line in convert(standard(loop=paired, imports="import collections\n")).output
     tuples = convert(standard(loop=loop.replace("{'step': step, 'loss': loss.item()}", "(step, loss.item())")))
     assert "all_gather_object" not in tuples.output
     assert any("`history` keeps adding up this rank's shard" in w.message for w in tuples.warnings)

@@ -9,6 +9,7 @@ per-step numbers (`losses.append(loss.item())`) are gathered from every rank.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import libcst as cst
@@ -727,7 +728,7 @@ class ReduceMetrics(Transform):
         mean = "[sum(step) / len(step) for step in zip(*{g})]"
         records = lambda v: (type(v) is cst.Dict and all(type(e) is cst.DictElement for e in v.elements)) or (  # noqa: E731
             (self.tree.is_builtin_call(v, "dict") or self.tree.is_call_to(v, {"collections.OrderedDict"}))
-            and all(a.keyword is not None for a in v.args)  # `dict(step=s, loss=l)` (helper corpus BW, repro 08; `OrderedDict(...)`, BZ repro 01)
+            and (all(a.keyword is not None for a in v.args) or _key_pairs(v.args))  # `dict(step=s, loss=l)` (helper corpus BW, repro 08; `OrderedDict(...)`, BZ repro 01)
         )
         if values and all(map(records, values)):
             # `history.append({"step": global_step, "loss": loss.item()})`: the floats averaged, the rest (counters) as they are
@@ -1586,3 +1587,13 @@ def _a_number(node: cst.CSTNode) -> bool:
     if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == "float" and len(node.args) == 1:
         return string_value(node.args[0].value) in ("inf", "-inf", "+inf", "Inf", "-Inf")
     return code(node) in ("math.inf", "np.inf", "numpy.inf")
+
+
+def _key_pairs(args: Sequence[cst.Arg]) -> bool:
+    """`OrderedDict([("epoch", e), ("loss", l)])`: one list of (string, value) pairs (helper corpus CB, repro 02)."""
+    if len(args) != 1 or args[0].keyword is not None or type(args[0].value) not in (cst.List, cst.Tuple):
+        return False
+    pairs = args[0].value.elements  # type: ignore[attr-defined]
+    return bool(pairs) and all(
+        type(p.value) is cst.Tuple and len(p.value.elements) == 2 and type(p.value.elements[0].value) is cst.SimpleString for p in pairs
+    )
