@@ -9126,3 +9126,68 @@ print({t: m.avg for t, m in meters.items()})
     parse = 'parser = argparse.ArgumentParser()\nparser.add_argument("--terms", default="mse,l1")\nargs = parser.parse_args()\n'
     output = convert(standard(device=parse + DEVICE, loop=loop, helpers=helpers, imports="import argparse\n")).output
     assert "    for meter in meters.values():  # made from the same keys on every rank: reduced in the same order\n" in output
+
+
+def test_an_experiments_restore_and_close_methods_wait_for_the_save_and_the_loads() -> None:
+    """Helper corpus CB, repro 04: `exp.fit()` saves `self.best` on rank 0, `exp.restore_best()`
+    loads it on every rank, `exp.close()` removes the work folder. There was no barrier before the
+    load (the replicas parted on an older file), and the removal was taken for data preparation
+    (guarded whole, then a barrier "rank 0 prepared the data files"). Now a barrier comes before
+    each, and the removal inside close() is rank 0's."""
+    helpers = """\
+        class Experiment:
+            def __init__(self, loader, device):
+                self.loader, self.device = loader, device
+                self.model = nn.Linear(4, 1).to(device)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                self.workdir = "exp"
+                os.makedirs(self.workdir, exist_ok=True)
+                self.best = os.path.join(self.workdir, "best.pt")
+
+            def fit(self):
+                for epoch in range(2):
+                    for x, y in self.loader:
+                        loss = nn.functional.mse_loss(self.model(x.to(self.device)), y.to(self.device))
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+                    torch.save(self.model.state_dict(), self.best)
+
+            def restore_best(self):
+                self.model.load_state_dict(torch.load(self.best))
+
+            def close(self):
+                shutil.rmtree(self.workdir)
+        """
+    body = f"{DEVICE}\n{LOADER}\nexp = Experiment(loader, device)\nexp.fit()\nexp.restore_best()\nexp.close()\n"
+    output = convert(script(body, helpers, imports="import os\nimport shutil\n")).output
+    assert (
+        "    exp.fit()\n    dist.barrier()  # rank 0 saved in the training above: wait until it is done\n    exp.restore_best()\n"
+        "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    exp.close()\n"
+    ) in output
+    assert "        if dist.get_rank() == 0:\n            shutil.rmtree(self.workdir)\n" in output
+    assert "prepared the data files" not in output
+
+
+def test_the_newest_kept_path_and_a_managers_listing_wait_for_the_saves() -> None:
+    """Helper corpus CB, scripts 02 and 09: `torch.load(recent[-1])`, the newest path a list
+    keeps, and `latest = mgr.latest()` after `mgr.save(model, step)` in the epoch loop (a
+    checkpoint manager class globbing its folder): no barrier, so rank 1 read a file rank 0 had
+    not finished (FileNotFoundError) or picked an older one (the replicas parted)."""
+    kept = LOOP + "    path = f'ck/e{epoch}.pt'\n    torch.save(model.state_dict(), path)\n    recent.append(path)\nstate = torch.load(recent[-1])\n"
+    output = convert(standard(loop="recent = []\n" + kept)).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    state = torch.load(recent[-1]" in output
+    helpers = """\
+        class Manager:
+            def __init__(self, root):
+                self.root = root
+
+            def save(self, model, step):
+                torch.save(model.state_dict(), self.root / f"step_{step:04d}.pt")
+
+            def latest(self):
+                return sorted(self.root.glob("step_*.pt"))[-1]
+        """
+    managed = LOOP + "    mgr.save(model, epoch)\nlatest = mgr.latest()\nmodel.load_state_dict(torch.load(latest))\n"
+    output = convert(standard(loop="mgr = Manager(Path('ck'))\n" + managed, helpers=helpers, imports="from pathlib import Path\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    latest = mgr.latest()\n" in output

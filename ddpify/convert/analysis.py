@@ -19,7 +19,7 @@ from ddpify import syntax as s
 from ddpify.analysis import sync
 from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.loops import TrainLoop, TrainLoops
-from ddpify.analysis.output import FILE_WRITE, Outputs
+from ddpify.analysis.output import FILE_WRITE, REMOVALS, Outputs
 from ddpify.analysis.rebinds import rebinds_after
 from ddpify.analysis.splits import fresh_seeds
 from ddpify.analysis.switches import GradSwitches
@@ -3149,10 +3149,16 @@ class Analyzer:
         entry = facts.entry
         body = entry.block.body if entry.kind != "library" else []
         statements, calls = [], []
+        trained = False  # a statement before this one trains: what is written from here on is no data (`exp.close()` removing the run folder)
         for statement in _flatten_main_block(self.tree, entry.block) if entry.kind == "module" else body:
-            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or facts.syncs(statement, entry.function):
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                 continue
             called = {t[0] for c in self.tree.calls(statement) if (t := self.program.callee(c, entry.function)) is not None}
+            if trained and called and all(self._only_removes(f) for f in called & writers):
+                continue  # `exp.close()` removing the run folder after training: no data (helper corpus CB, repro 04: "rank 0 prepared the data files")
+            trained = trained or bool(called & self.program.training_functions) or any(self.tree.inside(loop.loop, statement) for loop in facts.train_loops)
+            if facts.syncs(statement, entry.function):
+                continue
             if _tees_output(statement):
                 continue  # `sys.stdout = Logger("log.txt")`: a log, not data (guarded as output)
             if called & tensor_writers and not called & (writers - tensor_writers) and (first is None or self.tree.order(statement) > first):
@@ -3272,6 +3278,12 @@ class Analyzer:
                 return False
             child = parent
         return False
+
+    def _only_removes(self, function: cst.FunctionDef) -> bool:
+        """Every file `function` writes, it removes (`shutil.rmtree(self.workdir)`, `os.unlink(...)`)."""
+        writes = [c for c in self.program.calls_in(function) if self._writes_file(c, function)]
+        removal = lambda c: (self.tree.qname(c.func) or (found[1] if (found := s.method_call(c)) is not None else "")) in REMOVALS  # noqa: E731
+        return bool(writes) and all(map(removal, writes))
 
     def _writes_file(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """A data file: written (not a checkpoint, log or folder: every rank makes folders), downloaded or extracted."""

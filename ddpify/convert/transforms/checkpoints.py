@@ -72,6 +72,8 @@ class Checkpoints(Transform):
                     self._read_at.update((id(load), node) for load in read)  # a removal after it waits where the helper is called
                 elif loads and self._removed(node, function) is not None and self._removed_after_reading(node, function, loads):
                     loads = []  # one barrier serves the removals after it
+                elif loads and self._removed_through_helper(node, function, loads):
+                    loads = []
                 elif self.tree.is_call_to(node, s.MODEL_EXPORTS):
                     self._export_plain_model(node, function)
 
@@ -370,6 +372,8 @@ class Checkpoints(Transform):
             written = []
         if not written and path is not None and not saves and not private_to_process(self.tree, self.program, path.value, function):
             written = self._saved_elsewhere(call, path.value, function) or self._saved_and_returned(path.value, function, call)
+        if not written and listing is not None and not private_to_process(self.tree, self.program, path.value, function):  # type: ignore[union-attr]
+            written = self._saved_by_helpers_before(listing, function)
         if written:
             statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
             if kept_in is not None and type(kept_in[0]) is cst.For:
@@ -507,6 +511,10 @@ class Checkpoints(Transform):
         """`torch.save(..., path)` then `recent.append(path)` in the epoch loop, and after it
         `[torch.load(p) for p in recent]` (the last checkpoints averaged: helper corpus CB, repro
         03): the loop or comprehension walking the list, and the saves whose paths it keeps."""
+        if type(path) is cst.Subscript and type(path.value) is cst.Name:
+            # `torch.load(recent[-1])`: the newest path the list keeps (helper corpus CB, script 02)
+            found = self._saves_kept_in(path.value.value, call, saves)
+            return (self.tree.statement(call), found) if found else None
         if type(path) is not cst.Name:
             return None
         for walker in self.tree.ancestors(call):
@@ -514,14 +522,31 @@ class Checkpoints(Transform):
             for loop in fors:
                 if type(loop.target) is not cst.Name or loop.target.value != path.value or type(loop.iter) is not cst.Name:
                     continue
-                listed = loop.iter.value
-                kept = {
-                    dotted(c.args[0].value) for c in self.program.calls_in(self.tree.function(call))
-                    if (m := s.method_call(c)) is not None and m[1] == "append" and dotted(m[0]) == listed and c.args
-                }  # fmt: skip
-                found = [save for save in saves if (f := s.arg(save, 1, "f")) is not None and dotted(f.value) in kept]
+                found = self._saves_kept_in(loop.iter.value, call, saves)
                 return (walker, found) if found else None
         return None
+
+    def _saved_by_helpers_before(self, listing: cst.Assign, function: cst.FunctionDef | None) -> list[cst.Call]:
+        """`mgr.save(model, step)` in the epoch loop, a same-file method saving with torch.save,
+        then `latest = mgr.latest()` listing the folder and `torch.load(latest)` (helper corpus CB,
+        script 09: rank 1 picked an older checkpoint and the replicas parted): the helpers' saves,
+        when a call of one comes before the listing where every rank passes it."""
+        found = []
+        for site in self.program.calls_in(function):
+            if self.tree.order(site) >= self.tree.order(listing) or (target := self.program.callee(site, function)) is None or target[0] is function:
+                continue
+            inner = [c for c in self.program.calls_in(target[0]) if self.tree.is_call_to(c, s.TORCH_SAVE)]
+            if inner and self._after_in_its_block(site, listing.value) and type(listing.value) is cst.Call:  # type: ignore[arg-type]
+                found += inner
+        return found
+
+    def _saves_kept_in(self, listed: str, call: cst.Call, saves: list[cst.Call]) -> list[cst.Call]:
+        """The saves whose path `listed.append(path)` keeps, in the function of `call`."""
+        kept = {
+            dotted(c.args[0].value) for c in self.program.calls_in(self.tree.function(call))
+            if (m := s.method_call(c)) is not None and m[1] == "append" and dotted(m[0]) == listed and c.args
+        }  # fmt: skip
+        return [save for save in saves if (f := s.arg(save, 1, "f")) is not None and dotted(f.value) in kept]
 
     def _loads_in_helper(self, call: cst.Call, function: cst.FunctionDef | None) -> list[cst.Call]:
         """The torch.load calls of a same-file function that `call` runs and that trains nothing
@@ -545,6 +570,34 @@ class Checkpoints(Transform):
         if written and not self.tree.loops(call):
             self.plan.insert_before(self.tree.statement(call), statements("dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n"))
             self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what rank 0 saved at line {self.tree.line(written[-1])}")
+        elif not saves and not self.tree.loops(call) and (trainer := self._trained_and_saved_before(call, function)) is not None and self._same_object(trainer, call):
+            # `exp.fit()` saves `self.best` on rank 0, then `exp.restore_best()` loads it (helper corpus CB, repro 04)
+            self.plan.insert_before(self.tree.statement(call), statements("dist.barrier()  # rank 0 saved in the training above: wait until it is done\n"))
+            self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what `{code(trainer.func)}(...)` (line {self.tree.line(trainer)}) saved on rank 0")
+
+    def _same_object(self, one: cst.Call, other: cst.Call) -> bool:
+        """Both calls are methods of one object (`exp.fit()`, `exp.restore_best()`)."""
+        return type(one.func) is cst.Attribute and type(other.func) is cst.Attribute and dotted(one.func.value) is not None and dotted(one.func.value) == dotted(other.func.value)
+
+    def _removed_through_helper(self, call: cst.Call, function: cst.FunctionDef | None, loads: list[cst.Call]) -> bool:
+        """`exp.close()`, a same-file method removing the run folder (rank 0's), after
+        `exp.restore_best()` loaded from it on every rank: a barrier before the call, when a load
+        sits in its block (helper corpus CB, repro 04: rank 0 removed what rank 1 read)."""
+        target = self.program.callee(call, function)
+        if target is None or target[0] is function or target[0] in self.program.training_functions:
+            return False
+        if not any(self._removed(c, target[0]) is not None for c in self.program.calls_in(target[0])):
+            return False
+        statement = self.tree.statement(call)
+        # any load before it in its block, straight or through a helper (`trainer.cleanup()` after `torch.load(trainer.out_dir / "last.pt")`:
+        # helper corpus BW, repro 05; the removed folder is named inside the method, where the load's path cannot be matched)
+        sites = [self._read_at.get(id(load), load) for load in loads]
+        site = next((sc for sc in reversed(sites) if self.tree.block(self.tree.statement(sc)) is self.tree.block(statement)), None)
+        if site is None:
+            return False
+        self.plan.insert_before(statement, statements("dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n"))
+        self.change(call, f"barrier before `{code(call.func)}(...)`: rank 0 removes files there, and every rank loaded at line {self.tree.line(site)}")
+        return True
 
     def _trained_and_saved_before(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Call | None:
         """The last call before `call`, in its function and outside its loops, of a same-file
