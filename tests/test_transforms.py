@@ -9191,3 +9191,46 @@ def test_the_newest_kept_path_and_a_managers_listing_wait_for_the_saves() -> Non
     managed = LOOP + "    mgr.save(model, epoch)\nlatest = mgr.latest()\nmodel.load_state_dict(torch.load(latest))\n"
     output = convert(standard(loop="mgr = Manager(Path('ck'))\n" + managed, helpers=helpers, imports="from pathlib import Path\n")).output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    latest = mgr.latest()\n" in output
+
+
+def test_a_fold_loop_reload_and_an_ensemble_over_folds_wait_for_rank_0s_saves() -> None:
+    """Helper corpus CF, repros 01 and 02: in `for fold in range(2):`, `trainer.fit(...)` (a
+    same-file Trainer saving the fold's best on rank 0), then `torch.load(f"ckpt/fold{fold}.pt")`
+    in the same loop body; and after the folds, `for fold in range(2): net.load_state_dict(...)`
+    to ensemble them. Neither got a barrier (the second was warned about as "a branch apart from
+    its save", which it is not: every rank runs the loop alike). The replicas parted."""
+    helpers = """\
+        class Trainer:
+            def __init__(self, model, optimizer, path):
+                self.model, self.optimizer, self.path = model, optimizer, path
+
+            def fit(self, loader, device):
+""" + textwrap.indent(LOOP.replace("optimizer", "self.optimizer").replace("model(x)", "self.model(x)"), " " * 16) + """\
+                torch.save(self.model.state_dict(), self.path)
+        """
+    body = (
+        f"{DEVICE}\n{LOADER}\nfor fold in range(2):\n    model = nn.Linear(4, 1).to(device)\n"
+        "    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), f'ck/fold{fold}.pt')\n"
+        "    trainer.fit(loader, device)\n    model.load_state_dict(torch.load(f'ck/fold{fold}.pt'))\n"
+    )
+    output = convert(script(body, helpers)).output
+    assert "        dist.barrier()  # rank 0 saved in the training above: wait until it is done\n        model.module.load_state_dict(torch.load(f'ck/fold{fold}.pt'" in output
+    loop = "for fold in range(2):\n" + textwrap.indent(LOOP, "    ") + "    torch.save(model.state_dict(), f'ck/fold{fold}.pt')\n"
+    ensemble = "for fold in range(2):\n    net = nn.Linear(4, 1)\n    net.load_state_dict(torch.load(f'ck/fold{fold}.pt'))\n"
+    result = convert(standard(loop=loop + ensemble))
+    assert "        dist.barrier()  # rank 0 wrote this file: wait until it is complete\n        net.load_state_dict(torch.load(f'ck/fold{fold}.pt'" in result.output
+    assert not any("a branch apart" in m for m in warnings(result))
+
+
+def test_the_best_k_kept_in_a_heap_are_popped_on_every_rank_and_waited_for() -> None:
+    """Helper corpus CE, repro 03: `heapq.heappush(top, (score, path))`, then `if len(top) > 2:
+    os.remove(heapq.heappop(top)[1])` became rank 0's whole: the other ranks' heap kept every
+    path and they loaded removed files. The pop runs on every rank; `[torch.load(p) for _, p in
+    top]` waits for the saves."""
+    loop = LOOP + (
+        "    path = f'top/e{epoch}.pt'\n    torch.save(model.state_dict(), path)\n    heapq.heappush(top, (loss.item(), path))\n"
+        "    if len(top) > 2:\n        os.remove(heapq.heappop(top)[1])\nstates = [torch.load(p) for _, p in top]\n"
+    )
+    output = convert(standard(loop="top = []\n" + loop, imports="import heapq\nimport os\n")).output
+    assert "            popped = heapq.heappop(top)\n            if rank == 0:\n                os.remove(popped[1])\n" in output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    states = [torch.load(p" in output

@@ -220,10 +220,19 @@ class Checkpoints(Transform):
             parent = self.tree.parent(self.tree.parent(statement))  # the block, then the `if` (or `else`) it belongs to
             if type(parent) is cst.Else:
                 parent = self.tree.parent(parent)
+            if type(parent) is cst.For and parent.orelse is None and self._walked_alike(parent.iter, self.tree.function(parent)):
+                statement = parent  # `for fold in range(n_folds):` reloading each fold's best (helper corpus CF, repro 02)
+                continue
             if type(parent) is not cst.If or not self._alike_on_every_rank(parent.test, self.tree.function(parent)):
                 return False
             statement = parent
         return True
+
+    def _walked_alike(self, iterated: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`range(n_folds)` or a name or literal every rank holds alike: a loop each rank runs as often."""
+        if self.tree.is_builtin_call(iterated, "range"):
+            return all(self._alike_on_every_rank(a.value, function) for a in iterated.args)  # type: ignore[attr-defined]
+        return self._alike_on_every_rank(iterated, function)
 
     def _alike_on_every_rank(self, test: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 1) -> bool:
         """A test that reads only what every rank was handed alike: parameters the function never
@@ -520,8 +529,9 @@ class Checkpoints(Transform):
         for walker in self.tree.ancestors(call):
             fors = [walker] if type(walker) is cst.For else [f for f in self.tree.walk(walker) if type(f) is cst.CompFor] if type(walker) in COMPREHENSIONS else []
             for loop in fors:
-                if type(loop.target) is not cst.Name or loop.target.value != path.value or type(loop.iter) is not cst.Name:
-                    continue
+                targets = [loop.target] if type(loop.target) is cst.Name else [e.value for e in getattr(loop.target, "elements", [])]
+                if not any(type(n) is cst.Name and n.value == path.value for n in targets) or type(loop.iter) is not cst.Name:
+                    continue  # `for p in recent`, or `for _, p in top` over (score, path) pairs
                 found = self._saves_kept_in(loop.iter.value, call, saves)
                 return (walker, found) if found else None
         return None
@@ -542,10 +552,15 @@ class Checkpoints(Transform):
 
     def _saves_kept_in(self, listed: str, call: cst.Call, saves: list[cst.Call]) -> list[cst.Call]:
         """The saves whose path `listed.append(path)` keeps, in the function of `call`."""
-        kept = {
-            dotted(c.args[0].value) for c in self.program.calls_in(self.tree.function(call))
-            if (m := s.method_call(c)) is not None and m[1] == "append" and dotted(m[0]) == listed and c.args
-        }  # fmt: skip
+        kept: set[str | None] = set()
+        for c in self.program.calls_in(self.tree.function(call)):
+            if (m := s.method_call(c)) is not None and m[1] == "append" and dotted(m[0]) == listed and c.args:
+                item = c.args[0].value
+            elif self.tree.is_call_to(c, {"heapq.heappush"}) and len(c.args) == 2 and dotted(c.args[0].value) == listed:
+                item = c.args[1].value  # `heapq.heappush(top, (score, path))`: the best K kept (helper corpus CE, repro 03)
+            else:
+                continue
+            kept |= {dotted(e.value) for e in item.elements} if type(item) is cst.Tuple else {dotted(item)}
         return [save for save in saves if (f := s.arg(save, 1, "f")) is not None and dotted(f.value) in kept]
 
     def _loads_in_helper(self, call: cst.Call, function: cst.FunctionDef | None) -> list[cst.Call]:
@@ -604,12 +619,15 @@ class Checkpoints(Transform):
         function that trains and saves with torch.save, rank 0's (`dirs = [Experiment(lr).run(ds)
         for lr in grid]`, then `torch.load(os.path.join(d, "model.pt"))`: helper corpus BK, repro
         01). Only where the path read names no save of this function that `_load` could match."""
-        if self.tree.loops(call) and any(self.tree.inside(c, lp) for lp in self.tree.loops(call) for c in self.program.calls_in(function) if self.tree.order(c) < self.tree.order(call) and self._saves_in_training(c, function)):
-            return None  # trained and loaded in one loop: `_load`'s own matching decides
         found = None
         for other in self.program.calls_in(function):
             if self.tree.order(other) < self.tree.order(call) and self._saves_in_training(other, function):
                 found = other
+        if found is not None and any(self.tree.inside(found, lp) for lp in self.tree.loops(call)):
+            # trained and loaded in one loop (a fold loop: `trainer.fit(...)`, then `torch.load(f"fold{fold}.pt")`,
+            # helper corpus CF, repro 01): only where both run straight in the same block, as every rank passes it
+            if self.tree.block(self.tree.statement(found)) is not self.tree.block(self.tree.statement(call)):
+                return None
         return found
 
     def _saves_in_training(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:

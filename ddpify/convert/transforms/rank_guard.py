@@ -22,6 +22,8 @@ from ddpify.syntax import code, dotted
 
 # methods that take an item out of a container every rank keeps (`saved.pop(0)`)
 STATE_CHANGES = {"pop", "popleft", "popitem"}
+# functions that take an item out of the heap they are handed (`os.remove(heapq.heappop(top)[1])`: helper corpus CE, repro 03)
+HEAP_TAKES = {"heapq.heappop", "heapq.heapreplace", "heapq.heappushpop"}
 COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
@@ -185,10 +187,7 @@ class RankZeroGuards(Transform):
         and the other ranks looped forever. It runs on every rank before the rank-0 output."""
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
             return
-        found = [
-            call for call in self.tree.calls(statement)
-            if (m := s.method_call(call)) is not None and m[1] in STATE_CHANGES and s.dotted(m[0]) is not None
-        ]  # fmt: skip
+        found = [call for call in self.tree.calls(statement) if self._takes(call)]
         outermost = [c for c in found if not any(other is not c and self.tree.inside(c, other) for other in found)]
         hoisted = []
         for call in outermost:
@@ -203,7 +202,12 @@ class RankZeroGuards(Transform):
     def _takes_from_a_shared_list(self, body: cst.BaseSuite) -> bool:
         """A call in `body` that takes an item out of a list or queue every rank reads
         (`recent.popleft()`, `saved.pop(0)`): `_hoist_state_changes`' kind."""
-        return any((m := s.method_call(call)) is not None and m[1] in STATE_CHANGES and s.dotted(m[0]) is not None for call in self.tree.calls(body))
+        return any(self._takes(call) for call in self.tree.calls(body))
+
+    def _takes(self, call: cst.Call) -> bool:
+        """`saved.pop(0)`, `recent.popleft()`, `heapq.heappop(top)`: an item taken out of a shared container."""
+        found = s.method_call(call)
+        return (found is not None and found[1] in STATE_CHANGES and s.dotted(found[0]) is not None) or self.tree.is_call_to(call, HEAP_TAKES)
 
     def _syncing_calls(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> list[cst.Call]:
         """The outermost calls inside `node` that themselves take part in a collective."""
