@@ -362,6 +362,25 @@ class Program:
                 self._resolving.discard(key)
         return cached[1]
 
+    def _walked_function(self, caller: cst.FunctionDef | None, name: str) -> cst.FunctionDef | None:
+        """`for stage in (stage_a, stage_b): stage(model, opt, loader)`: the first of the same-file
+        functions a loop over a literal tuple or list binds to `name`, when they all take the same
+        parameters (helper corpus CE, repro 02: the stages were not known to train, and the wrap
+        came after the loop)."""
+        functions = self._walked_functions(caller, name)
+        return functions[0] if functions else None
+
+    def _walked_functions(self, caller: cst.FunctionDef | None, name: str) -> list[cst.FunctionDef]:
+        """All of `_walked_function`'s functions, in order (none when the loop is not that one)."""
+        loops = [n for n in self.scope_nodes(caller) if type(n) is cst.For and type(n.target) is cst.Name and n.target.value == name]
+        if len(loops) != 1 or type(loops[0].iter) not in (cst.Tuple, cst.List):
+            return []
+        names = [e.value.value if type(e.value) is cst.Name else None for e in loops[0].iter.elements]  # type: ignore[attr-defined]
+        if not names or any(n not in self.functions or self.binds(caller, n) for n in names):
+            return []
+        functions = [self.functions[n] for n in names]  # type: ignore[index]
+        return functions if len({tuple(self.param_names(f)) for f in functions}) == 1 else []
+
     def _callee(self, call: cst.Call, caller: cst.FunctionDef | None) -> tuple[cst.FunctionDef, int] | None:
         func = call.func
         if isinstance(func, cst.Name):
@@ -377,6 +396,8 @@ class Program:
                 if init is not None:
                     return init, 0
             passed = self._passed_function(caller, func.value)  # `def fit(step_fn, loader): ... step_fn(batch)`
+            if passed is None:
+                passed = self._walked_function(caller, func.value)
             return (passed, 0) if passed is not None else None
         if isinstance(func, cst.Attribute):
             if type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super" and not func.value.args:
@@ -520,6 +541,8 @@ class Program:
                     target = self.callee(call, caller)
                     if target is not None and target[0] is function:
                         sites.append((call, caller))
+                    elif target is not None and type(call.func) is cst.Name and function in self._walked_functions(caller, call.func.value):
+                        sites.append((call, caller))  # `stage(model, ...)` over `(stage_a, stage_b)`: a call of each
             self._calls_cache[function] = sites
         return self._calls_cache[function]
 
@@ -979,7 +1002,8 @@ class Program:
                     work.append((ref, None))  # `def setup(): global model; model = ...`: the global every function reads
             for call in self.calls_in(function) + self._lambda_calls(function, ref):
                 target = self.callee(call, function)
-                for callee in [target[0]] if target is not None else self._hook_methods(call):
+                walked = self._walked_functions(function, call.func.value) if target is not None and type(call.func) is cst.Name else []
+                for callee in (walked or [target[0]]) if target is not None else self._hook_methods(call):
                     for a in call.args:
                         handed = dotted(unchained(a.value))  # also `export_all(model.cpu(), out)`: the module the chain is called on
                         if handed is None or id(a.value) in plain or not (handed == ref or ref.startswith(handed + ".")):

@@ -9234,3 +9234,27 @@ def test_the_best_k_kept_in_a_heap_are_popped_on_every_rank_and_waited_for() -> 
     output = convert(standard(loop="top = []\n" + loop, imports="import heapq\nimport os\n")).output
     assert "            popped = heapq.heappop(top)\n            if rank == 0:\n                os.remove(popped[1])\n" in output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    states = [torch.load(p" in output
+
+
+def test_stages_called_through_a_tuple_of_functions_train_the_wrapped_model() -> None:
+    """Helper corpus CE, repro 02 and script 03: `for stage in (stage_a, stage_b): stage(model,
+    opt, loader, device)`. The stages were not known to train: the wrap came after the loop and
+    every run failed (AttributeError: no `module`), the loader was made again inside each
+    stage, and stage_b saved the wrapper's keys. Each function of a literal tuple walked by the
+    loop is a callee of the call (when they all take the same parameters)."""
+    stage = """\
+        def {name}(model, opt, loader, device):
+            for ep in range(2):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            torch.save(model.state_dict(), "{name}.pt")
+        """
+    helpers = stage.format(name="stage_a") + "\n\n" + stage.format(name="stage_b")
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor stage in (stage_a, stage_b):\n    stage(model, opt, loader, device)\n"
+    output = convert(script(body, helpers)).output
+    assert "    model = DDP(model)\n    opt = torch.optim.SGD(" in output
+    assert 'torch.save(model.module.state_dict(), "stage_b.pt")' in output
+    assert "distributed_loader" not in output
