@@ -405,6 +405,11 @@ class Program:
                 bases = [self.classes[n] for b in owner.bases if (n := dotted(b.value) or "") in self.classes] if owner is not None else []
                 method = next((m for base in bases if (m := self.class_methods(base).get(func.attr.value)) is not None), None)
                 return (method, 0) if method is not None else None
+            if type(func.value) is cst.Name and func.value.value in self.classes and not (caller is not None and self.binds(caller, func.value.value)):
+                # `CheckpointIO.load_into(path, model)`: a static method called on its same-file class (helper corpus CE, repro 06)
+                method = self.class_methods(self.classes[func.value.value]).get(func.attr.value)
+                if method is not None and any(type(d.decorator) is cst.Name and d.decorator.value == "staticmethod" for d in method.decorators):
+                    return method, 0
             cls = self.instance_of(func.value, caller)
             if cls is not None:
                 method = self.class_methods(cls).get(func.attr.value)  # its own, or one it inherits from a same-file base

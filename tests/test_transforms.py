@@ -9258,3 +9258,29 @@ def test_stages_called_through_a_tuple_of_functions_train_the_wrapped_model() ->
     assert "    model = DDP(model)\n    opt = torch.optim.SGD(" in output
     assert 'torch.save(model.module.state_dict(), "stage_b.pt")' in output
     assert "distributed_loader" not in output
+
+
+def test_a_static_loader_and_a_loading_lambda_get_the_plain_model_on_every_rank() -> None:
+    """Helper corpus CE, repros 06 and 07: `CheckpointIO.load_into(path, model)`, a static method
+    of a same-file class, was taken for another module's function and handed the wrapper
+    ("Missing key(s) ... module."); `restore_best = lambda m: m.load_state_dict(torch.load(BEST))`
+    was taken for a monitor and ran on rank 0 alone, so the other replicas kept their last
+    weights. The static method is followed into; the lambda loads on every rank, after a
+    barrier, and the removal after it waits for the loads."""
+    helpers = """\
+        class CheckpointIO:
+            @staticmethod
+            def load_into(path, model):
+                model.load_state_dict(torch.load(path))
+        """
+    static = LOOP + "    torch.save(model.state_dict(), 'best.pt')\nCheckpointIO.load_into('best.pt', model)\n"
+    result = convert(standard(loop=static, helpers=helpers))
+    assert "        model.module.load_state_dict(torch.load(path" in result.output
+    assert not any("from another module" in m for m in warnings(result))
+    flat = LOOP + "    torch.save(model.state_dict(), BEST)\nrestore_best(model)\nos.remove(BEST)\n"
+    body = "BEST = 'best.pt'\nrestore_best = lambda m: m.load_state_dict(torch.load(BEST))\n" + flat
+    output = convert(standard(loop=body, imports="import os\n")).output
+    assert (
+        "    dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n    restore_best(model.module)\n"
+        "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        os.remove(BEST)\n"
+    ) in output

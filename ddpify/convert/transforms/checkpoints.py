@@ -95,6 +95,11 @@ class Checkpoints(Transform):
         parts = self._path_parts(removed, function)
         for load in loads:
             read = s.arg(load, 0, "f")
+            site = self._read_at.get(id(load))
+            if site is not None and read is not None and type(read.value) is cst.Name and (helper := self.program.callee(site, function)) is not None and read.value.value in self.program.param_names(helper[0]):
+                # `CheckpointIO.load_into("ck/e0.pt", model)`: the path its parameter is handed (helper corpus CE, repro 06)
+                handed = self.program.argument_for(site, helper[0], read.value.value)
+                read = cst.Arg(handed) if handed is not None else read
             listing = self._listing(read.value, function, load) if read is not None else None
             read_parts = (self._path_parts(read.value, function) | (self._path_parts(listing.value, function) if listing is not None else set())) if read is not None else set()
             read_parts |= {part for saved in self._kept_paths.get(id(load), []) for part in self._path_parts(saved, function)}
@@ -567,6 +572,10 @@ class Checkpoints(Transform):
         """The torch.load calls of a same-file function that `call` runs and that trains nothing
         (`net = load_best(net)`, whose body reads `best.pth` back)."""
         target = self.program.callee(call, function)
+        if target is None and type(call.func) is cst.Name:
+            # `restore_best = lambda m: m.load_state_dict(torch.load(BEST))` (helper corpus CE, repro 07)
+            bodies = [o.node.body for o in self.program.origins(call.func, function) if type(o.node) is cst.Lambda]
+            return [c for body in bodies for c in self.tree.calls(body) if self.tree.is_call_to(c, s.TORCH_LOAD) and s.arg(c, 0, "f") is not None]
         if target is None or target[0] is function or target[0] in self.program.training_functions or self.facts.in_dataset(target[0]):
             return []
         return [c for c in self.program.calls_in(target[0]) if self.tree.is_call_to(c, s.TORCH_LOAD) and s.arg(c, 0, "f") is not None]
@@ -575,13 +584,13 @@ class Checkpoints(Transform):
         """`torch.save(net.state_dict(), os.path.join(WORK, "best.pth"))` (rank 0's) in the epoch
         loop, then `net = load_best(net)`, which loads that file: the barrier goes before the call,
         where every rank passes (helper corpus CB, repro 07: rank 1 found no file)."""
-        callee = self.program.callee(call, function)[0]  # type: ignore[index]
-        names = {name for load in read for name in self._file_names(s.arg(load, 0, "f").value, callee)}  # type: ignore[union-attr]
+        names = {name for load in read for name in self._file_names(s.arg(load, 0, "f").value, self.tree.function(load))}  # type: ignore[union-attr]
+        copies = [c for c in self.program.calls_in(function) if self.tree.is_call_to(c, FILE_COPIES) and self.tree.order(c) < self.tree.order(call)]
         written = [
-            save for save in saves
-            if (p := s.arg(save, 1, "f")) is not None and names & self._file_names(self._saved_path(save, p.value, function), function)
+            save for save in [*saves, *copies]
+            if (p := s.arg(save, 1, "f" if save in saves else "dst")) is not None and names & self._file_names(self._saved_path(save, p.value, function), function)
             and self._after_in_its_block(save, call) and not private_to_process(self.tree, self.program, p.value, function)
-        ]  # fmt: skip
+        ]  # fmt: skip  # `shutil.copyfile(ck, BEST)` writes the best too (helper corpus CE, script 08)
         if written and not self.tree.loops(call):
             self.plan.insert_before(self.tree.statement(call), statements("dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n"))
             self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what rank 0 saved at line {self.tree.line(written[-1])}")

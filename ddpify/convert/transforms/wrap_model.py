@@ -212,6 +212,8 @@ class WrapModel(Transform):
                             f"`{name}(...)` {self.origin_of(call, function)} gets the plain model (`{ref}.module`): it runs outside the training loop "
                             "and is given no optimizer or loader, so it does not train; a state_dict it saves has the plain model's keys"
                         ))
+                        if self._lambda_loading(call, function):
+                            continue  # `restore_best = lambda m: m.load_state_dict(torch.load(BEST))`: every rank loads (helper corpus CE, repro 07)
                         if not self._monitor_on_rank_0(call, function):
                             self.warn(call, (
                                 f"`{name}(...)` from another module stays on every rank (what it decides, such as an early stop, must be the "
@@ -934,6 +936,17 @@ class WrapModel(Transform):
         cls = self.program.instance_of(call.func, function)
         method = self.program.methods.get(cls, {}).get("__call__") if cls is not None else None
         return method is not None and method not in self.program.training_functions
+
+    def _lambda_loading(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """`restore_best(net)` where this file binds `restore_best` to a lambda that loads weights
+        into what it is handed: no monitor of another module, but a load every rank must run (on
+        rank 0 alone, the other replicas kept their last weights)."""
+        if type(call.func) is not cst.Name:
+            return False
+        values = [o.node for o in self.program.origins(call.func, function)]
+        return bool(values) and all(
+            type(v) is cst.Lambda and any((m := s.method_call(c)) is not None and m[1] == "load_state_dict" for c in self.tree.calls(v.body)) for v in values
+        )
 
     def _monitor_on_rank_0(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """`early_stopping(valid_loss, model)` as a statement of its own: rank 0 runs it (its
