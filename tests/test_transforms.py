@@ -8945,6 +8945,23 @@ for epoch in range(2):
 """
     output = convert(standard(loop=loop, helpers=helpers)).output
     assert "            if any_rank(step >= 2 and metric.compute() > 0.97):\n                break\n" in output
+    # helper corpus CE, repro 01: a smoothed meter keeping a window (`self.window.append(v)`), read through a property
+    smoothed = """\
+        class Smoothed:
+            def __init__(self):
+                self.window = collections.deque(maxlen=2)
+
+            def update(self, v):
+                self.window.append(v)
+
+            @property
+            def median(self):
+                return statistics.median(self.window)
+        """
+    windowed = loop.replace("metric = Accuracy()", "metric = Smoothed()").replace("metric.update(out.detach(), y)", "metric.update(loss.item())")
+    windowed = windowed.replace("metric.compute() > 0.97", "metric.median < 0.01")
+    output = convert(standard(loop=windowed, helpers=smoothed, imports="import collections\nimport statistics\n")).output
+    assert "            if any_rank(step >= 2 and metric.median < 0.01):\n" in output
 
 
 def test_two_stages_handed_one_loader_count_epochs_on_from_the_sampler() -> None:

@@ -43,7 +43,8 @@ def keeps_in_place(program: Program, found: tuple[cst.BaseExpression, str], func
     (`memory.index_copy_(0, idx, f)`), or a method of a same-file class that changes its own
     state in place (a memory bank's `update`, writing `self.memory.index_copy_(...)` or
     `self.memory[i] = v`; helper corpus BB, repros 01 and 09), or, with `totals`, adds to its own
-    totals (a meter's `self.correct += ...`: what a decision on it reads is this rank's own)."""
+    totals or windows (a meter's `self.correct += ...`, `self.window.append(v)`: what a decision
+    on it reads is this rank's own)."""
     obj, name = found
     if type(obj) is not cst.Name:
         return False
@@ -57,6 +58,8 @@ def keeps_in_place(program: Program, found: tuple[cst.BaseExpression, str], func
     for node in program.scope_nodes(method):
         if totals and type(node) is cst.AugAssign and (dotted(node.target) or "").startswith("self."):
             return True  # a meter's `self.correct += ...` (helper corpus CD, repro 02)
+        if totals and (kept := method_call(node)) is not None and kept[1] in COLLECTS and (dotted(kept[0]) or "").startswith("self."):
+            return True  # a smoothed meter's `self.window.append(v)` (helper corpus CE, repro 01)
         if type(node) in (cst.Assign, cst.AugAssign):
             targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
             if any(type(t) is cst.Subscript and (dotted(t.value) or "").startswith("self.") for t in targets):
