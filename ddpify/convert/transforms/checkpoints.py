@@ -566,7 +566,12 @@ class Checkpoints(Transform):
             else:
                 continue
             kept |= {dotted(e.value) for e in item.elements} if type(item) is cst.Tuple else {dotted(item)}
-        return [save for save in saves if (f := s.arg(save, 1, "f")) is not None and dotted(f.value) in kept]
+        # not data files written before training (`parts.append(path)` of preprocessed parts): a barrier follows their loop already
+        first = min((self.tree.order(lp.loop) for lp in self.facts.train_loops if lp.function is self.tree.function(call)), default=None)
+        return [
+            save for save in saves
+            if (f := s.arg(save, 1, "f")) is not None and dotted(f.value) in kept and (first is None or self.tree.order(save) > first)
+        ]  # fmt: skip
 
     def _loads_in_helper(self, call: cst.Call, function: cst.FunctionDef | None) -> list[cst.Call]:
         """The torch.load calls of a same-file function that `call` runs and that trains nothing
