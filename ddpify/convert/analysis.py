@@ -1372,12 +1372,19 @@ class Analyzer:
                     if type(node) is cst.Assign and any(type(n) is cst.Name and n.value in inputs for n in self.tree.walk(node.value)):
                         inputs |= {n for t in node.targets for n in self.program.names_in(t.target)}
                 written = [
-                    node for node in self.program.scope_nodes(method) if type(node) is cst.Assign and any((dotted(t.target) or "").removeprefix("self.") in buffers for t in node.targets)
-                    and any(type(n) is cst.Name and n.value in inputs for n in self.tree.walk(node.value))
-                ]  # fmt: skip
+                    node for node in self.program.scope_nodes(method)
+                    if (type(node) is cst.Assign and any((dotted(t.target) or "").removeprefix("self.") in buffers for t in node.targets)
+                        and any(type(n) is cst.Name and n.value in inputs for n in self.tree.walk(node.value)))
+                    or (type(node) is cst.AugAssign and (dotted(node.target) or "").removeprefix("self.") in buffers
+                        and any(type(n) is cst.Name and n.value in inputs for n in self.tree.walk(node.value)))
+                    or (type(node) is cst.Call and (found := s.method_call(node)) is not None and found[1].endswith("_") and not found[1].startswith(("_", "index_", "scatter", "masked"))
+                        and (dotted(found[0]) or "").removeprefix("self.") in buffers
+                        and any(type(n) is cst.Name and n.value in inputs for a in node.args for n in self.tree.walk(a.value)))
+                ]  # fmt: skip  # `self.center = ...`, `self.counts += ...`, `self.delta.lerp_(...)` (helper corpus CE, repro 05)
                 if written:
-                    target = code(written[0].targets[0].target)
-                    self.warnings.append((written[0], (
+                    first = written[0]
+                    target = code(first.targets[0].target if type(first) is cst.Assign else first.target if type(first) is cst.AugAssign else first.func.value)  # type: ignore[union-attr]
+                    self.warnings.append((first, (
                         f"`{target}` is updated from this rank's batch in `{cls.name.value}`, which no optimizer trains and DDP does not "
                         "wrap: each rank keeps its own, so what it computes drifts apart across ranks (and rank 0's is saved); "
                         "all_reduce the batch statistic over ranks (divided by the world size) before the update"
