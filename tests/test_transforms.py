@@ -9109,6 +9109,10 @@ def test_a_loss_modules_buffer_updated_from_the_batch_is_warned_about() -> None:
     loop = LOOP.replace("nn.functional.mse_loss(model(x), y)", "criterion(model(x), y)")
     result = convert(standard(loop="criterion = CenteredLoss()\n" + loop, helpers=helpers))
     assert any(m.startswith("`self.center` is updated from this rank's batch in `CenteredLoss`") for m in warnings(result))
+    # helper corpus CE, repro 05: changed in place (`self.center.lerp_(batch_center, 0.1)`)
+    in_place = helpers.replace("self.center = self.center * 0.9 + batch_center * 0.1", "self.center.lerp_(batch_center, 0.1)")
+    result = convert(standard(loop="criterion = CenteredLoss()\n" + loop, helpers=in_place))
+    assert any(m.startswith("`self.center` is updated from this rank's batch in `CenteredLoss`") for m in warnings(result))
 
 
 def test_a_meter_dict_over_option_keys_walked_by_items_is_reduced() -> None:
@@ -9301,3 +9305,34 @@ def test_a_static_loader_and_a_loading_lambda_get_the_plain_model_on_every_rank(
         "    dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n    restore_best(model.module)\n"
         "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        os.remove(BEST)\n"
     ) in output
+
+
+def test_two_methods_walking_the_objects_loader_count_epochs_on_from_the_sampler() -> None:
+    """Helper corpus CE, repro 10: `warmup()` then `main_phase()`, each `for ep in range(2):
+    self._epoch(opt)` over `self.loader`: `set_epoch(ep)` in both replayed the warmup's orders."""
+    helpers = """\
+        class Runner:
+            def __init__(self, model, loader, device):
+                self.model, self.loader, self.device = model, loader, device
+
+            def _epoch(self, opt):
+                for x, y in self.loader:
+                    loss = nn.functional.mse_loss(self.model(x.to(self.device)), y.to(self.device))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+
+            def warmup(self):
+                opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
+                for ep in range(2):
+                    self._epoch(opt)
+
+            def main_phase(self):
+                opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                for ep in range(2):
+                    self._epoch(opt)
+        """
+    body = f"{DEVICE}\n{LOADER}\nrunner = Runner(nn.Linear(4, 1).to(device), loader, device)\nrunner.warmup()\nrunner.main_phase()\n"
+    output = convert(script(body, helpers)).output
+    onward = "self.loader.sampler.set_epoch(self.loader.sampler.epoch + 1)  # a new order: another stage passes over the same loader\n"
+    assert output.count(onward) == 2

@@ -79,10 +79,16 @@ class SetEpoch(Transform):
         loader)`, then `finetune(head, loader)`): each counts its epochs from 0, so `set_epoch(ep)`
         replayed the first stage's orders in the second (helper corpus CD, repro 03). Either may run
         first: all of them count on from the sampler's own epoch."""
-        by_origin: dict[int, list[EpochStart]] = {}
+        by_origin: dict[object, list[EpochStart]] = {}
         for start in self.facts.epoch_starts:
             function = self.tree.function(start.loop)
-            if function is None or "." in start.loader or "[" in start.loader or start.loader not in self.program.all_param_names(function):
+            if function is None or "[" in start.loader:
+                continue
+            if start.loader.startswith("self.") and start.loader.count(".") == 1 and (cls := self.program.owner_class(function)) is not None:
+                # `self.loader` walked by two methods, `warmup()` then `main_phase()` (helper corpus CE, repro 10)
+                by_origin.setdefault((id(cls), start.loader), []).append(start)
+                continue
+            if "." in start.loader or start.loader not in self.program.all_param_names(function):
                 continue
             for origin in self.program.origins(cst.Name(start.loader), function):
                 by_origin.setdefault(id(origin.node), []).append(start)
