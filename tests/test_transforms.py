@@ -9336,3 +9336,37 @@ def test_two_methods_walking_the_objects_loader_count_epochs_on_from_the_sampler
     output = convert(script(body, helpers)).output
     onward = "self.loader.sampler.set_epoch(self.loader.sampler.epoch + 1)  # a new order: another stage passes over the same loader\n"
     assert output.count(onward) == 2
+
+
+def test_a_stock_container_around_an_encoder_wrapped_in_init_holds_the_plain_one() -> None:
+    """Helper corpus CE, repro 09 and script 10: `self.encoder` is pretrained (wrapped in
+    `__init__`), then `finetune()` builds `clf = nn.Sequential(self.encoder, head)` and trains it:
+    DDP inside DDP, and the saved keys were `0.module.0.weight`, which the plain model refuses."""
+    helpers = """\
+        class Pipeline:
+            def __init__(self, loader, device):
+                self.loader, self.device = loader, device
+                self.encoder = nn.Linear(4, 8).to(device)
+                self.decoder = nn.Linear(8, 4).to(device)
+
+            def pretrain(self):
+                opt = torch.optim.SGD(list(self.encoder.parameters()) + list(self.decoder.parameters()), lr=0.1)
+                for x, _ in self.loader:
+                    loss = nn.functional.mse_loss(self.decoder(self.encoder(x.to(self.device))), x.to(self.device))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+
+            def finetune(self):
+                clf = nn.Sequential(self.encoder, nn.Linear(8, 1)).to(self.device)
+                opt = torch.optim.SGD(clf.parameters(), lr=0.1)
+                for x, y in self.loader:
+                    loss = nn.functional.mse_loss(clf(x.to(self.device)), y.to(self.device))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                torch.save(clf.state_dict(), "clf.pt")
+        """
+    body = f"{DEVICE}\n{LOADER}\np = Pipeline(loader, device)\np.pretrain()\np.finetune()\n"
+    output = convert(script(body, helpers)).output
+    assert "clf = nn.Sequential(self.encoder.module, nn.Linear(8, 1)).to(self.device)\n        clf = DDP(clf)\n" in output

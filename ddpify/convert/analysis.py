@@ -2495,13 +2495,18 @@ class Analyzer:
         for model in models:
             for value, _ in self.program.assignments(model.function, model.ref):
                 call = unchained(value) if type(value) is cst.Call else value
-                if type(call) is not cst.Call or type(call.func) is not cst.Name or call.func.value not in self.program.classes:
+                stock = type(call) is cst.Call and self.tree.is_call_to(call, CONTAINERS)  # `nn.Sequential(self.encoder, head)` (helper corpus CE, repro 09)
+                if not stock and (type(call) is not cst.Call or type(call.func) is not cst.Name or call.func.value not in self.program.classes):
                     continue
-                if "forward" not in self.program.class_methods(self.program.classes[call.func.value]):
+                if not stock and "forward" not in self.program.class_methods(self.program.classes[call.func.value]):
                     continue  # a trainer or a loss wrapper that runs the wrapped model: it keeps the wrapper
                 for argument in call.args:
                     held = next((m for m in models if m is not model and m.element is None and m.ref == dotted(argument.value)), None)
-                    if held is not None and held.function is model.function and held.anchor is not None and self._after(call, held.anchor):
+                    same_scope = held is not None and (held.function is model.function or (
+                        held.ref.startswith("self.") and self.program.owner_class(held.function) is not None
+                        and self.program.owner_class(held.function) is self.program.owner_class(model.function)
+                    ))  # `self.encoder`, wrapped in `__init__`, held by a model another method builds
+                    if held is not None and same_scope and held.anchor is not None and self._after(call, held.anchor):
                         found.append((model, call, argument, held))
         built = {id(call) for _, call, _, _ in found}
         loops = [loop.loop for loop in self.program.fact(TrainLoops).loops]

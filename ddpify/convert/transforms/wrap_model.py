@@ -454,7 +454,10 @@ class WrapModel(Transform):
         """How a module built around a trained model leaves some of its parameters without
         gradients: it runs only a part of it (`self.encoder.features(x)`), or runs it under
         no_grad (a linear probe on frozen features). "" when it runs all of it with gradients."""
-        init = self.program.class_methods(self.program.classes[call.func.value]).get("__init__")  # type: ignore[attr-defined]
+        cls = self.program.classes.get(call.func.value) if type(call.func) is cst.Name else None
+        if cls is None:
+            return ""  # `nn.Sequential(self.encoder, head)`: a stock container runs all it holds
+        init = self.program.class_methods(cls).get("__init__")
         param = self.program.parameter_for(call, init, argument.value) if init is not None else None
         if init is None or param is None:
             return ""
