@@ -937,7 +937,7 @@ class Program:
             return None
         return f"{self._star_modules[0]}.{name}"
 
-    def _hook_methods(self, call: cst.Call) -> list[cst.FunctionDef]:
+    def hook_methods(self, call: cst.Call) -> list[cst.FunctionDef]:
         """A callback hook called on an object of no known class (`cb.on_epoch_end(self, epoch)`,
         `getattr(cb, "on_epoch_end")(self, epoch)` over a list of callbacks, or `getattr(cb, hook)` in a
         dispatcher handed the hook's name): the same-file methods of that name, any of which it may
@@ -1008,7 +1008,7 @@ class Program:
             for call in self.calls_in(function) + self._lambda_calls(function, ref):
                 target = self.callee(call, function)
                 walked = self._walked_functions(function, call.func.value) if target is not None and type(call.func) is cst.Name else []
-                for callee in (walked or [target[0]]) if target is not None else self._hook_methods(call):
+                for callee in (walked or [target[0]]) if target is not None else self.hook_methods(call):
                     for a in call.args:
                         handed = dotted(unchained(a.value))  # also `export_all(model.cpu(), out)`: the module the chain is called on
                         if handed is None or id(a.value) in plain or not (handed == ref or ref.startswith(handed + ".")):

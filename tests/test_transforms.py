@@ -9370,3 +9370,37 @@ def test_a_stock_container_around_an_encoder_wrapped_in_init_holds_the_plain_one
     body = f"{DEVICE}\n{LOADER}\np = Pipeline(loader, device)\np.pretrain()\np.finetune()\n"
     output = convert(script(body, helpers)).output
     assert "clf = nn.Sequential(self.encoder.module, nn.Linear(8, 1)).to(self.device)\n        clf = DDP(clf)\n" in output
+
+
+def test_a_stop_flag_a_callback_sets_from_this_ranks_loss_is_decided_together() -> None:
+    """Helper corpus CE, repro 08: Keras-style callbacks, `for cb in self.callbacks:
+    cb.on_batch_end(self, loss.item())`, one of which sets `trainer.stop_training = True` when the
+    loss it is handed is low; `if self.stop_training: break` then left the loop on one rank only
+    (gloo: "Connection closed by peer"; NCCL hangs)."""
+    helpers = """\
+        class StopOnLoss:
+            def on_batch_end(self, trainer, loss):
+                if loss < 0.01:
+                    trainer.stop_training = True
+
+
+        class Trainer:
+            def __init__(self, model, optimizer, callbacks):
+                self.model, self.optimizer, self.callbacks = model, optimizer, callbacks
+                self.stop_training = False
+
+            def fit(self, loader, device):
+                for epoch in range(2):
+                    for x, y in loader:
+                        loss = nn.functional.mse_loss(self.model(x.to(device)), y.to(device))
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+                        for cb in self.callbacks:
+                            cb.on_batch_end(self, loss.item())
+                        if self.stop_training:
+                            break
+        """
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nTrainer(model, torch.optim.SGD(model.parameters(), lr=0.1), [StopOnLoss()]).fit(loader, device)\n"
+    output = convert(script(body, helpers)).output
+    assert "                if any_rank(self.stop_training):\n                    break\n" in output

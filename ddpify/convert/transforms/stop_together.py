@@ -587,6 +587,33 @@ class StopTogether(Transform):
                                 if bucket is not None and name not in bucket:
                                     bucket.add(name)
                                     grown = True
+        kept |= self._set_by_callbacks(loop, local)
+        return kept
+
+    def _set_by_callbacks(self, loop: TrainLoop, local: set[str]) -> set[str]:
+        """`cb.on_batch_end(self, loss.item())` over a list of callbacks, whose hook sets
+        `trainer.stop_training = True` under a test on what this rank handed it: `self.stop_training`
+        is this rank's decision (helper corpus CE, repro 08: one rank left the loop)."""
+        kept: set[str] = set()
+        for call in self.program.calls_in(loop.function):
+            if type(call.func) is not cst.Attribute or dotted(call.func.value) == "self" or not any(dotted(a.value) == "self" for a in call.args):
+                continue
+            target = self.program.callee(call, loop.function)
+            for method in [target[0]] if target is not None else self.program.hook_methods(call):
+                holder = next((self.program.parameter_for(call, method, a.value) for a in call.args if dotted(a.value) == "self"), None)
+                handed = {p for a in call.args if reads(self.tree, a.value, local) and (p := self.program.parameter_for(call, method, a.value)) is not None}
+                if holder is None or not handed:
+                    continue
+                for node in self.program.scope_nodes(method):
+                    if type(node) is not cst.Assign:
+                        continue
+                    tests = [a.test for a in self.tree.ancestors(node) if type(a) is cst.If and self.tree.inside(a, method)]
+                    if not any(reads(self.tree, v, handed) for v in (node.value, *tests)):
+                        continue
+                    for t in node.targets:
+                        name = dotted(t.target) or ""
+                        if name.startswith(holder + ".") and name.count(".") == 1:
+                            kept.add("self." + name.split(".", 1)[1])
         return kept
 
     def _sets_rate(self, function: cst.FunctionDef, depth: int = 1) -> bool:
