@@ -9404,3 +9404,10 @@ def test_a_stop_flag_a_callback_sets_from_this_ranks_loss_is_decided_together() 
     body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nTrainer(model, torch.optim.SGD(model.parameters(), lr=0.1), [StopOnLoss()]).fit(loader, device)\n"
     output = convert(script(body, helpers)).output
     assert "                if any_rank(self.stop_training):\n                    break\n" in output
+
+
+def test_a_model_kept_in_a_list_of_fold_models_is_not_warned_about() -> None:
+    """Helper corpus CF, repro 03: `fold_models.append(model)` after each fold, to ensemble them
+    later, was warned about as a function of another module handed the wrapper."""
+    result = convert(standard(loop="fold_models = []\n" + LOOP + "fold_models.append(model)\n"))
+    assert not any("from another module" in m for m in warnings(result))

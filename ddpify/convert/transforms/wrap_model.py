@@ -197,6 +197,8 @@ class WrapModel(Transform):
                     continue
                 if isinstance(call.func, cst.Attribute) and self.facts.is_model(call.func.value, function):
                     continue  # the model's own method: `_uses_after_wrap`
+                if self._into_a_container(call, function):
+                    continue  # `fold_models.append(model)`: kept as it is, to be run later (helper corpus CF, repro 03)
                 for a in call.args:
                     value = unchained(a.value)  # `copy.deepcopy(model.cpu())`: cpu() returns the wrapper
                     if a.star or not isinstance(value, (cst.Name, cst.Attribute)) or not self.facts.is_model(value, function):
@@ -939,6 +941,15 @@ class WrapModel(Transform):
         cls = self.program.instance_of(call.func, function)
         method = self.program.methods.get(cls, {}).get("__call__") if cls is not None else None
         return method is not None and method not in self.program.training_functions
+
+    def _into_a_container(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """`models.append(model)` on a list or set this file makes (`models = []`): no function of
+        another module, nothing to warn about."""
+        found = s.method_call(call)
+        if found is None or found[1] not in ("append", "extend", "insert", "add", "appendleft") or type(found[0]) is not cst.Name:
+            return False
+        origins = [o.node for o in self.program.origins(found[0], function)]
+        return bool(origins) and all(type(o) in (cst.List, cst.Set, cst.ListComp) or (type(o) is cst.Call and self.tree.is_builtin_call(o, "list")) for o in origins)
 
     def _lambda_loading(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """`restore_best(net)` where this file binds `restore_best` to a lambda that loads weights
