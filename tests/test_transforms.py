@@ -9411,3 +9411,18 @@ def test_a_model_kept_in_a_list_of_fold_models_is_not_warned_about() -> None:
     later, was warned about as a function of another module handed the wrapper."""
     result = convert(standard(loop="fold_models = []\n" + LOOP + "fold_models.append(model)\n"))
     assert not any("from another module" in m for m in warnings(result))
+
+
+def test_a_temporary_folder_made_when_no_option_was_given_is_rank_0s() -> None:
+    """Helper corpus BY, repro 04 and script 08: `if args.save_dir is None: tmp =
+    tempfile.TemporaryDirectory(); args.save_dir = tmp.name`. Each process made its own folder:
+    rank 0 saved the best weights into its own and rank 1 read back from its empty one
+    (FileNotFoundError). After the `if`, every rank takes rank 0's path; a folder the user passes
+    is the same on every rank anyway. An unconditional mkdtemp() stays each process's own."""
+    parse = 'parser = argparse.ArgumentParser()\nparser.add_argument("--save_dir", default=None)\nargs = parser.parse_args()\n'
+    made = "if args.save_dir is None:\n    tmp = tempfile.TemporaryDirectory()\n    args.save_dir = tmp.name\n"
+    loop = LOOP + "    torch.save(model.state_dict(), os.path.join(args.save_dir, 'best.pt'))\nmodel.load_state_dict(torch.load(os.path.join(args.save_dir, 'best.pt')))\n"
+    output = convert(standard(device=parse + made + DEVICE, loop=loop, imports="import argparse\nimport os\nimport tempfile\n")).output
+    assert "        args.save_dir = tmp.name\n    args.save_dir = rank0_value(args.save_dir)  # one folder: rank 0's temporary one when none was given\n" in output
+    private = convert(standard(device="save_dir = tempfile.mkdtemp()\n" + DEVICE, loop=loop.replace("args.save_dir", "save_dir"), imports="import os\nimport tempfile\n")).output
+    assert "rank0_value" not in private

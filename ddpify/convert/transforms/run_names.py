@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.exits import CLOCKS
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
@@ -68,6 +69,15 @@ class SharedRunNames(Transform):
                 self.change(statement, f"`{name}` is a folder `{code(assign.value.func)}` picks by what exists (`{code(assign.value)}`): rank 0 picks and makes it, every rank takes its name (rank0_value)")  # type: ignore[attr-defined]
                 done = True
                 continue
+            if self._temp_for_an_option(assign, entry.function):
+                # `if args.save_dir is None: args.save_dir = tempfile.TemporaryDirectory().name`: each process made its own
+                # folder, rank 0 saved into its own and the others read theirs (helper corpus BY, repro 04); a path
+                # the user passes is the same on every rank, so taking rank 0's is right either way (one node)
+                outer = self._outermost_if(assign, entry.function)
+                self.plan.insert_after(outer, statements(f"{name} = rank0_value({name})  # one folder: rank 0's temporary one when none was given\n"))
+                self.change(outer, f"`{name}` may be a temporary folder each process makes (`{code(assign.value)}`): every rank takes rank 0's (rank0_value)")
+                done = True
+                continue
             if type(assign.targets[0].target) is cst.Name and self._draws(assign.value) and self._names_files(name, entry.function):
                 why, what = "one run: the same name on every rank", "drawn in each process"
             elif self._draws_a_seed(assign.value) and self._seeds(name, entry.function):
@@ -112,6 +122,29 @@ class SharedRunNames(Transform):
             for assign in self.program.scope_nodes(function):
                 if type(assign) is cst.Assign and len(assign.targets) == 1 and isinstance(self.tree.parent(assign), cst.SimpleStatementLine):
                     yield function, assign
+
+    def _temp_for_an_option(self, assign: cst.Assign, function: cst.FunctionDef | None) -> bool:
+        """`args.save_dir = tmp.name` (`tmp = tempfile.TemporaryDirectory()`) or `= tempfile.mkdtemp()`
+        under an `if` of the entry: a parsed option, or a name, given a per-process temporary folder
+        only on some runs. The name names files (it is saved into and read back)."""
+        target = assign.targets[0].target
+        name = dotted(target)
+        if name is None or not self._ifs_around(assign, function):
+            return False
+        if not private_to_process(self.tree, self.program, assign.value, function):
+            return False
+        root = name.split(".")[0]
+        option = type(target) is cst.Attribute and function is not None and self.program.parsed_options(root, function)
+        return (option or type(target) is cst.Name) and self._names_files(name, function) and not self.facts.before_setup(function, assign)
+
+    def _outermost_if(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> cst.BaseStatement:
+        """The outermost `if` around `node` in its function's block."""
+        ifs = self._ifs_around(node, function)
+        return ifs[-1] if ifs else self.tree.statement(node)
+
+    def _ifs_around(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> list[cst.If]:
+        """The `if` statements around `node` in its function, innermost first; not the `__main__` guard."""
+        return [a for a in self.tree.ancestors(node) if type(a) is cst.If and self.tree.function(a) is function and not self.tree.is_main_guard(a)]
 
     def _picks_a_free_name(self, value: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """A call of a same-file function that looks at what exists to pick a new folder and makes
