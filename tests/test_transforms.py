@@ -9426,3 +9426,27 @@ def test_a_temporary_folder_made_when_no_option_was_given_is_rank_0s() -> None:
     assert "        args.save_dir = tmp.name\n    args.save_dir = rank0_value(args.save_dir)  # one folder: rank 0's temporary one when none was given\n" in output
     private = convert(standard(device="save_dir = tempfile.mkdtemp()\n" + DEVICE, loop=loop.replace("args.save_dir", "save_dir"), imports="import os\nimport tempfile\n")).output
     assert "rank0_value" not in private
+
+
+def test_a_results_file_read_at_the_top_of_a_trial_loop_waits_for_the_last_pass_write() -> None:
+    """Helper corpus BK, repro 04 and script 09: a random search skips configs already in
+    `trials.jsonl` (`if key in load_done(RESULTS): continue`) and appends each finished trial at
+    the bottom of the loop on rank 0. From the second pass on, rank 1 read the file before rank
+    0 appended: the ranks skipped different trials and hung. A barrier precedes the read."""
+    helpers = """\
+        RESULTS = "trials.jsonl"
+
+
+        def load_done(path):
+            if not os.path.exists(path):
+                return set()
+            with open(path) as f:
+                return {json.loads(line)["key"] for line in f}
+        """
+    loop = (
+        "for trial in range(3):\n    key = str(trial % 2)\n    if key in load_done(RESULTS):\n        continue\n"
+        + textwrap.indent(LOOP, "    ")
+        + "    with open(RESULTS, 'a') as f:\n        f.write(json.dumps({'key': key}) + '\\n')\n"
+    )
+    output = convert(standard(loop=loop, helpers=helpers, imports="import json\nimport os\n")).output
+    assert "        dist.barrier()  # rank 0 wrote this file in the last pass: wait until it is complete\n        if key in load_done(RESULTS):\n" in output

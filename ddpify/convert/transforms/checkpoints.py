@@ -51,6 +51,7 @@ class Checkpoints(Transform):
             written: dict[str, cst.Call] = {}  # path as spelled -> the `open(path, "w")` that writes it
             waited: set[str] = set()
             loads: list[cst.Call] = []  # what every rank reads before rank 0 may remove it
+            self._reads: dict[str, list[cst.Call]] = {}  # path as spelled -> the calls reading it so far
             for node in self.program.calls_in(function):
                 self._read_after_write(node, function, written, waited)
                 found = s.method_call(node)
@@ -178,7 +179,9 @@ class Checkpoints(Transform):
         if writes:
             written.setdefault(spelled, call)
             waited.discard(spelled)
+            self._read_earlier_in_the_loop(call, spelled, waited)
             return
+        self._reads.setdefault(spelled, []).append(call)
         if spelled not in written or spelled in waited or self.tree.loops(call) != self.tree.loops(written[spelled]):
             return
         if self._prepared(written[spelled]):
@@ -189,6 +192,23 @@ class Checkpoints(Transform):
         waited.add(spelled)
         self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
         self.change(call, f"barrier before reading {spelled} back: rank 0 writes it, every rank reads it")
+
+    def _read_earlier_in_the_loop(self, write: cst.Call, spelled: str, waited: set[str]) -> None:
+        """`if key in load_done(RESULTS): continue` at the top of a trial loop, `with open(RESULTS,
+        "a")` (rank 0's) at its bottom: from the second trial on, the read follows the write, and
+        rank 1 read the file before rank 0 appended, so the ranks skipped different trials and
+        hung (helper corpus BK, repro 04). A barrier before the read, where every rank passes."""
+        loops = self.tree.loops(write)
+        for read in self._reads.get(spelled, []):
+            if not loops or self.tree.order(read) > self.tree.order(write) or self.tree.loops(read) != loops:
+                continue
+            statement = self.tree.statement(read)
+            if self.tree.block(statement) is not loops[0].body or self._prepared(write) or spelled in waited:
+                continue
+            waited.add(spelled)
+            self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file in the last pass: wait until it is complete\n"))
+            self.change(read, f"barrier before reading {spelled} back: rank 0 writes it later in the loop, every rank reads it in the next pass")
+            return
 
     def _file_access(self, call: cst.Call, function: cst.FunctionDef | None, depth: int = 1) -> tuple[cst.BaseExpression | None, bool]:
         """The path a call opens, and whether it writes it: `open(p)`, `open(p, "w")`,
