@@ -283,3 +283,23 @@ def test_a_file_torch_save_wrote_is_a_checkpoint_whatever_its_name() -> None:
     paths = [Path("/w/model.tar"), Path("/w/history.json"), Path("/w/last.pt")]
     assert [p.name for p in checkpoint_files(paths)] == ["last.pt"]
     assert [p.name for p in checkpoint_files(paths, saved={"/w/model.tar"})] == ["model.tar", "last.pt"]
+
+
+@pytest.mark.parametrize(
+    ("source", "fixed"),
+    [
+        ('OUT = "/tmp/ft_run"\n', True),  # helper corpus BR, repro 05: made, then removed at the end
+        ("root = os.path.join(tempfile.gettempdir(), 'cache')\n", True),
+        ("path = '~/runs/best.pt'\n", True),
+        ('OUT = "runs/exp"\n', False),  # inside the working directory: each run has its own scratch
+    ],
+)
+def test_a_script_naming_a_fixed_place_runs_single_after_the_ranks(tmp_path, source: str, fixed: bool) -> None:
+    """The plain run of --single and the ranks ran at once on the CPU: a script writing a fixed
+    folder outside its working directory, then removing it, had one run delete the other's
+    files ("Parent directory /tmp/ft_run does not exist"), a false FAIL."""
+    from ddpify.verify import _names_fixed_places
+
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    assert _names_fixed_places(script) is fixed

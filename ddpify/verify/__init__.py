@@ -257,8 +257,10 @@ def verify_script(
                     shutil.copytree(options.workdir, single_workdir, symlinks=True)
             single_options = dataclasses.replace(options, torchrun=False, workdir=single_workdir)
             single = _Background(run_ranks, script, single_options, setup, root / "single")
-            if setup.cuda_devices:
-                single.join()  # one after the other: the plain run and the ranks would share GPU memory
+            if setup.cuda_devices or _names_fixed_places(script):
+                # one after the other: the plain run and the ranks would share GPU memory, or a folder outside
+                # their scratch directories (`OUT = "/tmp/ft_run"`, made, then removed at the end: helper corpus BR, repro 05)
+                single.join()
         run = run_ranks(script, options, setup, root / "ranks", progress)
         duplicates = find_duplicate_lines({r.rank: r.stdout for r in run.ranks})
         written = checkpoint_files(run.written_files, options.checkpoint_suffixes, _saved_paths(run))
@@ -268,6 +270,16 @@ def verify_script(
         if not options.keep:
             shutil.rmtree(root, ignore_errors=True)  # holds the workdirs unless one was given
     return VerifyResult(script, options, setup, run, duplicates, checkpoints, single_run)
+
+
+def _names_fixed_places(script: Path) -> bool:
+    """The script names a path outside its working directory (an absolute path, `~`, the node's
+    temp folder): two runs at once would write and remove the same files."""
+    try:
+        text = script.read_text(errors="replace")
+    except OSError:
+        return False
+    return bool(re.search(r"""["'](/|~/)|gettempdir\(|TMPDIR""", text))
 
 
 def checkpoint_files(paths: Sequence[Path], suffixes: Sequence[str] = CHECKPOINT_SUFFIXES, saved: Collection[str] = ()) -> list[Path]:
