@@ -9450,3 +9450,17 @@ def test_a_results_file_read_at_the_top_of_a_trial_loop_waits_for_the_last_pass_
     )
     output = convert(standard(loop=loop, helpers=helpers, imports="import json\nimport os\n")).output
     assert "        dist.barrier()  # rank 0 wrote this file in the last pass: wait until it is complete\n        if key in load_done(RESULTS):\n" in output
+
+
+def test_an_optimizer_per_head_picked_by_a_key_is_refused_with_the_way_out() -> None:
+    """Helper corpus BQ, repro 04 (the GPU run's bq_04): a shared trunk and `heads =
+    nn.ModuleDict(...)` with `{t: Adam(heads[t].parameters()) for t in TASKS}`: the trunk was
+    wrapped and the heads trained apart on every rank (replicas diverged). No wrap can follow a
+    part picked by a key, so the script is refused, saying what to change."""
+    model = (
+        "model = nn.Linear(4, 4).to(device)\nheads = nn.ModuleDict({t: nn.Linear(4, 1) for t in ['a', 'b']}).to(device)\n"
+        "opt_heads = {t: torch.optim.SGD(heads[t].parameters(), lr=0.1) for t in ['a', 'b']}"
+    )
+    result = convert(standard(model=model))
+    assert result.status == "unchanged"
+    assert "trains `heads[t]`, a part of `heads` picked by a key" in result.reason

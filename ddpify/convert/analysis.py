@@ -1056,6 +1056,7 @@ class Analyzer:
             optional = self._made_only_if(call)
             touched: set[tuple[str, cst.FunctionDef | None]] = set()
             owners = self._parameter_owners(call.args[0].value, function)
+            self._check_parts_picked_by_key(call, function)
             if not owners and isinstance(call.func, cst.Attribute) and "optim" in call.func.attr.value and self.tree.qname(call.func) is None and not self._builds_optimizer_of_another(call, function):
                 # `model.configure_optimizers(config)`: the model builds the optimizer over its own parameters
                 ref = dotted(call.func.value)
@@ -2138,6 +2139,24 @@ class Analyzer:
             for value, _ in self.program.assignments(function, expr.value):
                 owners += self._parameter_owners(value, function)  # type: ignore[arg-type]
         return list(dict.fromkeys(owners))
+
+    def _check_parts_picked_by_key(self, optimizer: cst.Call, function: cst.FunctionDef | None) -> None:
+        """`{t: Adam(heads[t].parameters()) for t in TASKS}`: an optimizer per part of a container
+        picked by a key. No wrap can follow such a part (DDP wraps a whole module, and a wrapped
+        ModuleDict cannot be indexed), so the heads trained apart on every rank beside the wrapped
+        trunk (helper corpus BQ, repro 04). Refused with the way out."""
+        for node in self.tree.walk(optimizer.args[0].value):
+            found = s.method_call(node)
+            if not found or found[1] not in ("parameters", "named_parameters") or type(found[0]) is not cst.Subscript:
+                continue
+            held = dotted(found[0].value)
+            if held is None or any(type(e.slice) is cst.Index and isinstance(e.slice.value, cst.Integer) for e in found[0].slice):
+                continue  # `model[0].parameters()`: a fixed part of a model the optimizer names as such
+            raise NotConvertible(
+                f"the optimizer at line {self.tree.line(optimizer)} trains `{code(found[0])}`, a part of `{held}` picked by a key: DDP wraps "
+                f"whole modules (and a wrapped container cannot be indexed), so no wrap can follow it and it would train apart on every rank; "
+                f"give `{held}` one optimizer over `{held}.parameters()` (or wrap a module whose forward takes the key), then convert"
+            )
 
     def _holder_of_its_own(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, role: str = "model") -> bool:
         """`trainer.model` of a same-file class with no forward (a Trainer, no module) whose own
