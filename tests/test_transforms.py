@@ -9464,3 +9464,13 @@ def test_an_optimizer_per_head_picked_by_a_key_is_refused_with_the_way_out() -> 
     result = convert(standard(model=model))
     assert result.status == "unchanged"
     assert "trains `heads[t]`, a part of `heads` picked by a key" in result.reason
+
+
+def test_a_parameter_added_to_the_optimizer_later_is_averaged_by_hand() -> None:
+    """Helper corpus BM, repro 07 and script 07 (the GPU run's bm_07): `opt.add_param_group({"params":
+    [log_var]})` after the optimizer is made: the learned weight trained on each rank's shard apart
+    and the replicas drifted. Its gradient is averaged before each step, as for one listed at first."""
+    model = "model = nn.Linear(4, 1).to(device)\nlog_var = nn.Parameter(torch.zeros(1, device=device))"
+    source = standard(model=model, loop="optimizer.add_param_group({'params': [log_var]})\n" + LOOP)
+    output = convert(source).output
+    assert "        if log_var.grad is not None:  # trained beside the DDP model: its gradient averaged over ranks by hand\n" in output

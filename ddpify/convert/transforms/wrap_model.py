@@ -557,7 +557,9 @@ class WrapModel(Transform):
         the report says so."""
         for call in self.tree.calls():
             name = self.tree.qname(call.func) or ""
-            if not name.startswith("torch.optim.") or ".lr_scheduler." in name or ".swa_utils." in name or not call.args:
+            grown = s.method_call(call)
+            added = grown is not None and grown[1] == "add_param_group" and bool(call.args) and self._is_optimizer(grown[0], self.tree.function(call))
+            if not added and (not name.startswith("torch.optim.") or ".lr_scheduler." in name or ".swa_utils." in name or not call.args):
                 continue
             function = self.tree.function(call)
             bare, listed, owned = [], set(), set()  # owned: a parameter of a same-file module, `scaled.t`
@@ -580,6 +582,8 @@ class WrapModel(Transform):
                     work += [(inner, depth - 1) for o in origins if type(o) in (cst.BinaryOperation, cst.List, cst.Tuple) for inner in self.tree.walk(o)]
             parent = self.tree.parent(call)
             optimizer = dotted(parent.targets[0].target) if type(parent) is cst.Assign and len(parent.targets) == 1 else None
+            if added:  # `opt.add_param_group({"params": [log_var]})` (helper corpus BM, repro 07)
+                optimizer = dotted(grown[0])  # type: ignore[index]
             if bare and optimizer is None and type(parent) is cst.Return and function is not None:
                 # `return AdamW([{"params": model.parameters()}, {"params": [log_temp]}])` in a same-file builder:
                 # the optimizer and the parameter under the caller's names (helper corpus BE, repro 01)
