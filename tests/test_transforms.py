@@ -9474,3 +9474,26 @@ def test_a_parameter_added_to_the_optimizer_later_is_averaged_by_hand() -> None:
     source = standard(model=model, loop="optimizer.add_param_group({'params': [log_var]})\n" + LOOP)
     output = convert(source).output
     assert "        if log_var.grad is not None:  # trained beside the DDP model: its gradient averaged over ranks by hand\n" in output
+
+
+def test_a_data_dependent_init_in_the_forward_is_warned_about() -> None:
+    """Helper corpus BI, repro 01 and script 03 (the GPU run's bi_01): Glow's ActNorm sets `self.loc`
+    from the first batch it sees (`if not self.initialized: self.loc.copy_(-x.mean(0))`), after
+    the wrap broadcast rank 0's weights: each rank initialized from its own shard and the replicas
+    stayed apart, with no word said."""
+    helpers = """\
+        class ActNorm(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.loc = nn.Parameter(torch.zeros(dim))
+                self.register_buffer("initialized", torch.tensor(False))
+
+            def forward(self, x):
+                if not self.initialized:
+                    with torch.no_grad():
+                        self.loc.copy_(-x.mean(0))
+                        self.initialized.fill_(True)
+                return x + self.loc
+        """
+    result = convert(standard(model="model = ActNorm(4).to(device)", helpers=helpers))
+    assert any(m.startswith("`self.loc` is set from the first batch `ActNorm` sees (a data-dependent init)") for m in warnings(result))

@@ -1261,6 +1261,7 @@ class Analyzer:
         for cls in classes:
             for part in self._parts(cls):  # type: ignore[arg-type]
                 self._warn_buffer_queues(model, part)
+                self._warn_data_init(model, part)
                 self._refuse_embeddings(part)
         reasons = [
             "" if (reason := self._forward_may_skip(cls)).endswith(SEPARATE_OUTPUTS) and self._reads_every_output(model, cls) else reason
@@ -1348,6 +1349,31 @@ class Analyzer:
             if part is not None and part is not cls:
                 found += [p for p in self._parts(part, depth - 1) if p not in found]
         return found
+
+    def _warn_data_init(self, model: TrainedModel, cls: cst.ClassDef) -> None:
+        """Glow's ActNorm: `if not self.initialized:` in forward, then `self.loc.copy_(-x.mean(0))`:
+        parameters set from the first batch each rank sees, after the wrap broadcast rank 0's
+        weights, so the replicas start apart and stay apart (helper corpus BI, repro 01, the GPU
+        run's bi_01). Warned about: one forward before the wrap initializes them where the wrap
+        then broadcasts rank 0's."""
+        forward = self.program.class_methods(cls).get("forward")
+        if forward is None:
+            return
+        inputs = set(self.program.param_names(forward)) - {"self"}
+        for node in self.program.scope_nodes(forward):
+            if type(node) is not cst.If or "self." not in code(node.test) or "self.training" in code(node.test):
+                continue
+            for call in self.tree.calls(node.body):
+                found = s.method_call(call)
+                if found is None or found[1] not in ("copy_", "fill_", "normal_", "uniform_") or not (dotted(found[0]) or "").startswith("self."):
+                    continue
+                if any(type(n) is cst.Name and n.value in inputs for a in call.args for n in self.tree.walk(a.value)):
+                    self.warnings.append((call, (
+                        f"`{code(found[0])}` is set from the first batch `{cls.name.value}` sees (a data-dependent init): each rank sets it "
+                        f"from its own shard after the DDP wrap broadcast rank 0's weights, so the replicas start apart; run one forward of "
+                        f"`{model.ref}` on a batch before the wrap, so that the wrap broadcasts rank 0's initialized values"
+                    )))
+                    return
 
     def _warn_loss_buffers(self, models: list[TrainedModel]) -> None:
         """A same-file module that no optimizer trains (a loss: DINO's `DINOLoss`) with a buffer
