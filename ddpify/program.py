@@ -362,16 +362,11 @@ class Program:
                 self._resolving.discard(key)
         return cached[1]
 
-    def _walked_function(self, caller: cst.FunctionDef | None, name: str) -> cst.FunctionDef | None:
-        """`for stage in (stage_a, stage_b): stage(model, opt, loader)`: the first of the same-file
-        functions a loop over a literal tuple or list binds to `name`, when they all take the same
-        parameters (helper corpus CE, repro 02: the stages were not known to train, and the wrap
-        came after the loop)."""
-        functions = self._walked_functions(caller, name)
-        return functions[0] if functions else None
-
     def _walked_functions(self, caller: cst.FunctionDef | None, name: str) -> list[cst.FunctionDef]:
-        """All of `_walked_function`'s functions, in order (none when the loop is not that one)."""
+        """`for stage in (stage_a, stage_b): stage(model, opt, loader)`: the same-file functions a
+        loop over a literal tuple or list binds to `name`, in order, when they all take the same
+        parameters; none otherwise (helper corpus CE, repro 02: the stages were not known to
+        train, and the wrap came after the loop). `callee` answers with the first."""
         loops = [n for n in self.scope_nodes(caller) if type(n) is cst.For and type(n.target) is cst.Name and n.target.value == name]
         if len(loops) != 1 or type(loops[0].iter) not in (cst.Tuple, cst.List):
             return []
@@ -396,8 +391,8 @@ class Program:
                 if init is not None:
                     return init, 0
             passed = self._passed_function(caller, func.value)  # `def fit(step_fn, loader): ... step_fn(batch)`
-            if passed is None:
-                passed = self._walked_function(caller, func.value)
+            if passed is None and (walked := self._walked_functions(caller, func.value)):
+                passed = walked[0]
             return (passed, 0) if passed is not None else None
         if isinstance(func, cst.Attribute):
             if type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super" and not func.value.args:

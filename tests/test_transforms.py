@@ -9113,6 +9113,10 @@ def test_a_loss_modules_buffer_updated_from_the_batch_is_warned_about() -> None:
     in_place = helpers.replace("self.center = self.center * 0.9 + batch_center * 0.1", "self.center.lerp_(batch_center, 0.1)")
     result = convert(standard(loop="criterion = CenteredLoss()\n" + loop, helpers=in_place))
     assert any(m.startswith("`self.center` is updated from this rank's batch in `CenteredLoss`") for m in warnings(result))
+    # an EMA copy updating its buffers from the parameters every rank shares, outside its forward, is no such module
+    ema = in_place.replace("    def update_center(self, out):", "    def update(self, out):").replace("self.update_center(out.detach())", "pass")
+    result = convert(standard(loop="criterion = CenteredLoss()\n" + loop, helpers=ema))
+    assert not any("is updated from this rank's batch" in m for m in warnings(result))
 
 
 def test_a_meter_dict_over_option_keys_walked_by_items_is_reduced() -> None:
@@ -9464,6 +9468,9 @@ def test_an_optimizer_per_head_picked_by_a_key_is_refused_with_the_way_out() -> 
     result = convert(standard(model=model))
     assert result.status == "unchanged"
     assert "trains `heads[t]`, a part of `heads` picked by a key" in result.reason
+    # a fixed part, even counted from the end (fine-tuning the last layer), is no pick by a key
+    last = "model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)).to(device)\nhead_opt = torch.optim.SGD(model[-1].parameters(), lr=0.1)"
+    assert convert(standard(model=last)).status == "converted"
 
 
 def test_a_parameter_added_to_the_optimizer_later_is_averaged_by_hand() -> None:

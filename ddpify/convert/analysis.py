@@ -1382,17 +1382,22 @@ class Analyzer:
         checkpoint keeps rank 0's (helper corpus CC, repro 01). Warned about: the all_reduce of the
         batch statistic before the update is the class's own change to make."""
         trained = {id(part) for m in models for cls in self._model_classes(m) for part in self._parts(cls)}
+        built = {c.func.value for c in self.tree.calls() if type(c.func) is cst.Name}
         for cls in self.program.classes.values():
-            if id(cls) in trained or not any(type(c.func) is cst.Name and c.func.value == cls.name.value for c in self.tree.calls()):
+            if id(cls) in trained or cls.name.value not in built or "forward" not in self.program.class_methods(cls):
                 continue
-            methods = self.program.class_methods(cls)
+            forward = self.program.class_methods(cls)["forward"]
+            # what its forward runs: the forward, and the methods it calls on `self` (DINO's `update_center`); not an
+            # EMA copy's `update(model)`, which follows parameters every rank shares
+            ran = {"forward"} | {c.func.attr.value for c in self.program.calls_in(forward) if type(c.func) is cst.Attribute and dotted(c.func.value) == "self"}
+            methods = {n: m for n, m in self.program.class_methods(cls).items() if n in ran}
             buffers = {
                 string_value(c.args[0].value)
-                for method in methods.values() for c in self.program.calls_in(method)
+                for method in self.program.class_methods(cls).values() for c in self.program.calls_in(method)
                 if dotted(c.func) == "self.register_buffer" and c.args
             } - {None}  # fmt: skip
             for name, method in methods.items():
-                if name == "__init__" or not buffers:
+                if not buffers:
                     continue
                 inputs = set(self.program.param_names(method)) - {"self"}
                 for node in self.program.scope_nodes(method):  # `batch_center = teacher_output.sum(0) / n`: from the batch too
@@ -2176,8 +2181,8 @@ class Analyzer:
             if not found or found[1] not in ("parameters", "named_parameters") or type(found[0]) is not cst.Subscript:
                 continue
             held = dotted(found[0].value)
-            if held is None or any(type(e.slice) is cst.Index and isinstance(e.slice.value, cst.Integer) for e in found[0].slice):
-                continue  # `model[0].parameters()`: a fixed part of a model the optimizer names as such
+            if held is None or not any(type(n) is cst.Name for e in found[0].slice for n in self.tree.walk(e.slice)):
+                continue  # `model[0]`, `model[-1]`, `heads["a"]`, `model[:-1]`: a fixed part the optimizer names as such
             raise NotConvertible(
                 f"the optimizer at line {self.tree.line(optimizer)} trains `{code(found[0])}`, a part of `{held}` picked by a key: DDP wraps "
                 f"whole modules (and a wrapped container cannot be indexed), so no wrap can follow it and it would train apart on every rank; "

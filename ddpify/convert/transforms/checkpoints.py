@@ -235,7 +235,7 @@ class Checkpoints(Transform):
         """A write in a statement that prepares data files (on rank 0, a barrier after it)."""
         return any(self.tree.inside(write, statement) for statement in self.facts.preparation)
 
-    def _after_in_its_block(self, write: cst.CSTNode, read: cst.Call) -> bool:
+    def _after_in_its_block(self, write: cst.CSTNode, read: cst.CSTNode) -> bool:
         """The write lies inside the block that holds the read, or that holds the `if` the read is
         under when every rank takes that `if` alike (`if val_ds is not None:` on a parameter: helper
         corpus BK, repro 02): every rank that gets past the write (or the branch around it) reaches
@@ -424,8 +424,9 @@ class Checkpoints(Transform):
             statement = self.tree.statement(opened if opened is not None else call)
             while self.tree.loops(statement) and not any(self.tree.inside(trainer, loop) for loop in self.tree.loops(statement)):
                 statement = self.tree.statement(self.tree.parent(statement))  # type: ignore[arg-type]  # `for d in dirs: torch.load(...)`: before the loop
-            self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 saved in the training above: wait until it is done\n"))
-            self.change(call, f"barrier before reading {code(path.value)}: `{code(trainer.func)}(...)` (line {self.tree.line(trainer)}) trains and saves on rank 0 first")
+            if self._after_in_its_block(trainer, statement):  # where every rank that trained gets (not `if os.path.exists(p):`)
+                self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 saved in the training above: wait until it is done\n"))
+                self.change(call, f"barrier before reading {code(path.value)}: `{code(trainer.func)}(...)` (line {self.tree.line(trainer)}) trains and saves on rank 0 first")
         elif path is not None and (helper := self._handed_the_model_before(call, function)) is not None and not self.tree.loops(call):
             statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
             self.plan.insert_before(statement, statements("dist.barrier()  # a helper handed the model may have written this file: wait until every rank is done\n"))
@@ -619,7 +620,10 @@ class Checkpoints(Transform):
         if written and not self.tree.loops(call):
             self.plan.insert_before(self.tree.statement(call), statements("dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n"))
             self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what rank 0 saved at line {self.tree.line(written[-1])}")
-        elif not saves and not self.tree.loops(call) and (trainer := self._trained_and_saved_before(call, function)) is not None and self._same_object(trainer, call):
+        elif (
+            not saves and not self.tree.loops(call) and (trainer := self._trained_and_saved_before(call, function)) is not None
+            and self._same_object(trainer, call) and self._after_in_its_block(trainer, call)
+        ):
             # `exp.fit()` saves `self.best` on rank 0, then `exp.restore_best()` loads it (helper corpus CB, repro 04)
             self.plan.insert_before(self.tree.statement(call), statements("dist.barrier()  # rank 0 saved in the training above: wait until it is done\n"))
             self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what `{code(trainer.func)}(...)` (line {self.tree.line(trainer)}) saved on rank 0")
@@ -649,10 +653,12 @@ class Checkpoints(Transform):
         return True
 
     def _trained_and_saved_before(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Call | None:
-        """The last call before `call`, in its function and outside its loops, of a same-file
-        function that trains and saves with torch.save, rank 0's (`dirs = [Experiment(lr).run(ds)
-        for lr in grid]`, then `torch.load(os.path.join(d, "model.pt"))`: helper corpus BK, repro
-        01). Only where the path read names no save of this function that `_load` could match."""
+        """The last call before `call`, in its function, of a same-file function that trains and
+        saves with torch.save, rank 0's (`dirs = [Experiment(lr).run(ds) for lr in grid]`, then
+        `torch.load(os.path.join(d, "model.pt"))`: helper corpus BK, repro 01); in a loop around
+        `call` too, where both sit straight in one block. Asked only where the path read names no
+        save of this function that `_load` could match; the caller checks that every rank that
+        passes the call reaches the barrier (`_after_in_its_block`)."""
         found = None
         for other in self.program.calls_in(function):
             if self.tree.order(other) < self.tree.order(call) and self._saves_in_training(other, function):
