@@ -9504,3 +9504,29 @@ def test_a_data_dependent_init_in_the_forward_is_warned_about() -> None:
         """
     result = convert(standard(model="model = ActNorm(4).to(device)", helpers=helpers))
     assert any(m.startswith("`self.loc` is set from the first batch `ActNorm` sees (a data-dependent init)") for m in warnings(result))
+
+
+def test_a_load_under_an_exists_test_after_a_trainer_saves_waits_before_the_test() -> None:
+    """A load after `Trainer(...).fit(...)` (which saves on rank 0), under `if
+    os.path.exists("best.pt"):`: each rank takes that test its own way, so the barrier goes before
+    it (inside, it would wait for ranks that skipped it; with none, rank 1 could find no file yet
+    and keep its last weights)."""
+    helpers = """\
+        class Trainer:
+            def __init__(self, model, opt):
+                self.model, self.opt = model, opt
+
+            def fit(self, loader, device):
+                for x, y in loader:
+                    loss = nn.functional.mse_loss(self.model(x.to(device)), y.to(device))
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+                torch.save(self.model.state_dict(), "best.pt")
+        """
+    body = (
+        f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nTrainer(model, torch.optim.SGD(model.parameters(), lr=0.1)).fit(loader, device)\n"
+        "if os.path.exists('best.pt'):\n    model.load_state_dict(torch.load('best.pt'))\n"
+    )
+    output = convert(script(body, helpers, imports="import os\n")).output
+    assert "    dist.barrier()  # rank 0 saved in the training above: wait until it is done\n    if os.path.exists('best.pt'):\n" in output

@@ -253,6 +253,11 @@ class Checkpoints(Transform):
             statement = parent
         return True
 
+    def _owner_if(self, statement: cst.CSTNode) -> cst.CSTNode | None:
+        """The `if` whose body (or `else`) holds `statement`, if that is what holds it."""
+        parent = self.tree.parent(self.tree.parent(statement))
+        return self.tree.parent(parent) if type(parent) is cst.Else else parent
+
     def _walked_alike(self, iterated: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
         """`range(n_folds)` or a name or literal every rank holds alike: a loop each rank runs as often."""
         if self.tree.is_builtin_call(iterated, "range"):
@@ -424,7 +429,9 @@ class Checkpoints(Transform):
             statement = self.tree.statement(opened if opened is not None else call)
             while self.tree.loops(statement) and not any(self.tree.inside(trainer, loop) for loop in self.tree.loops(statement)):
                 statement = self.tree.statement(self.tree.parent(statement))  # type: ignore[arg-type]  # `for d in dirs: torch.load(...)`: before the loop
-            if self._after_in_its_block(trainer, statement):  # where every rank that trained gets (not `if os.path.exists(p):`)
+            while not self._after_in_its_block(trainer, statement) and type(owner := self._owner_if(statement)) is cst.If:
+                statement = owner  # `if os.path.exists(p): load`: before the `if`, which each rank takes its own way
+            if self._after_in_its_block(trainer, statement):  # where every rank that trained gets
                 self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 saved in the training above: wait until it is done\n"))
                 self.change(call, f"barrier before reading {code(path.value)}: `{code(trainer.func)}(...)` (line {self.tree.line(trainer)}) trains and saves on rank 0 first")
         elif path is not None and (helper := self._handed_the_model_before(call, function)) is not None and not self.tree.loops(call):
