@@ -367,6 +367,8 @@ class Program:
         loop over a literal tuple or list binds to `name`, in order, when they all take the same
         parameters; none otherwise (helper corpus CE, repro 02: the stages were not known to
         train, and the wrap came after the loop). `callee` answers with the first."""
+        if name not in self.loop_targets(caller):
+            return []  # (asked of every call of a name: the cached loop targets answer most)
         loops = [n for n in self.scope_nodes(caller) if type(n) is cst.For and type(n.target) is cst.Name and n.target.value == name]
         if len(loops) != 1 or type(loops[0].iter) not in (cst.Tuple, cst.List):
             return []
