@@ -960,6 +960,12 @@ class Program:
                 names = [string_value(p) if p is not None else None for p in passed]
         return listed + [methods[name] for name in names if name is not None and name.startswith(("on_", "__call__")) for methods in self.methods.values() if name in methods]
 
+    def lambdas_called(self, call: cst.Call, function: cst.FunctionDef | None) -> list[cst.Lambda]:
+        """The lambdas a call of a name runs (`restore_best = lambda m: ...`, then `restore_best(net)`)."""
+        if type(call.func) is not cst.Name:
+            return []
+        return [o.node for o in self.origins(call.func, function) if type(o.node) is cst.Lambda]  # type: ignore[misc]
+
     def _lambda_calls(self, function: cst.FunctionDef | None, ref: str) -> list[cst.Call]:
         """Calls in the lambdas of a scope that read `ref` from it (`predict = lambda p: predict_ch8(p,
         net)`, d2l): the lambda hands the object on when it is called."""

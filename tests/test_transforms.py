@@ -6702,7 +6702,6 @@ def test_a_second_stage_model_is_wrapped_too() -> None:
     assert "    m1 = DDP(m1)\n" in output and "    m2 = DDP(m2)\n" in output
 
 
-
 def test_meters_made_per_key_the_loop_meets_are_warned_about() -> None:
     """Helper corpus BY, repro 01 and script 03: torchvision detection's `meters =
     defaultdict(SmoothedValue)`, `meters[k].update(v.item(), n)` for each loss term: rank 0's

@@ -126,6 +126,11 @@ class Outputs:
         self._writers: dict[str, bool] = {}  # `_companion_writes`, by qualified name
         self._seen: dict[tuple[int, int], tuple[cst.Call, Output | None]] = {}  # `of`, by the ids of call and function
 
+    def removes(self, call: cst.Call) -> bool:
+        """The call removes what it names: `shutil.rmtree(p)`, `os.remove(p)`, `ckpt.unlink()`."""
+        found = s.method_call(call)
+        return (self.tree.qname(call.func) or (found[1] if found is not None else "")) in REMOVALS
+
     def of(self, call: cst.BaseExpression, function: cst.FunctionDef | None) -> Output | None:
         """Asked of most calls by several rules and transforms: worked out once per call."""
         if type(call) is not cst.Call:

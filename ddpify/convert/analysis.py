@@ -19,7 +19,7 @@ from ddpify import syntax as s
 from ddpify.analysis import sync
 from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.loops import TrainLoop, TrainLoops
-from ddpify.analysis.output import FILE_WRITE, REMOVALS, Outputs
+from ddpify.analysis.output import FILE_WRITE, Outputs
 from ddpify.analysis.rebinds import rebinds_after
 from ddpify.analysis.splits import fresh_seeds
 from ddpify.analysis.switches import GradSwitches
@@ -1391,11 +1391,7 @@ class Analyzer:
             # EMA copy's `update(model)`, which follows parameters every rank shares
             ran = {"forward"} | {c.func.attr.value for c in self.program.calls_in(forward) if type(c.func) is cst.Attribute and dotted(c.func.value) == "self"}
             methods = {n: m for n, m in self.program.class_methods(cls).items() if n in ran}
-            buffers = {
-                string_value(c.args[0].value)
-                for method in self.program.class_methods(cls).values() for c in self.program.calls_in(method)
-                if dotted(c.func) == "self.register_buffer" and c.args
-            } - {None}  # fmt: skip
+            buffers = self._registered_buffers(cls)
             for name, method in methods.items():
                 if not buffers:
                     continue
@@ -1423,6 +1419,13 @@ class Analyzer:
                     )))
                     break
 
+    def _registered_buffers(self, cls: cst.ClassDef) -> set[str]:
+        """The names a class's methods give `self.register_buffer(...)`."""
+        return {
+            name for method in self.program.class_methods(cls).values() for c in self.program.calls_in(method)
+            if dotted(c.func) == "self.register_buffer" and c.args and (name := string_value(c.args[0].value)) is not None
+        }  # fmt: skip
+
     def _model_classes(self, model: TrainedModel) -> list[cst.ClassDef]:
         """The same-file classes the model may be built from."""
         found = []
@@ -1437,11 +1440,7 @@ class Analyzer:
         each forward, so what the other ranks wrote is lost. Warned about: gathering the keys
         from every rank before they go in is the model's own change to make."""
         methods = self.program.class_methods(cls)
-        buffers = {
-            string_value(c.args[0].value)
-            for method in methods.values() for c in self.program.calls_in(method)
-            if dotted(c.func) == "self.register_buffer" and c.args
-        } - {None}  # fmt: skip
+        buffers = self._registered_buffers(cls)
         for name, method in methods.items():
             if name == "__init__":
                 continue
@@ -3344,8 +3343,7 @@ class Analyzer:
     def _only_removes(self, function: cst.FunctionDef) -> bool:
         """Every file `function` writes, it removes (`shutil.rmtree(self.workdir)`, `os.unlink(...)`)."""
         writes = [c for c in self.program.calls_in(function) if self._writes_file(c, function)]
-        removal = lambda c: (self.tree.qname(c.func) or (found[1] if (found := s.method_call(c)) is not None else "")) in REMOVALS  # noqa: E731
-        return bool(writes) and all(map(removal, writes))
+        return bool(writes) and all(map(self.outputs.removes, writes))
 
     def _writes_file(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """A data file: written (not a checkpoint, log or folder: every rank makes folders), downloaded or extracted."""

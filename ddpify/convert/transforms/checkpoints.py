@@ -14,7 +14,6 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.analysis.destinations import node_local, private_to_process
 from ddpify.analysis.ranks import RANK_NAMES
-from ddpify.analysis.output import REMOVALS
 from ddpify.names import COMPREHENSIONS
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, statements
@@ -145,9 +144,7 @@ class Checkpoints(Transform):
         """What a call removes, as the output analysis reads its destination: `shutil.rmtree(path)`,
         `os.remove(path)`, or pathlib's `ckpt.unlink()` of a path (helper corpus BE, repro 03)."""
         out = self.facts.outputs.of(call, function)
-        found = s.method_call(call)
-        name = self.tree.qname(call.func) or (found[1] if found is not None else "")
-        return out.destination if out is not None and name in REMOVALS else None
+        return out.destination if out is not None and self.facts.outputs.removes(call) else None
 
     def _path_parts(self, path: cst.BaseExpression, function: cst.FunctionDef | None) -> set[str]:
         """The variables and string literals a path is built from (`os.path.join("ckpt", name)`:
@@ -605,9 +602,9 @@ class Checkpoints(Transform):
         """The torch.load calls of a same-file function that `call` runs and that trains nothing
         (`net = load_best(net)`, whose body reads `best.pth` back)."""
         target = self.program.callee(call, function)
-        if target is None and type(call.func) is cst.Name:
+        if target is None:
             # `restore_best = lambda m: m.load_state_dict(torch.load(BEST))` (helper corpus CE, repro 07)
-            bodies = [o.node.body for o in self.program.origins(call.func, function) if type(o.node) is cst.Lambda]
+            bodies = [f.body for f in self.program.lambdas_called(call, function)]
             return [c for body in bodies for c in self.tree.calls(body) if self.tree.is_call_to(c, s.TORCH_LOAD) and s.arg(c, 0, "f") is not None]
         if target is None or target[0] is function or target[0] in self.program.training_functions or self.facts.in_dataset(target[0]):
             return []

@@ -959,12 +959,8 @@ class WrapModel(Transform):
         """`restore_best(net)` where this file binds `restore_best` to a lambda that loads weights
         into what it is handed: no monitor of another module, but a load every rank must run (on
         rank 0 alone, the other replicas kept their last weights)."""
-        if type(call.func) is not cst.Name:
-            return False
-        values = [o.node for o in self.program.origins(call.func, function)]
-        return bool(values) and all(
-            type(v) is cst.Lambda and any((m := s.method_call(c)) is not None and m[1] == "load_state_dict" for c in self.tree.calls(v.body)) for v in values
-        )
+        lambdas = self.program.lambdas_called(call, function)
+        return bool(lambdas) and all(any((m := s.method_call(c)) is not None and m[1] == "load_state_dict" for c in self.tree.calls(f.body)) for f in lambdas)
 
     def _monitor_on_rank_0(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """`early_stopping(valid_loss, model)` as a statement of its own: rank 0 runs it (its
