@@ -966,9 +966,10 @@ class Program:
             return []
         return [o.node for o in self.origins(call.func, function) if type(o.node) is cst.Lambda]  # type: ignore[misc]
 
-    def _lambda_calls(self, function: cst.FunctionDef | None, ref: str) -> list[cst.Call]:
+    def lambda_calls(self, function: cst.FunctionDef | None, ref: str) -> list[cst.Call]:
         """Calls in the lambdas of a scope that read `ref` from it (`predict = lambda p: predict_ch8(p,
-        net)`, d2l): the lambda hands the object on when it is called."""
+        net)`, d2l; `save = lambda: torch.save(model.state_dict(), p)`): the lambda hands the
+        object on, or uses it, when it is called. A lambda whose parameter is `ref` reads its own."""
         found = []
         for node in self.tree.of_type(cst.Lambda):
             if self.tree.function(node) is not function:
@@ -1008,7 +1009,7 @@ class Program:
                 work += [(ref, f) for f in self.nested_functions(function) if not self.binds(f, root)]
                 if function in self.global_writers(root):
                     work.append((ref, None))  # `def setup(): global model; model = ...`: the global every function reads
-            for call in self.calls_in(function) + self._lambda_calls(function, ref):
+            for call in self.calls_in(function) + self.lambda_calls(function, ref):
                 target = self.callee(call, function)
                 walked = self._walked_functions(function, call.func.value) if target is not None and type(call.func) is cst.Name else []
                 for callee in (walked or [target[0]]) if target is not None else self.hook_methods(call):

@@ -9529,3 +9529,21 @@ def test_a_load_under_an_exists_test_after_a_trainer_saves_waits_before_the_test
     )
     output = convert(script(body, helpers, imports="import os\n")).output
     assert "    dist.barrier()  # rank 0 saved in the training above: wait until it is done\n    if os.path.exists('best.pt'):\n" in output
+
+
+def test_a_lambda_that_prints_or_saves_runs_its_output_on_rank_0() -> None:
+    """`log = lambda msg: print(...)` and `save = lambda: torch.save(model.state_dict(), ...)`,
+    called in the epoch loop: every rank printed each line and wrote the file, and the file held
+    the wrapper's `module.` keys. The calls get the rank-0 guard, and the lambda, made before the
+    wrap, saves whichever model it finds when called. A lambda handed on as a callback is warned
+    about: no statement of it can take a guard."""
+    helpers = 'log = lambda msg: print(f"[train] {msg}")\n'
+    body = "save = lambda: torch.save(model.state_dict(), 'last.pt')\n" + LOOP + "    log(f'epoch {epoch}')\n    save()\n"
+    result = convert(standard(loop=body, helpers=helpers))
+    assert "save = lambda: torch.save(getattr(model, \"module\", model).state_dict(), 'last.pt')" in result.output
+    assert "        if rank == 0:\n            log(f'epoch {epoch}')\n            save()\n" in result.output
+    assert not any("lambda" in m for m in warnings(result))
+    handed = LOOP + "    for cb in callbacks:\n        cb(model)\n"
+    body = "callbacks = [lambda m: torch.save(m.state_dict(), 'last.pt')]\n" + handed
+    result = convert(standard(loop=body))
+    assert any(m.startswith("this lambda runs `torch.save` on every rank wherever it is called") and "`.module.state_dict()`" in m for m in warnings(result))

@@ -164,7 +164,20 @@ class Outputs:
         if isinstance(call.func, cst.Name) and self.is_log_object(call.func, function):
             return Output(LOGGING, call.func.value, by_name=True)
         found = s.method_call(call)
-        return self._method(call, found[0], found[1], function) if found is not None else None
+        if found is not None:
+            return self._method(call, found[0], found[1], function)
+        return self._through_lambda(call, function)
+
+    def _through_lambda(self, call: cst.Call, function: cst.FunctionDef | None) -> Output | None:
+        """`log("done")` with `log = lambda msg: print(f"[train] {msg}")`, `save()` with `save =
+        lambda: torch.save(...)`: the lambda's one call is the output. What it writes is spelled in
+        the lambda's scope, not the caller's: no destination."""
+        for lam in self.program.lambdas_called(call, function):
+            if type(lam.body) is cst.Call and lam.body is not call:
+                out = self.of(lam.body, self.tree.function(lam))
+                if out is not None:
+                    return out._replace(label=code(call.func), destination=None, into_open_file=False)
+        return None
 
     def _companion_writes(self, name: str) -> bool:
         """A function of the script's own module beside it (read, not rewritten) that writes files

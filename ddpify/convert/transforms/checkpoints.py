@@ -76,6 +76,26 @@ class Checkpoints(Transform):
                     loads = []
                 elif self.tree.is_call_to(node, s.MODEL_EXPORTS):
                     self._export_plain_model(node, function)
+            self._saved_in_lambdas(function)
+
+    def _saved_in_lambdas(self, function: cst.FunctionDef | None) -> None:
+        """`save = lambda: torch.save(model.state_dict(), path)`: the lambda reads the model of
+        its scope when it is called, after the wrap; the plain model is saved there too. (Its call
+        is rank 0's: Outputs.of follows the lambda.)"""
+        seen: set[int] = set()
+        for ref in sorted(self.facts.model_refs.get(function, ())):
+            for node in self.program.lambda_calls(function, ref):
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                found = s.method_call(node)
+                if found and found[1] == "state_dict" and code(found[0]) == ref:
+                    # made before the wrap, it may be called before it too: the wrapper's module, or the plain model
+                    plain = self.plain(ref, node) if self.facts.is_model(found[0], function) else f'getattr({ref}, "module", {ref})'
+                    self.plan.replace(found[0], cst.parse_expression(plain))
+                    self.change(node, f"`{ref}.state_dict` goes through `.module`: no `module.` prefix in the keys")
+                elif self.tree.is_call_to(node, s.TORCH_SAVE):
+                    self._save_plain_model(node, function)
 
     def _removed_after_reading(self, removal: cst.Call, function: cst.FunctionDef | None, loads: list[cst.Call]) -> bool:
         """`shutil.rmtree(run_dir)` (rank 0's) after every rank loaded `run_dir/best.pt`: rank 0

@@ -62,6 +62,7 @@ class RankZeroGuards(Transform):
         for item in self.tree.of_type(cst.WithItem):
             self._logger_context(item)
         self._exports_of_a_shard()
+        self._output_in_handed_lambdas()
         for statement in self._written_before_training:
             self.plan.insert_after(statement, statements("dist.barrier()  # rank 0 wrote files here that every rank may read next: wait for them\n"))
             self.change(statement, "files written before training are written by rank 0; the other ranks wait for them at a barrier")
@@ -96,6 +97,25 @@ class RankZeroGuards(Transform):
                 f"`{code(call.func)}(...)` writes what it reads from `{code(loader)}`, which is this rank's shard of the data "
                 "now: its files cover 1/world_size of it; give it a loader without the DistributedSampler"
             ))
+
+    def _output_in_handed_lambdas(self) -> None:
+        """`Trainer(model, loader, [lambda t: torch.save(t.model.state_dict(), "last.pt")])`: a
+        lambda handed on (not bound to a name whose calls get the guard) prints or writes on every
+        rank wherever it is called, and no statement of it can take a rank-0 guard."""
+        for lam in self.tree.of_type(cst.Lambda):
+            parent = self.tree.parent(lam)
+            if type(parent) is cst.Assign and len(parent.targets) == 1 and type(parent.targets[0].target) is cst.Name:
+                continue  # `log = lambda msg: print(msg)`: its calls are output (Outputs.of follows the lambda)
+            function = self.tree.function(lam)
+            if function is not None and (self.facts.in_dataset(function) or function in self.facts.prepared_functions):
+                continue
+            outputs = [out for n in self.tree.walk(lam.body) if type(n) is cst.Call and (out := self.facts.outputs.of(n, function)) is not None and out.kind != FOLDER]
+            if outputs:
+                saves = " (saving the plain model's state dict, `.module.state_dict()`)" if any(out.kind == CHECKPOINT for out in outputs) else ""
+                self.warn(lam, (
+                    f"this lambda runs `{outputs[0].label}` on every rank wherever it is called, and a lambda takes no rank-0 guard: "
+                    f"make it a function whose output runs under `if dist.get_rank() == 0:`{saves}"
+                ))
 
     # --- statements ------------------------------------------------------------------
 
