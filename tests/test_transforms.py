@@ -9547,3 +9547,20 @@ def test_a_lambda_that_prints_or_saves_runs_its_output_on_rank_0() -> None:
     body = "callbacks = [lambda m: torch.save(m.state_dict(), 'last.pt')]\n" + handed
     result = convert(standard(loop=body))
     assert any(m.startswith("this lambda runs `torch.save` on every rank wherever it is called") and "`.module.state_dict()`" in m for m in warnings(result))
+
+
+def test_checkpoints_into_the_processs_own_temp_folder_that_nothing_reads_back_are_rank_0s() -> None:
+    """Helper corpus CC, repro 02 (MoCo's `out = tempfile.mkdtemp(prefix="moco_")`): checkpoints
+    only saved into the folder, whose name is printed, stayed on every rank, since each rank's
+    temp folder is its own: 8 GPUs wrote 8 full checkpoints per epoch, 7 into folders no message
+    names. Nothing reads them back, so rank 0 saves; each rank still removes its own folder. A
+    folder read back (or handed to a function) keeps its saves on every rank."""
+    model = "model = nn.Linear(4, 1).to(device)\nout = tempfile.mkdtemp(prefix='moco_')"
+    saved = LOOP + "    ckpt = os.path.join(out, f'checkpoint_{epoch:04d}.pth')\n    torch.save(model.state_dict(), ckpt)\nprint('saved to', out)\nshutil.rmtree(out)\n"
+    imports = "import os\nimport shutil\nimport tempfile\n"
+    output = convert(standard(model=model, loop=saved, imports=imports)).output
+    assert "        if rank == 0:\n            torch.save(model.module.state_dict(), ckpt)\n" in output
+    assert "    if rank == 0:\n        print('saved to', out)\n    shutil.rmtree(out)\n" in output
+    read = saved.replace("print('saved to', out)", "model.load_state_dict(torch.load(os.path.join(out, 'checkpoint_0001.pth')))")
+    output = convert(standard(model=model, loop=read, imports=imports)).output
+    assert "        torch.save(model.module.state_dict(), ckpt)\n" in output and "rank == 0" not in output
