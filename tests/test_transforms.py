@@ -9564,3 +9564,23 @@ def test_checkpoints_into_the_processs_own_temp_folder_that_nothing_reads_back_a
     read = saved.replace("print('saved to', out)", "model.load_state_dict(torch.load(os.path.join(out, 'checkpoint_0001.pth')))")
     output = convert(standard(model=model, loop=read, imports=imports)).output
     assert "        torch.save(model.module.state_dict(), ckpt)\n" in output and "rank == 0" not in output
+
+
+def test_a_step_history_read_after_each_epochs_steps_is_averaged_over_ranks_there() -> None:
+    """Helper corpus CC, repro 03 (a diffusion repo's log line): `losses.append(loss.item())` at
+    each step, `print(np.mean(losses[-len(loader):]))` after each epoch's steps. The history was
+    gathered once after the epochs, so each epoch's line printed rank 0's steps alone. It is
+    gathered where it is read, after each epoch's training loop; a history read only after the
+    epochs is still gathered once, after them."""
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        losses.append(loss.item())\n")
+    each = "losses = []\n" + loop + "    print(f'epoch {epoch}: {np.mean(losses[-len(loader):]):.4f}')\nprint(np.mean(losses))\n"
+    output = convert(standard(loop=each, imports="import numpy as np\n")).output
+    gathered = (
+        "        gathered = [None] * world_size\n        dist.all_gather_object(gathered, losses)\n"
+        "        losses = [sum(step) / len(step) for step in zip(*gathered)]\n"
+        "        if rank == 0:\n            print(f'epoch {epoch}: {np.mean(losses[-len(loader):]):.4f}')\n"
+    )
+    assert gathered in output and output.count("all_gather_object") == 1, output
+    once = "losses = []\n" + loop + "print(np.mean(losses))\n"
+    output = convert(standard(loop=once, imports="import numpy as np\n")).output
+    assert "    gathered = [None] * world_size\n    dist.all_gather_object(gathered, losses)\n" in output and output.count("all_gather_object") == 1

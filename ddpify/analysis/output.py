@@ -125,6 +125,7 @@ class Outputs:
         self.program = program
         self._writers: dict[str, bool] = {}  # `_companion_writes`, by qualified name
         self._seen: dict[tuple[int, int], tuple[cst.Call, Output | None]] = {}  # `of`, by the ids of call and function
+        self._followed: set[int] = set()  # the lambdas `_through_lambda` is inside of
 
     def removes(self, call: cst.Call) -> bool:
         """The call removes what it names: `shutil.rmtree(p)`, `os.remove(p)`, `ckpt.unlink()`."""
@@ -173,8 +174,12 @@ class Outputs:
         lambda: torch.save(...)`: the lambda's one call is the output. What it writes is spelled in
         the lambda's scope, not the caller's: no destination."""
         for lam in self.program.lambdas_called(call, function):
-            if type(lam.body) is cst.Call and lam.body is not call:
-                out = self.of(lam.body, self.tree.function(lam))
+            if type(lam.body) is cst.Call and id(lam) not in self._followed:
+                self._followed.add(id(lam))  # `a = lambda: b()`, `b = lambda: a()`: each followed once
+                try:
+                    out = self.of(lam.body, self.tree.function(lam))
+                finally:
+                    self._followed.discard(id(lam))
                 if out is not None:
                     return out._replace(label=code(call.func), destination=None, into_open_file=False)
         return None

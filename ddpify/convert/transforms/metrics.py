@@ -744,14 +744,23 @@ class ReduceMetrics(Transform):
         outer = around[-1]
         end = self.tree.last_line(outer)
         reads = [n for n in self.program.scope_nodes(loop.function) if type(n) is cst.Name and n.value == name and not self._is_target(n)]
-        if not any(self.tree.line(n) > end for n in reads) or not isinstance(self.tree.parent(outer), (cst.IndentedBlock, cst.Module)):
+        # `print(np.mean(losses[-len(loader):]))` after each epoch's steps (helper corpus CC, repro 03): read
+        # in the loop, so gathered there, after each epoch's training loop; the steps gathered before are alike
+        # on every rank by then, and stay so
+        each_epoch = [n for n in reads if self.tree.inside(n, outer) and self.tree.line(n) > self.tree.last_line(loop.loop)]
+        if each_epoch and (len(around) > 1 or self.tree.parent(loop.loop) is not outer.body):
+            return False
+        if not (each_epoch or any(self.tree.line(n) > end for n in reads)) or not isinstance(self.tree.parent(outer), (cst.IndentedBlock, cst.Module)):
             return False
         function = loop.function
         lines = [
             f"# Each rank recorded its own steps: `{name}` becomes the mean over ranks, step by step.",
             *self._gathered(function, name, mean),
         ]
-        self.plan.insert_after(outer, statements("\n".join(lines) + "\n"))
+        self.plan.insert_after(loop.loop if each_epoch else outer, statements("\n".join(lines) + "\n"))
+        if each_epoch:
+            self.change(loop.loop, f"`{name}` (a value per step, on each rank's shard) is averaged over ranks step by step after each epoch's steps, where it is read")
+            return True
         self.change(outer, f"`{name}` (a value per step, on each rank's shard) is averaged over ranks step by step once the loop ends")
         return True
 
