@@ -9584,3 +9584,23 @@ def test_a_step_history_read_after_each_epochs_steps_is_averaged_over_ranks_ther
     once = "losses = []\n" + loop + "print(np.mean(losses))\n"
     output = convert(standard(loop=once, imports="import numpy as np\n")).output
     assert "    gathered = [None] * world_size\n    dist.all_gather_object(gathered, losses)\n" in output and output.count("all_gather_object") == 1
+
+
+def test_a_model_whose_forward_returns_an_input_gradient_finds_unused_parameters() -> None:
+    """Helper corpus CJ, repro 03: a Hamiltonian network's forward returns dH/dx
+    (`torch.autograd.grad(self.H(x).sum(), x, create_graph=True)`); the last layer's bias does not
+    shape it and never gets a gradient, so plain `DDP(model)` failed at the second step on every
+    run ("Expected to have finished reduction"). DDP's search from the outputs finds it unused."""
+    helpers = """\
+        class HNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.H = nn.Sequential(nn.Linear(4, 8), nn.Softplus(), nn.Linear(8, 1))
+
+            def forward(self, x):
+                x = x.requires_grad_(True)
+                return torch.autograd.grad(self.H(x).sum(), x, create_graph=True)[0][:, :1]
+        """
+    result = convert(standard(model="model = HNN().to(device)", helpers=helpers))
+    assert "    model = DDP(model, find_unused_parameters=True)\n" in result.output
+    assert any("`HNN.forward` returns a gradient of its own output" in n.message for n in result.notes)
