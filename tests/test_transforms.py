@@ -9604,3 +9604,13 @@ def test_a_model_whose_forward_returns_an_input_gradient_finds_unused_parameters
     result = convert(standard(model="model = HNN().to(device)", helpers=helpers))
     assert "    model = DDP(model, find_unused_parameters=True)\n" in result.output
     assert any("`HNN.forward` returns a gradient of its own output" in n.message for n in result.notes)
+
+
+def test_a_file_in_the_processs_own_temp_folder_written_then_removed_is_rank_0s_both_times() -> None:
+    """Helper corpus CH, repro 02: `out = os.path.join(tempfile.mkdtemp(), "preds.txt")`, written
+    under `with open(out, "w")` (rank 0's) and then `os.remove(out)` on every rank: rank 1 removed
+    a file its own folder never had (FileNotFoundError). The removal of what only rank 0 writes is
+    rank 0's too."""
+    after = "out = os.path.join(tempfile.mkdtemp(), 'preds.txt')\nwith open(out, 'w') as f:\n    f.write(str(loss.item()))\nos.remove(out)\n"
+    output = convert(standard(loop=LOOP + after, imports="import os\nimport tempfile\n")).output
+    assert "    if rank == 0:\n        with open(out, 'w') as f:\n            f.write(str(loss.item()))\n        os.remove(out)\n" in output

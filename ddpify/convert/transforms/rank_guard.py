@@ -393,8 +393,8 @@ class RankZeroGuards(Transform):
         if out is None or out.kind in (TQDM, FOLDER) or (out.creates and out.kind == TENSORBOARD):
             return None
         if out.kind in WRITES and out.destination is not None and private_to_process(self.tree, self.program, out.destination, function):
-            if self.facts.outputs.removes(node) or self._read_back(out.destination, function):
-                return None  # each rank removes its own
+            if self._read_back(out.destination, function):
+                return None  # each rank writes (removes) its own, and reads it back
         return out.kind
 
     def _read_back(self, path: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 3) -> bool:
