@@ -9614,3 +9614,17 @@ def test_a_file_in_the_processs_own_temp_folder_written_then_removed_is_rank_0s_
     after = "out = os.path.join(tempfile.mkdtemp(), 'preds.txt')\nwith open(out, 'w') as f:\n    f.write(str(loss.item()))\nos.remove(out)\n"
     output = convert(standard(loop=LOOP + after, imports="import os\nimport tempfile\n")).output
     assert "    if rank == 0:\n        with open(out, 'w') as f:\n            f.write(str(loss.item()))\n        os.remove(out)\n" in output
+
+
+def test_a_generator_reseeded_each_epoch_leaves_the_sampler_its_default_seed() -> None:
+    """Helper corpus CH, repro 01: `g.manual_seed(SEED + epoch)` at the top of each epoch, for
+    `DataLoader(..., generator=g)`: the seed was moved into `DistributedSampler(..., seed=SEED +
+    epoch)` where the loader is made, before `epoch` exists (UnboundLocalError on every run). A
+    seed set after the loader, or in a loop the loader is not in, is not the sampler's; its
+    set_epoch gives each epoch its order."""
+    loader = "g = torch.Generator()\nloader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True, generator=g)"
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    g.manual_seed(7 + epoch)\n")
+    output = convert(standard(loader=loader, loop=loop)).output
+    assert "sampler=DistributedSampler(train_dataset, shuffle=True), generator=g)" in output
+    once = "g = torch.Generator()\ng.manual_seed(7)\n" + loader.split("\n")[1]
+    assert "DistributedSampler(train_dataset, shuffle=True, seed=7)" in convert(standard(loader=once)).output

@@ -249,6 +249,9 @@ class Sampler(Transform):
                 c for c in self.program.calls_in(function)
                 if (m := s.method_call(c)) is not None and m[1] == "manual_seed" and dotted(m[0]) == generator.value and c.args
             ]  # `g = torch.Generator(); g.manual_seed(seed)`
+            # not `g.manual_seed(SEED + epoch)` at the top of each epoch (helper corpus CH, repro 01): its seed is
+            # not there yet where the loader is made, and the sampler's set_epoch gives each epoch its order
+            seeded = [c for c in seeded if self.tree.order(c) < self.tree.order(call) and not any(not self.tree.inside(call, lp) for lp in self.tree.loops(c))]
             if type(bound) is cst.Call and self.tree.qname(bound.func) == "torch.Generator" and len(seeded) == 1:
                 return f", seed={code(seeded[0].args[0].value)}"
             generator = bound  # type: ignore[assignment]
