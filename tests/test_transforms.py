@@ -9628,3 +9628,13 @@ def test_a_generator_reseeded_each_epoch_leaves_the_sampler_its_default_seed() -
     assert "sampler=DistributedSampler(train_dataset, shuffle=True), generator=g)" in output
     once = "g = torch.Generator()\ng.manual_seed(7)\n" + loader.split("\n")[1]
     assert "DistributedSampler(train_dataset, shuffle=True, seed=7)" in convert(standard(loader=once)).output
+
+
+def test_a_step_history_of_lists_is_not_averaged_as_numbers() -> None:
+    """Helper corpus CH, repro 05: `step_losses.append(per_sample.detach().cpu().tolist())`, a list
+    a step: "averaged over ranks step by step" with `sum(step)` over lists failed at any world size
+    (TypeError). It is warned about instead, as records of another shape are."""
+    loop = LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        steps.append((model(x) - y).detach().cpu().tolist())\n")
+    result = convert(standard(loop="steps = []\n" + loop + "print(max(max(s) for s in steps))\n"))
+    assert "all_gather_object" not in result.output
+    assert any(m.startswith("`steps` keeps adding up this rank's shard across epochs") for m in warnings(result))

@@ -735,6 +735,8 @@ class ReduceMetrics(Transform):
             mean = "[{{k: sum(d[k] for d in step) / len(step) if isinstance(v, float) else v for k, v in step[0].items()}} for step in zip(*{g})]"
         elif any(type(v) in (cst.Dict, cst.Tuple, cst.List, cst.Set) or self.tree.is_builtin_call(v, "dict") or self.tree.is_call_to(v, {"collections.OrderedDict"}) for v in values) or not all(map(self._is_number, values)):
             return False  # records of another shape: a tuple, a list
+        elif any((m := method_call(v)) is not None and m[1] == "tolist" for v in values):
+            return False  # `per_sample.detach().cpu().tolist()`: a list a step, not a number (helper corpus CH, repro 05)
         starts = [self.program.element(v, i) for v, i in self.program.assignments(loop.function, name) if self.tree.order(v) < self.tree.order(loop.loop)]
         if len(starts) != 1 or not (isinstance(starts[0], cst.List) and not starts[0].elements):
             return False
