@@ -9638,3 +9638,14 @@ def test_a_step_history_of_lists_is_not_averaged_as_numbers() -> None:
     result = convert(standard(loop="steps = []\n" + loop + "print(max(max(s) for s in steps))\n"))
     assert "all_gather_object" not in result.output
     assert any(m.startswith("`steps` keeps adding up this rank's shard across epochs") for m in warnings(result))
+
+
+def test_a_checkpoint_picked_from_a_listing_bound_to_a_name_first_waits_for_the_saves() -> None:
+    """Helper corpus CI, repro 05: `ckpts = glob.glob("ckpts/*.pt")`, then `best = min(ckpts,
+    key=...)` and `torch.load(best)`: the barrier was found only for a listing inline in the pick,
+    so rank 1 listed the folder before rank 0's last save and reloaded an older epoch (2 runs of
+    4). The barrier goes before the listing."""
+    save = "    torch.save(model.state_dict(), f'ckpts/epoch{epoch}.pt')\n"
+    pick = "ckpts = glob.glob('ckpts/*.pt')\nbest = max(ckpts, key=os.path.getmtime)\nmodel.load_state_dict(torch.load(best))\n"
+    output = convert(standard(loop=LOOP + save + pick, imports="import glob\nimport os\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    ckpts = glob.glob('ckpts/*.pt')\n" in output

@@ -459,17 +459,22 @@ class Checkpoints(Transform):
                 f"(line {self.tree.line(helper)}), may have written it"
             ))
 
-    def _listing(self, path: cst.BaseExpression, function: cst.FunctionDef | None, at: cst.CSTNode) -> cst.Assign | None:
+    def _listing(self, path: cst.BaseExpression, function: cst.FunctionDef | None, at: cst.CSTNode, depth: int = 1) -> cst.Assign | None:
         """`last = sorted(glob.glob(os.path.join("ckpts", "ep*.pth")))[-1]` before `torch.load(last)`:
-        the assignment that picks the file from a listing of a folder (helper corpus BB, repro 06)."""
+        the assignment that picks the file from a listing of a folder (helper corpus BB, repro 06),
+        also through a name the listing is bound to first (`ckpts = glob.glob("ckpts/*.pt")`, then
+        `best = min(ckpts, key=...)`: helper corpus CI, repro 05)."""
         if type(path) is not cst.Name:
             return None
         bound = [v for v, i in self.program.assignments(function, path.value) if i is None and self.tree.order(v) < self.tree.order(at)]
         if len(bound) != 1:
             return None
         parent = self.tree.parent(bound[0])
-        lists = any(self._lists_a_folder(c, function) for c in self.tree.calls(bound[0]))
-        return parent if lists and type(parent) is cst.Assign else None
+        if any(self._lists_a_folder(c, function) for c in self.tree.calls(bound[0])):
+            return parent if type(parent) is cst.Assign else None
+        if depth == 0:
+            return None
+        return next((found for n in self.tree.walk(bound[0]) if type(n) is cst.Name and n.value != path.value and (found := self._listing(n, function, bound[0], depth - 1))), None)
 
     def _lists_a_folder(self, call: cst.Call, function: cst.FunctionDef | None, depth: int = 1) -> bool:
         """`glob.glob(...)`, `os.listdir(...)`, `root.glob(...)`, or a same-file function that
