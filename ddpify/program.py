@@ -362,17 +362,28 @@ class Program:
                 self._resolving.discard(key)
         return cached[1]
 
-    def _walked_functions(self, caller: cst.FunctionDef | None, name: str) -> list[cst.FunctionDef]:
-        """`for stage in (stage_a, stage_b): stage(model, opt, loader)`: the same-file functions a
-        loop over a literal tuple or list binds to `name`, in order, when they all take the same
-        parameters; none otherwise (helper corpus CE, repro 02: the stages were not known to
-        train, and the wrap came after the loop). `callee` answers with the first."""
-        if name not in self.loop_targets(caller):
-            return []  # (asked of every call of a name: the cached loop targets answer most)
-        loops = [n for n in self.scope_nodes(caller) if type(n) is cst.For and type(n.target) is cst.Name and n.target.value == name]
-        if len(loops) != 1 or type(loops[0].iter) not in (cst.Tuple, cst.List):
+    def _walked_functions(self, caller: cst.FunctionDef | None, func: cst.BaseExpression) -> list[cst.FunctionDef]:
+        """`for stage in (stage_a, stage_b): stage(model, opt, loader)`, `STAGES[name](model, opt,
+        loader)` over `STAGES = {"warm": warm, "main": main_stage}`: the same-file functions a call
+        may run, from a loop over a literal tuple or list, or from a literal dict of them, in order,
+        when they all take the same parameters; none otherwise (helper corpus CE, repro 02 and CG,
+        repro 01: the stages were not known to train, and the wrap came after the loop). `callee`
+        answers with the first."""
+        if type(func) is cst.Subscript and type(func.value) is cst.Name:
+            name = func.value.value
+            table = self.bound_once(caller, name) if self.binds(caller, name) else self.bound_once(None, name)
+            if type(table) is not cst.Dict or not table.elements:
+                return []
+            names = [e.value.value if type(e) is cst.DictElement and type(e.value) is cst.Name else None for e in table.elements]
+        elif type(func) is cst.Name:
+            if func.value not in self.loop_targets(caller):
+                return []  # (asked of every call of a name: the cached loop targets answer most)
+            loops = [n for n in self.scope_nodes(caller) if type(n) is cst.For and type(n.target) is cst.Name and n.target.value == func.value]
+            if len(loops) != 1 or type(loops[0].iter) not in (cst.Tuple, cst.List):
+                return []
+            names = [e.value.value if type(e.value) is cst.Name else None for e in loops[0].iter.elements]  # type: ignore[attr-defined]
+        else:
             return []
-        names = [e.value.value if type(e.value) is cst.Name else None for e in loops[0].iter.elements]  # type: ignore[attr-defined]
         if not names or any(n not in self.functions or self.binds(caller, n) for n in names):
             return []
         functions = [self.functions[n] for n in names]  # type: ignore[index]
@@ -393,9 +404,11 @@ class Program:
                 if init is not None:
                     return init, 0
             passed = self._passed_function(caller, func.value)  # `def fit(step_fn, loader): ... step_fn(batch)`
-            if passed is None and (walked := self._walked_functions(caller, func.value)):
+            if passed is None and (walked := self._walked_functions(caller, func)):
                 passed = walked[0]
             return (passed, 0) if passed is not None else None
+        if isinstance(func, cst.Subscript) and (walked := self._walked_functions(caller, func)):
+            return walked[0], 0
         if isinstance(func, cst.Attribute):
             if type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super" and not func.value.args:
                 owner = self.owner_class(caller)  # `super().__init__(model, opt)`: the same-file base's method
@@ -403,9 +416,10 @@ class Program:
                 method = next((m for base in bases if (m := self.class_methods(base).get(func.attr.value)) is not None), None)
                 return (method, 0) if method is not None else None
             if type(func.value) is cst.Name and func.value.value in self.classes and not (caller is not None and self.binds(caller, func.value.value)):
-                # `CheckpointIO.load_into(path, model)`: a static method called on its same-file class (helper corpus CE, repro 06)
+                # `CheckpointIO.load_into(path, model)`: a static method called on its same-file class (helper corpus CE, repro 06),
+                # or a class method (`Snapshot.take(model, epoch)`: CG, script 02)
                 method = self.class_methods(self.classes[func.value.value]).get(func.attr.value)
-                if method is not None and any(type(d.decorator) is cst.Name and d.decorator.value == "staticmethod" for d in method.decorators):
+                if method is not None and any(type(d.decorator) is cst.Name and d.decorator.value in ("staticmethod", "classmethod") for d in method.decorators):
                     return method, 0
             cls = self.instance_of(func.value, caller)
             if cls is not None:
@@ -480,8 +494,8 @@ class Program:
         """The same-file class an object is an instance of (`stopper = EarlyStopping()`, or
         `self.stopper = EarlyStopping()` in a method), when its assignment says so directly, or
         when it is made right there (`Trainer(model).fit(...)`)."""
-        if type(obj) is cst.Call and type(obj.func) is cst.Name and obj.func.value in self.classes:
-            return self.classes[obj.func.value]
+        if type(obj) is cst.Call and (made := self._class_made(obj)) is not None:
+            return made
         if type(obj) is cst.Attribute and obj.attr.value == "module":  # `model.module`: the model a DDP wrapper holds
             inner = self.instance_of(obj.value, function)
             if inner is not None and not any(self.assignments(m, "self.module") for m in self.methods.get(inner, {}).values()):
@@ -508,9 +522,25 @@ class Program:
             value = unchained(value)  # `model = Net().to(device)`
             if index is None and isinstance(value, cst.Call) and self.tree.qname(value.func) in s.DDP and value.args:
                 value = unchained(value.args[0].value)  # `model = DDP(Net().to(device), ...)`: `model.module` is a Net
-            if index is None and isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes:
-                return self.classes[value.func.value]
+            if index is None and isinstance(value, cst.Call) and (made := self._class_made(value)) is not None:
+                return made
         return None
+
+    def _class_made(self, call: cst.Call) -> cst.ClassDef | None:
+        """The same-file class a call makes an object of: `Snapshot(...)`, or a class method of it
+        that returns `cls(...)` (`Snapshot.from_file(path)`: helper corpus CG, script 02)."""
+        func = call.func
+        if type(func) is cst.Name:
+            return self.classes.get(func.value)
+        if type(func) is not cst.Attribute or type(func.value) is not cst.Name or func.value.value not in self.classes:
+            return None
+        cls = self.classes[func.value.value]
+        method = self.class_methods(cls).get(func.attr.value)
+        if method is None or not any(type(d.decorator) is cst.Name and d.decorator.value == "classmethod" for d in method.decorators):
+            return None
+        first = _params(method)[0].name.value if _params(method) else None
+        returned = self.returns(method)
+        return cls if returned and all(type(r) is cst.Call and type(r.func) is cst.Name and r.func.value == first for r in returned) else None
 
     def called_repeatedly(self, function: cst.FunctionDef, within: cst.CSTNode | None = None) -> bool:
         """Whether `function` runs more than once: called at several places, or in a loop (only
@@ -543,7 +573,7 @@ class Program:
                     target = self.callee(call, caller)
                     if target is not None and target[0] is function:
                         sites.append((call, caller))
-                    elif target is not None and type(call.func) is cst.Name and function in self._walked_functions(caller, call.func.value):
+                    elif target is not None and function in self._walked_functions(caller, call.func):
                         sites.append((call, caller))  # `stage(model, ...)` over `(stage_a, stage_b)`: a call of each
             self._calls_cache[function] = sites
         return self._calls_cache[function]
@@ -1011,7 +1041,7 @@ class Program:
                     work.append((ref, None))  # `def setup(): global model; model = ...`: the global every function reads
             for call in self.calls_in(function) + self.lambda_calls(function, ref):
                 target = self.callee(call, function)
-                walked = self._walked_functions(function, call.func.value) if target is not None and type(call.func) is cst.Name else []
+                walked = self._walked_functions(function, call.func) if target is not None else []
                 for callee in (walked or [target[0]]) if target is not None else self.hook_methods(call):
                     for a in call.args:
                         handed = dotted(unchained(a.value))  # also `export_all(model.cpu(), out)`: the module the chain is called on

@@ -9649,3 +9649,54 @@ def test_a_checkpoint_picked_from_a_listing_bound_to_a_name_first_waits_for_the_
     pick = "ckpts = glob.glob('ckpts/*.pt')\nbest = max(ckpts, key=os.path.getmtime)\nmodel.load_state_dict(torch.load(best))\n"
     output = convert(standard(loop=LOOP + save + pick, imports="import glob\nimport os\n")).output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    ckpts = glob.glob('ckpts/*.pt')\n" in output
+
+
+def test_stages_looked_up_in_a_dict_of_functions_are_known_to_train() -> None:
+    """Helper corpus CG, repro 01: `STAGES = {"warm": warm}` and `STAGES[name](model, opt,
+    loader, device)` in a loop: the call was not known to train, so main() was taken for data
+    preparation (rank 0's alone) and the wrap came after the loop; both ranks hung. Each function
+    of a literal dict is a callee of a call through it, when they all take the same parameters."""
+    helpers = """\
+        def warm(model, optimizer, loader, device):
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+        STAGES = {"warm": warm, "again": warm}
+        """
+    loop = "for name in ['warm', 'again']:\n    STAGES[name](model, optimizer, loader, device)\ntorch.save(model.state_dict(), 'final.pt')\n"
+    output = convert(standard(loop=loop, helpers=helpers)).output
+    assert "    model = DDP(model)\n    optimizer = torch.optim.SGD" in output
+    assert "        STAGES[name](model, optimizer, loader, device)\n    if rank == 0:\n        torch.save(model.module.state_dict(), 'final.pt')\n" in output
+
+
+def test_class_methods_of_a_same_file_class_are_followed_and_make_its_objects() -> None:
+    """Helper corpus CG, script 02: `Snapshot.take(model, epoch)`, a class method returning
+    `cls(model.state_dict(), ...)`, and `snap = Snapshot.from_file(path)` then
+    `snap.apply_to(model)`: neither was followed, so the wrapper's keys were kept and the report
+    said the same-file class came "from another module". Both are followed now: the snapshot
+    holds the plain model's keys, and `apply_to` loads them into the plain model."""
+    helpers = """\
+        class Snapshot:
+            def __init__(self, state):
+                self.state = state
+
+            @classmethod
+            def take(cls, model):
+                return cls({k: v.clone() for k, v in model.state_dict().items()})
+
+            @classmethod
+            def empty(cls):
+                return cls({})
+
+            def apply_to(self, model):
+                model.load_state_dict(self.state)
+        """
+    after = "snap = Snapshot.take(model)\nsnap.apply_to(model)\n"
+    result = convert(standard(loop=LOOP + after, helpers=helpers))
+    assert "        return cls({k: v.clone() for k, v in model.module.state_dict().items()})\n" in result.output
+    assert "        model.module.load_state_dict(self.state)\n" in result.output
+    assert not any("from another module" in m for m in warnings(result))
