@@ -9673,6 +9673,24 @@ def test_stages_looked_up_in_a_dict_of_functions_are_known_to_train() -> None:
     assert "        STAGES[name](model, optimizer, loader, device)\n    if rank == 0:\n        torch.save(model.module.state_dict(), 'final.pt')\n" in output
 
 
+def test_a_loader_bound_by_a_loop_over_a_generator_is_made_again_inside_the_loop() -> None:
+    """Helper corpus CG, repro 09: `for f, loader in folds(X, y):` over a generator yielding each
+    fold's loader: `loader = distributed_loader(loader)` went before the loop, where `loader` is
+    not bound yet (UnboundLocalError on every run). It goes at the top of the loop's body, before
+    the sampler's set_epoch."""
+    helpers = """\
+        def folds(k=2):
+            for f in range(k):
+                yield f, DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+        """
+    body = (
+        f"{DEVICE}\nfor f, loader in folds():\n    model = nn.Linear(4, 1).to(device)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + textwrap.indent(LOOP.split("\n", 1)[1].replace("    for x, y", "for x, y", 1).replace("\n        ", "\n    "), "    ")
+    )
+    output = convert(script(body, helpers)).output
+    assert "    for f, loader in folds():\n        loader = distributed_loader(loader)  # built elsewhere: now sharded by rank\n        loader.sampler.set_epoch(f)\n" in output, output
+
+
 def test_class_methods_of_a_same_file_class_are_followed_and_make_its_objects() -> None:
     """Helper corpus CG, script 02: `Snapshot.take(model, epoch)`, a class method returning
     `cls(model.state_dict(), ...)`, and `snap = Snapshot.from_file(path)` then

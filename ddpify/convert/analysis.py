@@ -177,7 +177,7 @@ class LoaderPlan:
     how: Literal["shard", "generator", "subset", "recreate", "stream"]
     sampler: cst.Call | None = None  # the user's sampler, for "generator", "subset" and a replaced one
     loader: cst.BaseExpression | None = None  # "recreate": the loader as spelled in `function`
-    anchor: cst.BaseStatement | None = None  # "recreate": it is made again right before this statement
+    anchor: cst.BaseStatement | cst.IndentedBlock | None = None  # "recreate": it is made again right before this statement (at the top of this loop body)
     after: bool = False  # "recreate": right after `anchor` (the statement that gets it) instead
     # "generator" under a flag (`sampler = WeightedRandomSampler(...) if args.balance else None`):
     # the None becomes this DistributedSampler, so the ranks shard the data when the flag is off.
@@ -2983,6 +2983,11 @@ class Analyzer:
         if assigned:
             statement = self.tree.statement(max(assigned, key=self.tree.line))
             return LoaderPlan(None, function, "recreate", loader=loader, anchor=statement, after=True)
+        bound_by = [n for n in self.program.scope_nodes(function) if type(n) is cst.For and root in self.program.names_in(n.target)]
+        if len(bound_by) == 1 and type(loader) is cst.Name and isinstance(bound_by[0].body, cst.IndentedBlock):
+            # `for f, loader in folds(X, y):` (helper corpus CG, repro 09): made again at the top of each pass,
+            # where the loop has bound it (before the loop, the name is not bound yet: UnboundLocalError)
+            return LoaderPlan(None, function, "recreate", loader=loader, anchor=bound_by[0].body)
         uses = [n for n in self.program.scope_nodes(function) if isinstance(n, (cst.Name, cst.Attribute)) and _spells(n, spelled)]
         first = min((u for u in uses if not self._is_assigned(u)), key=self.tree.order, default=loop.loop)
         loops = self.tree.loops(first)  # before the outermost loop that uses it: made once

@@ -176,7 +176,9 @@ class Sampler(Transform):
         assert plan.loader is not None and plan.anchor is not None
         loader = code(plan.loader)
         recreated = statements(f"{loader} = distributed_loader({loader})  # built elsewhere: now sharded by rank\n")
-        if plan.after:
+        if type(plan.anchor) is cst.IndentedBlock:  # the body of the loop that binds it: at its top, before a set_epoch there
+            self.plan.prepend(plan.anchor, recreated)
+        elif plan.after:
             self.plan.insert_after(plan.anchor, recreated)
         else:
             self.plan.insert_before(plan.anchor, recreated)
