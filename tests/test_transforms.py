@@ -9718,3 +9718,24 @@ def test_class_methods_of_a_same_file_class_are_followed_and_make_its_objects() 
     assert "        return cls({k: v.clone() for k, v in model.module.state_dict().items()})\n" in result.output
     assert "        model.module.load_state_dict(self.state)\n" in result.output
     assert not any("from another module" in m for m in warnings(result))
+
+
+@pytest.mark.parametrize(
+    "reader",
+    [
+        pytest.param("read_ckpt = lambda p: torch.load(p, map_location='cpu')\n", id="lambda"),
+        pytest.param("def read_ckpt(p):\n    return torch.load(p, map_location='cpu')\n", id="function"),
+    ],
+)  # fmt: skip
+def test_a_checkpoint_read_back_through_a_reader_handed_its_path_waits_for_the_save(reader: str) -> None:
+    """Helper corpus CG, repro 02 and script 07: `read_ckpt = lambda p: torch.load(p, ...)`, then
+    `net.load_state_dict(read_ckpt("out/best.bin"))` after rank 0's save: the path the reader is
+    handed was not followed, so no barrier came before the read (EOFError on rank 1, or the
+    previous epoch's weights: replicas diverged), nor before the removal after it."""
+    after = "    torch.save(model.state_dict(), 'out/best.bin')\nmodel.load_state_dict(read_ckpt('out/best.bin'))\nshutil.rmtree('out')\n"
+    output = convert(standard(loop=LOOP + after, helpers=reader, imports="import shutil\n")).output
+    assert (
+        "    dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n"
+        "    model.module.load_state_dict(read_ckpt('out/best.bin'))\n"
+        "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n"
+    ) in output, output

@@ -116,10 +116,9 @@ class Checkpoints(Transform):
         for load in loads:
             read = s.arg(load, 0, "f")
             site = self._read_at.get(id(load))
-            if site is not None and read is not None and type(read.value) is cst.Name and (helper := self.program.callee(site, function)) is not None and read.value.value in self.program.param_names(helper[0]):
+            if site is not None and read is not None:
                 # `CheckpointIO.load_into("ck/e0.pt", model)`: the path its parameter is handed (helper corpus CE, repro 06)
-                handed = self.program.argument_for(site, helper[0], read.value.value)
-                read = cst.Arg(handed) if handed is not None else read
+                read = cst.Arg(self._read_path(load, site, function)[0])
             listing = self._listing(read.value, function, load) if read is not None else None
             read_parts = (self._path_parts(read.value, function) | (self._path_parts(listing.value, function) if listing is not None else set())) if read is not None else set()
             read_parts |= {part for saved in self._kept_paths.get(id(load), []) for part in self._path_parts(saved, function)}
@@ -639,7 +638,7 @@ class Checkpoints(Transform):
         """`torch.save(net.state_dict(), os.path.join(WORK, "best.pth"))` (rank 0's) in the epoch
         loop, then `net = load_best(net)`, which loads that file: the barrier goes before the call,
         where every rank passes (helper corpus CB, repro 07: rank 1 found no file)."""
-        names = {name for load in read for name in self._file_names(s.arg(load, 0, "f").value, self.tree.function(load))}  # type: ignore[union-attr]
+        names = {name for load in read for name in self._file_names(*self._read_path(load, call, function))}
         copies = [c for c in self.program.calls_in(function) if self.tree.is_call_to(c, FILE_COPIES) and self.tree.order(c) < self.tree.order(call)]
         written = [
             save for save in [*saves, *copies]
@@ -656,6 +655,28 @@ class Checkpoints(Transform):
             # `exp.fit()` saves `self.best` on rank 0, then `exp.restore_best()` loads it (helper corpus CB, repro 04)
             self.plan.insert_before(self.tree.statement(call), statements("dist.barrier()  # rank 0 saved in the training above: wait until it is done\n"))
             self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what `{code(trainer.func)}(...)` (line {self.tree.line(trainer)}) saved on rank 0")
+
+    def _read_path(self, load: cst.Call, call: cst.Call, function: cst.FunctionDef | None) -> tuple[cst.BaseExpression, cst.FunctionDef | None]:
+        """The path a helper's load reads, and the scope it is spelled in: for a lambda's
+        parameter, what the call hands it (`read_ckpt = lambda p: torch.load(p)`, then
+        `read_ckpt("out/best.bin")`: helper corpus CG, repro 02)."""
+        path = s.arg(load, 0, "f").value  # type: ignore[union-attr]
+        lam = next((a for a in self.tree.ancestors(load) if type(a) is cst.Lambda), None)
+        helper = self.program.callee(call, function) if lam is None else None
+        if helper is not None and type(path) is cst.Name and path.value in self.program.param_names(helper[0]):
+            # `def read_ckpt(p): return torch.load(p)`, called `read_ckpt("out/best.bin")`
+            handed = self.program.argument_for(call, helper[0], path.value)
+            return (handed, function) if handed is not None else (path, helper[0])
+        if lam is not None and type(path) is cst.Name:
+            params = [p.name.value for p in lam.params.params]
+            positional = [a.value for a in call.args if a.keyword is None and not a.star]
+            keyword = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+            if path.value in params:
+                index = params.index(path.value)
+                handed = keyword.get(path.value, positional[index] if index < len(positional) else None)
+                if handed is not None:
+                    return handed, function
+        return path, self.tree.function(load)
 
     def _same_object(self, one: cst.Call, other: cst.Call) -> bool:
         """Both calls are methods of one object (`exp.fit()`, `exp.restore_best()`)."""
