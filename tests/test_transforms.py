@@ -9739,3 +9739,18 @@ def test_a_checkpoint_read_back_through_a_reader_handed_its_path_waits_for_the_s
         "    model.module.load_state_dict(read_ckpt('out/best.bin'))\n"
         "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n"
     ) in output, output
+
+
+def test_a_reader_handed_the_saved_spelling_in_a_fold_loop_waits_for_the_save() -> None:
+    """Helper corpus CG, script 07 (a notebook's fold loop): `torch.save(..., f"{OUT}/f{fold}.bin")`
+    in the epoch loop, then `net.load_state_dict(read_ckpt(f"{OUT}/f{fold}.bin"))` after it, in
+    the fold loop: an f-string names no file literally, and a load in a loop got no barrier. The
+    reader is handed the saved spelling, and every rank passes each fold."""
+    reader = "read_ckpt = lambda p: torch.load(p, map_location='cpu')\n"
+    body = (
+        f"{DEVICE}\n{LOADER}\nOUT = 'out'\nfor fold in range(2):\n    model = nn.Linear(4, 1).to(device)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + textwrap.indent(LOOP, "    ")
+        + "        torch.save(model.state_dict(), f'{OUT}/f{fold}.bin')\n    model.load_state_dict(read_ckpt(f'{OUT}/f{fold}.bin'))\n"
+    )
+    output = convert(script(body, reader)).output
+    assert "        dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n        model.module.load_state_dict(read_ckpt(" in output, output

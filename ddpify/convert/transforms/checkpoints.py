@@ -638,14 +638,17 @@ class Checkpoints(Transform):
         """`torch.save(net.state_dict(), os.path.join(WORK, "best.pth"))` (rank 0's) in the epoch
         loop, then `net = load_best(net)`, which loads that file: the barrier goes before the call,
         where every rank passes (helper corpus CB, repro 07: rank 1 found no file)."""
-        names = {name for load in read for name in self._file_names(*self._read_path(load, call, function))}
+        paths = [self._read_path(load, call, function) for load in read]
+        names = {name for path, scope in paths for name in self._file_names(path, scope)}
+        spelled = {code(path) for path, scope in paths if scope is function}  # `read_ckpt(f"{OUT}/f{fold}.bin")`: no literal name, the same spelling
         copies = [c for c in self.program.calls_in(function) if self.tree.is_call_to(c, FILE_COPIES) and self.tree.order(c) < self.tree.order(call)]
         written = [
             save for save in [*saves, *copies]
-            if (p := s.arg(save, 1, "f" if save in saves else "dst")) is not None and names & self._file_names(self._saved_path(save, p.value, function), function)
+            if (p := s.arg(save, 1, "f" if save in saves else "dst")) is not None
+            and (names & self._file_names(self._saved_path(save, p.value, function), function) or code(p.value) in spelled)
             and self._after_in_its_block(save, call) and not private_to_process(self.tree, self.program, p.value, function)
         ]  # fmt: skip  # `shutil.copyfile(ck, BEST)` writes the best too (helper corpus CE, script 08)
-        if written and not self.tree.loops(call):
+        if written and all(type(lp) is cst.For for lp in self.tree.loops(call)):  # a fold loop (CG, script 07): every rank passes each time
             self.plan.insert_before(self.tree.statement(call), statements("dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n"))
             self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what rank 0 saved at line {self.tree.line(written[-1])}")
         elif (
