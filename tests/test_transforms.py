@@ -9754,3 +9754,50 @@ def test_a_reader_handed_the_saved_spelling_in_a_fold_loop_waits_for_the_save() 
     )
     output = convert(script(body, reader)).output
     assert "        dist.barrier()  # rank 0 wrote the file this reads back: wait until it is complete\n        model.module.load_state_dict(read_ckpt(" in output, output
+
+
+def test_a_call_in_a_print_that_fills_an_object_runs_on_every_rank() -> None:
+    """Helper corpus CG, repro 07 and script 06: `print(f"fold {k} mse {self.predict_fold(k,
+    path):.4f}")`, where the method fills `self.oof[va]` from a reloaded checkpoint: the whole
+    print went under the rank-0 guard, so rank 1's out-of-fold array stayed zeros. The call runs on
+    every rank before the guarded print; a helper that only builds what it returns (a decoder
+    collecting tokens in a list of its own) stays in the print."""
+    helpers = """\
+        class Folds:
+            def __init__(self):
+                self.oof = torch.zeros(64)
+
+            def predict(self, x):
+                fresh = nn.Linear(4, 1)
+                self.oof[:8] = fresh(x).squeeze(1).detach()
+                return float(self.oof.sum())
+
+
+        def tokens(x):
+            out = []
+            out.append(float(x.sum()))
+            return out
+        """
+    after = "folds = Folds()\nprint(f'oof {folds.predict(x):.3f}')\nprint(tokens(x))\n"
+    output = convert(standard(loop=LOOP + after, helpers=helpers)).output
+    assert "    predict_result = folds.predict(x)\n    if rank == 0:\n        print(f'oof {predict_result:.3f}')\n        print(tokens(x))\n" in output, output
+
+
+def test_a_hoisted_call_keeps_the_edits_made_inside_it() -> None:
+    """A call hoisted out of a rank-0 print is written out with what the other transforms changed
+    inside it: `resume(model, path, model.decode(x).tolist())` keeps `model.module.decode`
+    (written from the original text, the wrapper had no `decode`: AttributeError)."""
+    helpers = """\
+        class Net(nn.Linear):
+            def decode(self, x):
+                return self(x).argmax(1)
+
+
+        def resume(model, path, shown):
+            model.load_state_dict(torch.load(path))
+            return path, shown
+        """
+    loop = LOOP.replace("mse_loss(model(x), y)", "cross_entropy(model(x), y.long().squeeze(1) % 2)")
+    after = "    torch.save(model.state_dict(), 'last.pt')\nprint(resume(model, 'last.pt', model.decode(x).tolist()))\n"
+    output = convert(standard(model="model = Net(4, 2).to(device)", loop=loop + after, helpers=helpers)).output
+    assert "    resume_result = resume(model, 'last.pt', model.module.decode(x).tolist())\n    if rank == 0:\n        print(resume_result)\n" in output, output

@@ -148,6 +148,21 @@ class Plan:
             text = text.replace("\r\n", "\n").replace("\n", "\r\n")
         return text
 
+    def edited_code(self, node: cst.CSTNode) -> str:
+        """The code of `node` with the replacements planned inside it so far (`model.greedy_decode`
+        made `model.module.greedy_decode`): for an expression moved elsewhere whole."""
+        plan = self
+
+        class _Inside(cst.CSTTransformer):
+            def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def, override]
+                if original_node is node:
+                    return updated_node
+                for fn in plan.replacements.get(original_node, ()):
+                    updated_node = fn(updated_node)
+                return updated_node
+
+        return cst.Module([]).code_for_node(node.visit(_Inside()))
+
     def _edited(self) -> set[cst.CSTNode]:
         """The nodes whose subtrees `apply()` rebuilds: edited nodes, blocks gaining statements,
         statements gaining neighbours, being removed or grouped."""

@@ -127,6 +127,8 @@ class RankZeroGuards(Transform):
             if kinds:
                 if not self.facts.syncs(statement, function) or self._hoist(statement, function):
                     self._hoist_state_changes(statement, function)
+                    if not self.facts.syncs(statement, function):
+                        self._hoist(statement, function, changing=True)
                     self._guard(statement, function, kinds)
                     continue
                 if isinstance(statement, cst.SimpleStatementLine):
@@ -175,11 +177,19 @@ class RankZeroGuards(Transform):
                 self.plan.replace(small.value, lambda updated, c=condition: cst.parse_expression(f"{code(updated)} if {c} else None"))
                 self.change(small, f"{kind} only on rank 0")
 
-    def _hoist(self, statement: cst.BaseStatement, function: cst.FunctionDef | None) -> bool:
-        """`print(evaluate(model))`: every rank runs `evaluate`, only rank 0 prints its result."""
+    def _hoist(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, changing: bool = False) -> bool:
+        """`print(evaluate(model))`: every rank runs `evaluate`, only rank 0 prints its result.
+        With `changing`, the calls of same-file functions that change what they hold
+        (`print(f"... {self.predict_fold(k, path)}")` filling `self.oof`: helper corpus CG, repro 07)."""
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
             return False
-        calls = self._syncing_calls(statement.body[0], function)
+        if changing:
+            found = [c for c in self.tree.calls(statement.body[0]) if self.facts.outputs.of(c, function) is None and self._changes_held_state(c, function)]
+            calls = [c for c in found if not any(other is not c and self.tree.inside(c, other) for other in found)]
+            if not calls or any(self.tree.inside(c, a) for c in calls for a in self.tree.ancestors(c) if type(a) is cst.Lambda):
+                return False
+        else:
+            calls = self._syncing_calls(statement.body[0], function)
         if not calls or any(self.facts.syncs(a.value, function) for c in calls for a in c.args):
             return False
         hoisted, taken, done = [], set(), set()
@@ -195,7 +205,7 @@ class RankZeroGuards(Transform):
             candidates = (base if i == 1 else f"{base}{i}" for i in range(1, 100))  # `print(evaluate(a), evaluate(b))`: two names
             name = next(n for n in candidates if n not in taken and not self.program.binds(function, n))
             taken.add(name)
-            hoisted.append(f"{name} = {code(value)}\n")
+            hoisted.append(f"{name} = {self.plan.edited_code(value)}\n")  # with `.module` and the like planned inside it
             self.plan.replace(value, cst.Name(name))
         self.plan.insert_before(statement, statements("".join(hoisted)))
         self.change(statement, "the call that syncs ranks runs on every rank before the rank-0 output")
@@ -371,6 +381,26 @@ class RankZeroGuards(Transform):
                     return True
                 if type(node) is cst.Call and (found := s.method_call(node)) is not None and found[1] in ("load_state_dict", "append", "update", "step"):
                     return True
+        return False
+
+    def _changes_held_state(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """A call of a same-file function that changes what outlives it: a store into an object it
+        is handed or holds (`self.oof[va] = ...`), a global, or weights loaded into a model it is
+        handed (`resume_latest(model, device)`). Not a list it makes and fills itself (a decoder
+        collecting tokens)."""
+        target = self.program.callee(call, function)
+        if target is None or target[0].name.value == "__init__":
+            return False  # `MultiCropData(192)`: a new object's own state
+        params = set(self.program.param_names(target[0])) | {"self"}
+        for node in self.program.scope_nodes(target[0]):
+            if type(node) in (cst.Global, cst.Nonlocal):
+                return True
+            if type(node) in (cst.Assign, cst.AugAssign) and _stores_into_an_object(node):
+                targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]  # type: ignore[union-attr]
+                if any((dotted(s.unchained(e)) or "").split(".")[0] in params for t in targets for e in self.tree.walk(t) if type(e) in (cst.Attribute, cst.Subscript)):
+                    return True
+            if type(node) is cst.Call and (found := s.method_call(node)) is not None and found[1] == "load_state_dict" and (dotted(found[0]) or "").split(".")[0] in params:
+                return True
         return False
 
     def _all_output(self, block: cst.BaseSuite, function: cst.FunctionDef | None) -> list[str]:
