@@ -9801,3 +9801,41 @@ def test_a_hoisted_call_keeps_the_edits_made_inside_it() -> None:
     after = "    torch.save(model.state_dict(), 'last.pt')\nprint(resume(model, 'last.pt', model.decode(x).tolist()))\n"
     output = convert(standard(model="model = Net(4, 2).to(device)", loop=loop + after, helpers=helpers)).output
     assert "    resume_result = resume(model, 'last.pt', model.module.decode(x).tolist())\n    if rank == 0:\n        print(resume_result)\n" in output, output
+
+
+def test_a_folder_the_training_saved_into_through_a_helper_is_waited_for_before_it_is_read_and_removed() -> None:
+    """Helper corpus CE, script 03 and BF, script 09: stages saving through `save_rotating(model,
+    step)` into `CKPT_DIR`, then `resume_latest(model, device)` globbing `CKPT_DIR` and
+    `shutil.rmtree(CKPT_DIR)`; and `best_path = trainer.fit(3)`, `torch.load(best_path)`, then
+    `shutil.rmtree(ckpt_dir)`. Rank 1 read before rank 0's last save, or rank 0 removed the folder
+    while rank 1 read it: a barrier before the read and one before the removal."""
+    helpers = """\
+        CKPT_DIR = 'ckpts'
+
+
+        def save_rotating(model, step):
+            torch.save(model.state_dict(), os.path.join(CKPT_DIR, f'model_{step:05d}.pth'))
+
+
+        def stage(model, optimizer, loader, device):
+            for step, (x, y) in enumerate(loader):
+                loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                save_rotating(model, step)
+
+
+        def resume_latest(model, device):
+            path = max(glob.glob(os.path.join(CKPT_DIR, '*.pth')), key=os.path.getmtime)
+            model.load_state_dict(torch.load(path, map_location=device))
+            return path
+        """
+    loop = "stage(model, optimizer, loader, device)\nprint('resumed from', resume_latest(model, device))\nshutil.rmtree(CKPT_DIR)\n"
+    output = convert(standard(loop=loop, helpers=helpers, imports="import glob\nimport os\nimport shutil\n")).output
+    assert (
+        "    dist.barrier()  # rank 0 saved in the training above: wait until it is done\n"
+        "    resume_latest_result = resume_latest(model, device)\n"
+        "    if rank == 0:\n        print('resumed from', resume_latest_result)\n"
+        "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n"
+    ) in output, output

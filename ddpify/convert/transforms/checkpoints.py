@@ -116,13 +116,16 @@ class Checkpoints(Transform):
         for load in loads:
             read = s.arg(load, 0, "f")
             site = self._read_at.get(id(load))
+            scope = function
             if site is not None and read is not None:
-                # `CheckpointIO.load_into("ck/e0.pt", model)`: the path its parameter is handed (helper corpus CE, repro 06)
-                read = cst.Arg(self._read_path(load, site, function)[0])
-            listing = self._listing(read.value, function, load) if read is not None else None
-            read_parts = (self._path_parts(read.value, function) | (self._path_parts(listing.value, function) if listing is not None else set())) if read is not None else set()
+                # `CheckpointIO.load_into("ck/e0.pt", model)`: the path its parameter is handed (helper corpus CE, repro 06);
+                # a path the helper makes itself, in the helper (`path = max(glob.glob(...))`: CE, script 03)
+                path, scope = self._read_path(load, site, function)
+                read = cst.Arg(path)
+            listing = self._listing(read.value, scope, load) if read is not None else None
+            read_parts = (self._path_parts(read.value, scope) | (self._path_parts(listing.value, scope) if listing is not None else set())) if read is not None else set()
             read_parts |= {part for saved in self._kept_paths.get(id(load), []) for part in self._path_parts(saved, function)}
-            if not parts & read_parts:
+            if not parts & read_parts and not self._returned_path(read, scope):
                 continue
             statement = self.tree.statement(removal)
             block = self.tree.block(self.tree.statement(self._read_at.get(id(load), load)))
@@ -653,7 +656,7 @@ class Checkpoints(Transform):
             self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what rank 0 saved at line {self.tree.line(written[-1])}")
         elif (
             not saves and not self.tree.loops(call) and (trainer := self._trained_and_saved_before(call, function)) is not None
-            and self._same_object(trainer, call) and self._after_in_its_block(trainer, call)
+            and (self._same_object(trainer, call) or self._reads_what_it_saved(trainer, function, call, read)) and self._after_in_its_block(trainer, call)
         ):
             # `exp.fit()` saves `self.best` on rank 0, then `exp.restore_best()` loads it (helper corpus CB, repro 04)
             self.plan.insert_before(self.tree.statement(call), statements("dist.barrier()  # rank 0 saved in the training above: wait until it is done\n"))
@@ -680,6 +683,29 @@ class Checkpoints(Transform):
                 if handed is not None:
                     return handed, function
         return path, self.tree.function(load)
+
+    def _returned_path(self, read: cst.Arg | None, function: cst.FunctionDef | None) -> bool:
+        """`best_path = trainer.fit(3)`, then `torch.load(best_path)`: a path a same-file function
+        returns, which may be in any folder it wrote (helper corpus BF, script 09)."""
+        if read is None or type(read.value) is not cst.Name:
+            return False
+        values = [v for v, _ in self.program.assignments(function, read.value.value)]
+        return bool(values) and all(type(v) is cst.Call and self.program.callee(v, function) is not None for v in values)
+
+    def _reads_what_it_saved(self, trainer: cst.Call, function: cst.FunctionDef | None, call: cst.Call, read: list[cst.Call]) -> bool:
+        """`stage(model, opt, loader, device)` saves into `CKPT_DIR` (rank 0's), then
+        `resume_latest(model, device)` loads the newest file of `CKPT_DIR` (helper corpus CE,
+        script 03): the helper's path and the trainer's saves share a folder or name."""
+        target = self.program.callee(trainer, function)
+        if target is None:
+            return False
+        saved = {part for c, scope in self._saves_of(target[0]) if (p := s.arg(c, 1, "f")) is not None for part in self._path_parts(p.value, scope)}
+        for load in read:
+            path, scope = self._read_path(load, call, function)
+            listing = self._listing(path, scope, load)
+            if saved & (self._path_parts(path, scope) | (self._path_parts(listing.value, scope) if listing is not None else set())):
+                return True
+        return False
 
     def _same_object(self, one: cst.Call, other: cst.Call) -> bool:
         """Both calls are methods of one object (`exp.fit()`, `exp.restore_best()`)."""
@@ -727,7 +753,18 @@ class Checkpoints(Transform):
         target = self.program.callee(call, function)
         if target is None or target[0] not in self.program.training_functions:
             return False
-        return any(self.tree.is_call_to(c, s.TORCH_SAVE) for c in self.program.calls_in(target[0]))
+        return bool(self._saves_of(target[0]))
+
+    def _saves_of(self, function: cst.FunctionDef, depth: int = 1) -> list[tuple[cst.Call, cst.FunctionDef]]:
+        """The torch.save calls `function` makes, also through the same-file functions it calls
+        (`save_rotating(model, step)` in a stage: helper corpus CE, script 03), with their scope."""
+        found = []
+        for c in self.program.calls_in(function):
+            if self.tree.is_call_to(c, s.TORCH_SAVE):
+                found.append((c, function))
+            elif depth > 0 and (target := self.program.callee(c, function)) is not None and target[0] is not function:
+                found += self._saves_of(target[0], depth - 1)
+        return found
 
     def _handed_the_model_before(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Call | None:
         """A call of another module's function, handed the model, earlier in this function (a
