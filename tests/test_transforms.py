@@ -9839,3 +9839,35 @@ def test_a_folder_the_training_saved_into_through_a_helper_is_waited_for_before_
         "    if rank == 0:\n        print('resumed from', resume_latest_result)\n"
         "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n"
     ) in output, output
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        pytest.param(
+            f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.LBFGS(model.parameters())\n"
+            "for epoch in range(2):\n    for x, y in loader:\n        def closure():\n            optimizer.zero_grad()\n"
+            "            loss = nn.functional.mse_loss(model(x), y)\n            loss.backward()\n            return loss\n\n        optimizer.step(closure)\n",
+            "the loss is evaluated in `closure()`, through a closure handed to `optimizer.step(...)` (line ", id="lbfgs-closure",
+        ),
+        pytest.param(
+            f"{DEVICE}\n{LOADER}\na, b = (nn.Parameter(torch.tensor(v)) for v in (1.0, 0.5))\noptimizer = torch.optim.Adam([a, b])\n"
+            "for epoch in range(2):\n    for x, y in loader:\n        loss = ((a * x + b - y) ** 2).mean()\n        optimizer.zero_grad()\n"
+            "        loss.backward()\n        optimizer.step()\n",
+            "the optimizer `torch.optim.Adam(...)` (line ", id="free-parameters",
+        ),
+        pytest.param(
+            f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\noptimizer = torch.optim.Adam(model.parameters())\nx, y = next(iter(loader))\n"
+            "for step in range(50):\n    loss = nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n",
+            "the training steps reuse one batch drawn once from `loader` (`next(iter(loader))`, line ", id="one-batch",
+        ),
+    ],
+)  # fmt: skip
+def test_fitting_scripts_are_refused_with_their_own_reason(body: str, reason: str) -> None:
+    """Helper corpus CJ, repros 01, 04 and 05: an LBFGS closure over a loader's batch and one batch
+    drawn once before the steps were told their data "does not come from a DataLoader", and a fit
+    of free `nn.Parameter`s that there was "no optimizer". Refusing is right (a line search on each
+    rank's shard desyncs the ranks; one batch is the whole data; DDP wraps a module); the reasons
+    now say so."""
+    result = convert(script(body))
+    assert result.status == "unchanged" and result.reason.startswith(reason), result.reason

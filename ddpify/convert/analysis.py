@@ -875,7 +875,10 @@ class Analyzer:
                 (m := s.method_call(c)) is not None and m[1] == "step" and any(dotted(a.value) == function.name.value for a in c.args)
                 for c in self.program.calls_in(outer)
             ) if outer is not None else False  # `optimizer.step(closure)` (LBFGS): the optimizer calls it, in the loop around
-            if outer is not None and self.program.owner_class(function) is None and not stepped:
+            made_by_outer = outer is not None and (closure := self._closure_step()) is not None and any(
+                type(a.value) is cst.Call and type(a.value.func) is cst.Name and a.value.func.value == outer.name.value for a in closure.args
+            )  # `optimizer.step(closure_for(xb, yb))`: a factory of the closure (helper corpus CJ, repro 01c)
+            if outer is not None and self.program.owner_class(function) is None and not stepped and not made_by_outer:
                 raise NotConvertible(
                     f"the training step (`backward()`, line {self.tree.line(call)}) is in `{function.name.value}`, a function defined inside "
                     f"`{outer.name.value}()`: ddpify does not follow the model, optimizer and loader into such a closure; define it at module "
@@ -2681,10 +2684,33 @@ class Analyzer:
         looped = self._model_from_a_loop()
         if looped is not None:
             return looped
+        free = self._free_parameters()
+        if free is not None:
+            return free
         return (
             f"backward() is called (line {self.tree.line(backward_calls[0])}), but no torch.optim optimizer over a model's "
             f"parameters was found, which is how ddpify finds the model to wrap{loaders}"
         )
+
+    def _free_parameters(self) -> str | None:
+        """`opt = torch.optim.Adam([a, b, c])` over `nn.Parameter`s of no module (a curve fit:
+        helper corpus CJ, repro 04): there is an optimizer, but DDP wraps a module."""
+        for call in self.tree.calls():
+            if not (self.tree.qname(call.func) or "").startswith("torch.optim.") or not call.args or type(call.args[0].value) not in (cst.List, cst.Tuple):
+                continue
+            names = [code(e.value) for e in call.args[0].value.elements]  # type: ignore[attr-defined]
+            function = self.tree.function(call)
+            made = [
+                v.elt if type(v) in (cst.GeneratorExp, cst.ListComp) else self.program.element(v, i)  # type: ignore[attr-defined]  # `a, b = (nn.Parameter(...) for v in ...)`
+                for e in call.args[0].value.elements for v, i in self.program.assignments(function, code(e.value))  # type: ignore[attr-defined]
+            ]
+            if names and made and all(type(n) is cst.Call and self.tree.qname(n.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") for n in made):
+                return (
+                    f"the optimizer `{code(call.func)}(...)` (line {self.tree.line(call)}) trains {', '.join(f'`{n}`' for n in names)}, "
+                    "parameters of no nn.Module, and DistributedDataParallel wraps a module: keep them in one (an nn.Module whose "
+                    "forward computes the prediction from them), then convert"
+                )
+        return None
 
     def _check_carried_state(self, loops: list[TrainLoop], models: set[str]) -> None:
         """Truncated BPTT over a loader read in order (`hidden = hidden.detach()`, then `out,
@@ -2798,6 +2824,19 @@ class Analyzer:
                     "does not rewrite (set_epoch, reductions and exits need a loop body): write it as a `for` loop, then convert"
                 )
         call = backward_calls[0]
+        function = self.tree.function(call)
+        stepped = self._closure_step() if function is not None else None
+        if stepped is not None:
+            # `optimizer.step(closure)` with LBFGS over a loader's batch (helper corpus CJ, repros 01, 01c, 01d)
+            return (
+                f"the loss is evaluated in `{function.name.value}()`, through a closure handed to `{code(stepped.func)}(...)` (line "  # type: ignore[union-attr]
+                f"{self.tree.line(stepped)}), which evaluates it as often as its line search needs: on each rank's own shard the "
+                "ranks would need different numbers of evaluations, and DDP's backward in each would wait for the others; ddpify "
+                "does not rewrite it: average the loss over ranks inside the closure by hand, or train on one GPU"
+            )
+        drawn = self._batch_drawn_once(call)
+        if drawn is not None:
+            return drawn
         loops = [loop for loop in self.tree.loops(call) if isinstance(loop, cst.For)]
         if loops:
             where = f"the training loop (line {self.tree.line(loops[0])}) iterates `{code(loops[0].iter)}`"
@@ -2808,6 +2847,38 @@ class Analyzer:
             "(every rank would train on the same batches); build the batches with a DataLoader over a Dataset, "
             "or give each rank its own part of the data by hand"
         )
+
+    def _closure_step(self) -> cst.Call | None:
+        """`optimizer.step(closure)`, `optimizer.step(lambda: closure(model, ...))`: a torch.optim
+        optimizer handed the function that evaluates the loss (LBFGS)."""
+        for call in self.tree.calls():
+            found = s.method_call(call)
+            if found is None or found[1] != "step" or not call.args:
+                continue
+            made = [o.node for o in self.program.origins(found[0], self.tree.function(call))]
+            if any(type(n) is cst.Call and (q := self.tree.qname(n.func) or "").startswith("torch.optim.") and not q.startswith("torch.optim.lr_scheduler") for n in made):
+                return call
+        return None
+
+    def _batch_drawn_once(self, backward: cst.Call) -> str | None:
+        """`model_input, ground_truth = next(iter(dataloader))` once, then a loop of steps on that
+        batch (SIREN fitting one image: helper corpus CJ, repro 05): the whole training set is one
+        batch every step reuses, which sharding cannot split into rank-sized parts."""
+        function = self.tree.function(backward)
+        loops = self.tree.loops(backward)
+        start = self.tree.order(loops[-1]) if loops else self.tree.order(backward)
+        for call in self.program.calls_in(function):
+            if self.tree.order(call) > start or not self.tree.is_builtin_call(call, "next") or not call.args:
+                continue
+            inner = call.args[0].value
+            drawn = inner.args[0].value if type(inner) is cst.Call and self.tree.is_builtin_call(inner, "iter") and inner.args else inner
+            if self.program.loader(drawn, function) is not None and not any(self.tree.inside(call, lp) for lp in loops):
+                return (
+                    f"the training steps reuse one batch drawn once from `{code(drawn)}` (`{code(call)}`, line {self.tree.line(call)}): "
+                    "the same batch is the whole of every step's data, full-batch training that DDP cannot split into parts for the "
+                    "ranks without changing what each step computes; train on one GPU, or draw the batches from the loader in the loop"
+                )
+        return None
 
     def _loader_plan(self, origin: Origin) -> LoaderPlan:
         """How a training DataLoader is split by rank; the script is refused when it cannot be."""
