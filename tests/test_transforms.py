@@ -9871,3 +9871,19 @@ def test_fitting_scripts_are_refused_with_their_own_reason(body: str, reason: st
     now say so."""
     result = convert(script(body))
     assert result.status == "unchanged" and result.reason.startswith(reason), result.reason
+
+
+def test_a_loader_drawn_across_epochs_and_restarted_on_stop_iteration_moves_on_only_when_restarted() -> None:
+    """Helper corpus CH, repro 04 (FixMatch's unlabeled loader): `unl_iter = iter(unl)` before the
+    epochs, `next(unl_iter)` in them, `unl_iter = iter(unl)` again on StopIteration. It got
+    `set_epoch(epoch)` each epoch as well as `set_epoch(epoch + 1)` at each restart, which set the
+    counter back: 11 passes gave 6 distinct orders. Only the restart moves its sampler on."""
+    unlabeled = "unl = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=8, shuffle=True)\nunl_iter = iter(unl)\n"
+    loop = LOOP.replace(
+        "        x, y = x.to(device), y.to(device)\n",
+        "        try:\n            (u,) = next(unl_iter)\n        except StopIteration:\n            unl_iter = iter(unl)\n            (u,) = next(unl_iter)\n"
+        "        x, y = x.to(device), y.to(device) + 0 * u.sum()\n",
+    )
+    output = convert(standard(loader=LOADER + "\n" + unlabeled, loop=loop)).output
+    assert "unl.sampler.set_epoch(epoch)" not in output and "        loader.sampler.set_epoch(epoch)\n" in output
+    assert "                unl.sampler.set_epoch(unl.sampler.epoch + 1)  # a new pass shuffles differently\n" in output, output

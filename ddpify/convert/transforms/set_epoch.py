@@ -28,7 +28,10 @@ class SetEpoch(Transform):
             return
         staged: set[tuple[int, str]] = set()  # (function, loader) of an epoch loop already met
         shared = self._loader_shared_by_stages()
+        refills = self.facts.refills()
         for start in sorted(self.facts.epoch_starts, key=lambda st: self.tree.order(st.loop)):
+            if self._drawn_across_epochs(start, refills):
+                continue  # its sampler moves on where its iterator is made again (below)
             stage = (id(self.tree.function(start.loop)), start.loader)
             later_stage = stage in staged
             staged.add(stage)
@@ -62,7 +65,7 @@ class SetEpoch(Transform):
             shown = f"{start.loader}.sampler.epoch + 1" if onward in set_epoch else start.epoch
             self.change(start.loop, f"`{start.loader}.sampler.set_epoch({shown})` each epoch, so every epoch shuffles differently")
         self._later_single_passes()
-        for call, loader in self.facts.refills():
+        for call, loader in refills:
             statement = self.tree.statement(call)
             self.plan.insert_before(statement, statements(f"{loader}.sampler.set_epoch({loader}.sampler.epoch + 1)  # a new pass shuffles differently\n"))
             self.change(call, f"`{loader}` is iterated again: its sampler moves to the next epoch first")
@@ -73,6 +76,19 @@ class SetEpoch(Transform):
                 set_epoch = f"if isinstance({loader}.sampler, DistributedSampler):\n    {set_epoch}"
             self.plan.insert_after(loop, statements(set_epoch + "\n"))
             self.change(loop, f"each pass over `{loader}` ends with its sampler moving to the next epoch, so the next pass shuffles differently")
+
+    def _drawn_across_epochs(self, start: EpochStart, refills: list[tuple[cst.Call, str]]) -> bool:
+        """`unl_iter = iter(unl)` before the epochs, `next(unl_iter)` in them, and `unl_iter =
+        iter(unl)` again on StopIteration (FixMatch's unlabeled loader): its passes do not follow
+        the epochs. A set_epoch(epoch) each epoch too set the counter back, and the shuffles of
+        its passes repeated (helper corpus CH, repro 04: 6 distinct orders in 11 passes)."""
+        if not any(loader == start.loader and any(isinstance(a, cst.ExceptHandler) for a in self.tree.ancestors(call)) for call, loader in refills):
+            return False
+        function = self.tree.function(start.loop)
+        return any(
+            self.tree.is_builtin_call(c, "iter") and c.args and code(c.args[0].value) == start.loader and self.tree.order(c) < self.tree.order(start.loop)
+            for c in self.program.calls_in(function)
+        )
 
     def _loader_shared_by_stages(self) -> set[int]:
         """The epoch loops of two or more functions that are handed one loader (`pretrain(ae,
