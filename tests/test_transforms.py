@@ -9887,3 +9887,32 @@ def test_a_loader_drawn_across_epochs_and_restarted_on_stop_iteration_moves_on_o
     output = convert(standard(loader=LOADER + "\n" + unlabeled, loop=loop)).output
     assert "unl.sampler.set_epoch(epoch)" not in output and "        loader.sampler.set_epoch(epoch)\n" in output
     assert "                unl.sampler.set_epoch(unl.sampler.epoch + 1)  # a new pass shuffles differently\n" in output, output
+
+
+@pytest.mark.parametrize(
+    ("helpers", "read"),
+    [
+        pytest.param(
+            "def average_checkpoints(paths):\n    states = [torch.load(p) for p in paths]\n    return {k: sum(s[k] for s in states) / len(states) for k in states[0]}\n",
+            "model.load_state_dict(average_checkpoints(list(recent)))\n", id="helper-handed-the-kept-paths",
+        ),
+        pytest.param(
+            "class Zoo:\n    @staticmethod\n    def load(path):\n        m = nn.Linear(4, 1)\n        m.load_state_dict(torch.load(path))\n        return m\n",
+            "pred = torch.stack([Zoo.load(p)(x) for p in recent]).mean(0)\n", id="static-factory-in-a-comprehension",
+        ),
+        pytest.param("", "for p in sorted(recent):\n    model.load_state_dict(torch.load(p))\n", id="loop-over-the-kept-paths"),
+    ],
+)  # fmt: skip
+def test_reads_of_kept_checkpoints_in_any_shape_wait_for_the_saves_and_the_removal_waits_for_them(helpers: str, read: str) -> None:
+    """Helper corpus CG, repros 03 to 06: kept checkpoints read back through a helper handed the
+    list of paths, a static factory in a comprehension, or a loop over a sorted heap, after rank
+    0's saves, then the folder removed: no barrier before the reads (rank 1 read an unfinished
+    file) nor before the removal (FileNotFoundError on rank 1). Whatever the shape, a read after
+    rank 0's saves waits for them, and a removal after the reads waits for them."""
+    loop = LOOP + "    path = f'ck/e{epoch}.pt'\n    torch.save(model.state_dict(), path)\n    recent.append(path)\n"
+    body = "recent = []\n" + loop + read + "shutil.rmtree('ck')\n"
+    output = convert(standard(loop=body, helpers=helpers, imports="import shutil\n")).output
+    assert output.count("dist.barrier()") == 2, output
+    saved, removed = output.index("dist.barrier()  # rank 0 saved the files read here"), output.index("dist.barrier()  # every rank read from here above")
+    marker = next(m for m in ("average_checkpoints(list(recent))", "Zoo.load(p)", "for p in sorted(recent)") if m in read)
+    assert saved < output.index(marker) < removed < output.index("shutil.rmtree('ck')")

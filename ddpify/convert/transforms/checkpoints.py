@@ -77,6 +77,73 @@ class Checkpoints(Transform):
                 elif self.tree.is_call_to(node, s.MODEL_EXPORTS):
                     self._export_plain_model(node, function)
             self._saved_in_lambdas(function)
+            self._reads_after_saves(function)
+
+    def _reads_after_saves(self, function: cst.FunctionDef | None) -> None:
+        """Reads back that no path test above matched, after rank 0's saves in this function or in
+        a same-file function it calls: `average_checkpoints(list(recent))`, a manager's
+        `mgr.restore(model)` reading `self.best`, `[Zoo.load(p)(x) for p in paths]`, `for _, p in
+        sorted(heap): model.load_state_dict(torch.load(p))` (helper corpus CG, repros 03 to 06:
+        rank 1 read a file rank 0 had not finished, or that it had removed). A barrier before the
+        first read after the saves, where every rank passes, unless one is planned between; and one
+        before a removal of rank 0's after those reads."""
+        events = []  # (order, "save" | "read" | "remove", call)
+        for call in self.program.calls_in(function):
+            target = self.program.callee(call, function)
+            shared = [c for c, scope in self._saves_of(target[0]) if (p := s.arg(c, 1, "f")) is None or not private_to_process(self.tree, self.program, p.value, scope)] if (
+                target is not None and target[0] is not function
+            ) else []  # a function saving into its process's own temp folder only: nothing of rank 0's to wait for
+            if self.tree.is_call_to(call, s.TORCH_SAVE) or shared:
+                path = s.arg(call, 1, "f") if self.tree.is_call_to(call, s.TORCH_SAVE) else None
+                if path is None or not private_to_process(self.tree, self.program, path.value, function):
+                    events.append((self.tree.order(call), "save", call))
+                    continue
+            if self.tree.is_call_to(call, s.TORCH_LOAD) or self._loads_in_helper(call, function):
+                path = s.arg(call, 0, "f") if self.tree.is_call_to(call, s.TORCH_LOAD) else None
+                if path is None or not private_to_process(self.tree, self.program, path.value, function):
+                    events.append((self.tree.order(call), "read", call))
+            elif (removed := self._removed(call, function)) is not None and not private_to_process(self.tree, self.program, removed, function):
+                events.append((self.tree.order(call), "remove", call))
+        events.sort(key=lambda e: e[0])
+        saved: cst.Call | None = None
+        read: cst.BaseStatement | None = None
+        for _, kind, call in events:
+            if kind == "save":
+                saved, read = call, None
+            elif kind == "read" and saved is not None:
+                anchor = self._passed_after(saved, call)
+                if anchor is not None and not self._barrier_between(saved, call):
+                    self.plan.insert_before(anchor, statements("dist.barrier()  # rank 0 saved the files read here: wait until they are complete\n"))
+                    self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what rank 0 saved at line {self.tree.line(saved)}")
+                read, saved = anchor, None
+            elif kind == "remove" and read is not None:
+                anchor = self._passed_after(read, call)
+                if anchor is not None and not self._barrier_between(read, call):
+                    self.plan.insert_before(anchor, statements("dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n"))
+                    self.change(call, f"barrier before `{code(call.func)}(...)`: rank 0 removes what every rank read above")
+                read = None
+
+    def _passed_after(self, before: cst.CSTNode, call: cst.Call) -> cst.BaseStatement | None:
+        """The statement holding `call` in the block that holds `before` (or an enclosing block of
+        it), when every rank that passes `before` reaches it; None otherwise."""
+        anchor = self.tree.statement(call)
+        while not self.tree.inside(before, self.tree.block(anchor)):
+            owner = next((a for a in self.tree.ancestors(anchor) if isinstance(a, cst.BaseCompoundStatement)), None)
+            if owner is None or type(owner) in (cst.FunctionDef, cst.ClassDef):
+                return None
+            anchor = owner
+        if self.tree.inside(before, anchor) or not self._after_in_its_block(before, anchor):
+            return None
+        return anchor
+
+    def _barrier_between(self, first: cst.CSTNode, last: cst.CSTNode) -> bool:
+        """A barrier planned (or written) after `first` and before `last`."""
+        start, end = self.tree.order(first), self.tree.order(last)
+        for planned in (self.plan.before, self.plan.after):
+            for statement, lines in planned.items():
+                if start < self.tree.order(statement) <= end and any("dist.barrier()" in code(line) for line in lines):
+                    return True
+        return any(self.tree.is_call_to(c, {"torch.distributed.barrier"}) and start < self.tree.order(c) < end for c in self.tree.calls())
 
     def _saved_in_lambdas(self, function: cst.FunctionDef | None) -> None:
         """`save = lambda: torch.save(model.state_dict(), path)`: the lambda reads the model of
