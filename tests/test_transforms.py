@@ -9916,3 +9916,24 @@ def test_reads_of_kept_checkpoints_in_any_shape_wait_for_the_saves_and_the_remov
     saved, removed = output.index("dist.barrier()  # rank 0 saved the files read here"), output.index("dist.barrier()  # every rank read from here above")
     marker = next(m for m in ("average_checkpoints(list(recent))", "Zoo.load(p)", "for p in sorted(recent)") if m in read)
     assert saved < output.index(marker) < removed < output.index("shutil.rmtree('ck')")
+
+
+@pytest.mark.parametrize(
+    ("folder", "guarded"),
+    [
+        pytest.param("export_dir = 'export'\n", True, id="a-shared-folder"),
+        pytest.param("export_dir = tempfile.mkdtemp()\n", False, id="the-processs-own-temp-folder"),
+    ],
+)  # fmt: skip
+def test_a_scripted_model_saved_then_loaded_back_waits_for_the_save_or_stays_every_ranks(folder: str, guarded: bool) -> None:
+    """Helper corpus CL, repros 01 and 02: `traced.save(path)` then `torch.jit.load(path)` on every
+    rank. Into a shared folder, the save is rank 0's and had no barrier before the load (rank 1
+    read a missing or half-written file); into the process's own `mkdtemp()` folder it was made
+    rank 0's too (the scripted save named no path), and rank 1's folder stayed empty (ValueError).
+    Now the load waits for rank 0's save, and a save into the own temp folder stays every rank's."""
+    after = folder + "traced = torch.jit.trace(model.eval(), torch.randn(1, 4))\ntraced.save(os.path.join(export_dir, 'model.pt'))\nloaded = torch.jit.load(os.path.join(export_dir, 'model.pt'))\n"
+    output = convert(standard(loop=LOOP + after, imports="import os\nimport tempfile\n")).output
+    if guarded:
+        assert "    if rank == 0:\n        traced.save(os.path.join(export_dir, 'model.pt'))\n    dist.barrier()  # rank 0 saved the files read here" in output, output
+    else:
+        assert "    traced.save(os.path.join(export_dir, 'model.pt'))\n    loaded = torch.jit.load(" in output and "rank == 0" not in output, output

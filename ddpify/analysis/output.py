@@ -277,12 +277,15 @@ class Outputs:
                 return Output(FILE_WRITE, label, obj)
             argument = s.arg(call, *spec)
             return Output(FILE_WRITE, label, argument.value if argument is not None else None)
+        saved = s.arg(call, 0, "f") if method == "save" else None
         if method == "save" and any(tree.is_call_to(o, s.IMAGE_MAKERS) for o in origins):
-            return Output(FILE_WRITE, label)
+            return Output(FILE_WRITE, label, saved.value if saved is not None else None)
         if method in PATH_CHANGES and self.is_path(obj, function):
             return Output(FILE_WRITE, label, obj)
         if method == "save" and any(tree.is_call_to(o, s.SCRIPTED_EXPORTS) for o in origins):
-            return Output(FILE_WRITE, label)  # `traced = torch.jit.trace(model, x)`, `traced.save(path)`
+            # `traced = torch.jit.trace(model, x)`, `traced.save(path)`: the path, so that one into the process's own
+            # temp folder that every rank loads back stays every rank's (helper corpus CL, repro 01)
+            return Output(FILE_WRITE, label, saved.value if saved is not None else None)
         return None
 
     def is_path(self, expr: cst.BaseExpression, function: cst.FunctionDef | None, depth: int = 8) -> bool:

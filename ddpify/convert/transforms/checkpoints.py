@@ -93,13 +93,14 @@ class Checkpoints(Transform):
             shared = [c for c, scope in self._saves_of(target[0]) if (p := s.arg(c, 1, "f")) is None or not private_to_process(self.tree, self.program, p.value, scope)] if (
                 target is not None and target[0] is not function
             ) else []  # a function saving into its process's own temp folder only: nothing of rank 0's to wait for
-            if self.tree.is_call_to(call, s.TORCH_SAVE) or shared:
-                path = s.arg(call, 1, "f") if self.tree.is_call_to(call, s.TORCH_SAVE) else None
+            exported = self._scripted_save(call, function)  # `scripted.save("export/model.ts")` (helper corpus CL, repro 02)
+            if self.tree.is_call_to(call, s.TORCH_SAVE) or shared or exported is not None:
+                path = s.arg(call, 1, "f") if self.tree.is_call_to(call, s.TORCH_SAVE) else exported
                 if path is None or not private_to_process(self.tree, self.program, path.value, function):
                     events.append((self.tree.order(call), "save", call))
                     continue
-            if self.tree.is_call_to(call, s.TORCH_LOAD) or self._loads_in_helper(call, function):
-                path = s.arg(call, 0, "f") if self.tree.is_call_to(call, s.TORCH_LOAD) else None
+            if self.tree.is_call_to(call, s.TORCH_LOAD | {"torch.jit.load"}) or self._loads_in_helper(call, function):
+                path = s.arg(call, 0, "f") if self.tree.is_call_to(call, s.TORCH_LOAD | {"torch.jit.load"}) else None
                 if path is None or not private_to_process(self.tree, self.program, path.value, function):
                     events.append((self.tree.order(call), "read", call))
             elif (removed := self._removed(call, function)) is not None and not private_to_process(self.tree, self.program, removed, function):
@@ -122,6 +123,16 @@ class Checkpoints(Transform):
                     self.plan.insert_before(anchor, statements("dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n"))
                     self.change(call, f"barrier before `{code(call.func)}(...)`: rank 0 removes what every rank read above")
                 read = None
+
+    def _scripted_save(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Arg | None:
+        """The path of `torch.jit.save(m, path)`, or of `.save(path)` on a scripted or traced model."""
+        if self.tree.is_call_to(call, {"torch.jit.save"}):
+            return s.arg(call, 1, "f")
+        out = self.facts.outputs.of(call, function)
+        found = s.method_call(call)
+        if out is None or found is None or found[1] != "save" or not any(self.tree.is_call_to(o.node, s.SCRIPTED_EXPORTS) for o in self.program.origins(found[0], function)):
+            return None
+        return s.arg(call, 0, "f")
 
     def _passed_after(self, before: cst.CSTNode, call: cst.Call) -> cst.BaseStatement | None:
         """The statement holding `call` in the block that holds `before` (or an enclosing block of
