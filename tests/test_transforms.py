@@ -9937,3 +9937,15 @@ def test_a_scripted_model_saved_then_loaded_back_waits_for_the_save_or_stays_eve
         assert "    if rank == 0:\n        traced.save(os.path.join(export_dir, 'model.pt'))\n    dist.barrier()  # rank 0 saved the files read here" in output, output
     else:
         assert "    traced.save(os.path.join(export_dir, 'model.pt'))\n    loaded = torch.jit.load(" in output and "rank == 0" not in output, output
+
+
+def test_a_loader_made_after_a_seed_from_the_loop_shuffles_from_that_seed() -> None:
+    """Helper corpus CL, repro 05 (a seed ensemble): `for seed in [0, 1, 2]: torch.manual_seed(seed)`,
+    then the loader with `shuffle=True`: each member shuffled in its own order, and the
+    DistributedSampler's default seed gave them all one. The seed the loop sets is the sampler's."""
+    body = (
+        f"{DEVICE}\nfor seed in [0, 1, 2]:\n    torch.manual_seed(seed)\n    {LOADER}\n    model = nn.Linear(4, 1).to(device)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + textwrap.indent(LOOP, "    ")
+    )
+    output = convert(script(body)).output
+    assert "sampler=DistributedSampler(train_dataset, shuffle=True, seed=seed))" in output, output

@@ -260,6 +260,16 @@ class Sampler(Transform):
         found = s.method_call(generator) if generator is not None else None
         if found is not None and found[1] == "manual_seed" and type(found[0]) is cst.Call and self.tree.qname(found[0].func) == "torch.Generator":
             return f", seed={code(generator.args[0].value)}" if generator.args else ""  # type: ignore[union-attr]
+        # `for seed in [0, 1, 2]: torch.manual_seed(seed); loader = DataLoader(..., shuffle=True)`: each member of a
+        # seed ensemble shuffled in its own order; the sampler's default seed gave them all one (helper corpus CL, repro 05)
+        loops = self.tree.loops(call)
+        for seeded in self.program.calls_in(function):
+            if (
+                self.tree.is_call_to(seeded, {"torch.manual_seed"}) and seeded.args and self.tree.order(seeded) < self.tree.order(call)
+                and any(self.tree.inside(seeded, lp) for lp in loops)
+                and any(type(n) is cst.Name and n.value in self.program.names_in(lp.target) for lp in loops if type(lp) is cst.For for n in self.tree.walk(seeded.args[0].value))
+            ):
+                return f", seed={code(seeded.args[0].value)}"
         return ""
 
     def _keep_full_batches(self, call: cst.Call) -> None:
