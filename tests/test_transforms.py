@@ -9949,3 +9949,11 @@ def test_a_loader_made_after_a_seed_from_the_loop_shuffles_from_that_seed() -> N
     )
     output = convert(script(body)).output
     assert "sampler=DistributedSampler(train_dataset, shuffle=True, seed=seed))" in output, output
+
+
+def test_epochs_that_start_over_in_each_pass_of_a_loop_around_move_the_sampler_on() -> None:
+    """Helper corpus CL, repro 04 (snapshot-ensemble cycles), and BC 04 (lottery-ticket rounds):
+    `for cycle in range(3): for epoch in range(E):` over one loader made before the cycles:
+    `set_epoch(epoch)` replayed the first cycle's orders in every cycle. The sampler counts on."""
+    output = convert(standard(loop="for cycle in range(3):\n" + textwrap.indent(LOOP, "    "))).output
+    assert "            loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order also in each pass of the loop around\n" in output, output

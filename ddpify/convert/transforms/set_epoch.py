@@ -49,6 +49,8 @@ class SetEpoch(Transform):
                 set_epoch = f"{onward}  # a new order for each pass of this loop"
             elif self._runs_again(start.loop, start.loader):  # `train(...)` called for two stages: its epochs start at 0 again
                 set_epoch = f"{onward}  # a new order also when this function runs again"
+            elif self._starts_over(start):
+                set_epoch = f"{onward}  # a new order also in each pass of the loop around"
             elif later_stage:  # a second epoch loop over the same loader (fine-tuning after pretraining): its epochs start at 0 again
                 set_epoch = f"{onward}  # a new order: an earlier stage used the first epochs' orders"
             elif id(start.loop) in shared:  # `pretrain(ae, loader)`, then `finetune(head, loader)`: each counts its epochs from 0
@@ -141,6 +143,17 @@ class SetEpoch(Transform):
         if function is None or self.program.assignments(function, loader.split(".")[0].split("[")[0]):
             return False  # a loader made in the function: each call starts a sampler of its own
         return self.program.called_repeatedly(function)
+
+    def _starts_over(self, start: EpochStart) -> bool:
+        """`for cycle in range(3): for epoch in range(E): ...` (snapshot ensembles: helper corpus
+        CL, repro 04): the epochs start over in each pass of a loop around the one counting them,
+        over a loader made before it; `set_epoch(epoch)` replayed the first cycle's orders."""
+        loops = [start.loop, *self.tree.loops(start.loop)]
+        counting = next((i for i, lp in enumerate(loops) if type(lp) is cst.For and start.epoch in self.program.names_in(lp.target)), None)
+        if counting is None:
+            return False
+        made = [v for v, _ in self.program.assignments(self.tree.function(start.loop), start.loader.split(".")[0].split("[")[0])]
+        return any(not any(self.tree.inside(v, outer) for v in made) for outer in loops[counting + 1:])
 
     def _rebuilt_in(self, start: EpochStart) -> cst.BaseStatement | None:
         """The statement of the epoch loop's body that holds the batch loop, when the loader is
