@@ -9957,3 +9957,14 @@ def test_epochs_that_start_over_in_each_pass_of_a_loop_around_move_the_sampler_o
     `set_epoch(epoch)` replayed the first cycle's orders in every cycle. The sampler counts on."""
     output = convert(standard(loop="for cycle in range(3):\n" + textwrap.indent(LOOP, "    "))).output
     assert "            loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order also in each pass of the loop around\n" in output, output
+
+
+def test_a_checkpoint_dict_holding_a_clock_reading_is_not_taken_for_a_run_name() -> None:
+    """Helper corpus CL, repro 03: `ckpt = {"state_dict": model.state_dict(), "train_time":
+    time.time() - t0}`, then `torch.save(ckpt, "out/model.pt")`: `ckpt` was taken for a run name
+    (drawn from the clock, and in a call that takes paths), and the whole state dict was broadcast
+    from rank 0 before rank 0 saved it (under NCCL, rank 1's copy landed on GPU 0). Only the path
+    of torch.save names a file."""
+    after = "t0 = time.time()\nckpt = {'state_dict': model.state_dict(), 'train_time': time.time() - t0}\ntorch.save(ckpt, 'out/model.pt')\n"
+    output = convert(standard(loop=LOOP + after, imports="import time\n")).output
+    assert "rank0_value" not in output and "        torch.save(ckpt, 'out/model.pt')\n" in output

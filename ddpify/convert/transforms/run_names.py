@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpify import syntax as s
 from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.exits import CLOCKS
 from ddpify.convert.transforms.base import Transform
@@ -180,6 +181,10 @@ class SharedRunNames(Transform):
             qualified = self.tree.qname(call.func) or ""
             if not qualified.startswith(PATH_CALLS):
                 continue
-            if any(type(n) in (cst.Name, cst.Attribute) and dotted(n) == name for a in call.args for n in self.tree.walk(a.value)):
+            # `torch.save(ckpt, "out/model.pt")`: the path, not the object saved (helper corpus CL, repro 03: a checkpoint
+            # dict holding a training time was broadcast whole)
+            saved = s.arg(call, 1, "f") if qualified == "torch.save" else None
+            args = [saved] if saved is not None else call.args
+            if any(type(n) in (cst.Name, cst.Attribute) and dotted(n) == name for a in args for n in self.tree.walk(a.value)):
                 return True
         return False
