@@ -111,7 +111,7 @@ EXPECTED = {
     'Path("a.txt").write_text("x")': ("file write", ".write_text", 'Path("a.txt")', ""),
     'model.save_pretrained("dir")': ("file write", ".save_pretrained", '"dir"', ""),
     'model.save_pretrained("dir", is_main_process=True)': None,
-    'Image.fromarray(model).save("a.png")': ("file write", ".save", None, ""),
+    'Image.fromarray(model).save("a.png")': ("file write", ".save", '"a.png"', ""),
     "save_checkpoint(model)": ("file write", "save_checkpoint", None, "by_name"),
     "progress_bar(1, 2)": ("print", "progress_bar", None, "by_name"),
     "log.train(1)": ("logging", ".train", None, "by_name"),
