@@ -378,10 +378,25 @@ class Program:
         elif type(func) is cst.Name:
             if func.value not in self.loop_targets(caller):
                 return []  # (asked of every call of a name: the cached loop targets answer most)
-            loops = [n for n in self.scope_nodes(caller) if type(n) is cst.For and type(n.target) is cst.Name and n.target.value == func.value]
+            loops = [n for n in self.scope_nodes(caller) if type(n) is cst.For and func.value in self.names_in(n.target)]
             if len(loops) != 1 or type(loops[0].iter) not in (cst.Tuple, cst.List):
                 return []
-            names = [e.value.value if type(e.value) is cst.Name else None for e in loops[0].iter.elements]  # type: ignore[attr-defined]
+            target, items = loops[0].target, [e.value for e in loops[0].iter.elements]  # type: ignore[attr-defined]
+            if type(target) in (cst.Tuple, cst.List):
+                # `for name, fn, epochs in (("warm", train_stage, 1), ("main", train_stage, 2)):` (helper corpus CG, repro 10)
+                spots = [i for i, e in enumerate(target.elements) if type(e.value) is cst.Name and e.value.value == func.value]  # type: ignore[attr-defined]
+                if len(spots) != 1 or not all(type(v) in (cst.Tuple, cst.List) and len(v.elements) > spots[0] for v in items):  # type: ignore[attr-defined]
+                    return []
+                items = [v.elements[spots[0]].value for v in items]  # type: ignore[attr-defined]
+            elif type(target) is not cst.Name:
+                return []
+            # `functools.partial(run_stage, lr=0.1)` with keywords only: the function, its parameters in place (CG, repro 08)
+            items = [
+                v.args[0].value if type(v) is cst.Call and self.tree.qname(v.func) == "functools.partial" and v.args and v.args[0].keyword is None
+                and all(a.keyword is not None for a in v.args[1:]) else v
+                for v in items
+            ]
+            names = [v.value if type(v) is cst.Name else None for v in items]
         else:
             return []
         if not names or any(n not in self.functions or self.binds(caller, n) for n in names):

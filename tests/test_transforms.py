@@ -9968,3 +9968,28 @@ def test_a_checkpoint_dict_holding_a_clock_reading_is_not_taken_for_a_run_name()
     after = "t0 = time.time()\nckpt = {'state_dict': model.state_dict(), 'train_time': time.time() - t0}\ntorch.save(ckpt, 'out/model.pt')\n"
     output = convert(standard(loop=LOOP + after, imports="import time\n")).output
     assert "rank0_value" not in output and "        torch.save(ckpt, 'out/model.pt')\n" in output
+
+
+@pytest.mark.parametrize(
+    "stages",
+    [
+        pytest.param("for name, stage, epochs in (('warm', run_stage, 1), ('main', run_stage, 2)):\n    stage(model, optimizer, loader, device)\n", id="triples"),
+        pytest.param("for stage in [functools.partial(run_stage, lr=0.1), functools.partial(run_stage, lr=0.01)]:\n    stage(model, optimizer, loader, device)\n", id="partials"),
+    ],
+)  # fmt: skip
+def test_stages_unpacked_from_tuples_or_made_partial_are_known_to_train(stages: str) -> None:
+    """Helper corpus CG, repros 08 and 10: `for name, fn, epochs in (("warm", train_stage, 1),
+    ...)` and `for stage in [functools.partial(run_stage, lr=0.1), ...]` were refused with "no
+    torch.optim optimizer ... was found" (false: both build one in the stage). The function a
+    tuple's place or a keyword-only partial holds is a callee of the call."""
+    helpers = """\
+        def run_stage(model, optimizer, loader, device, lr=0.1):
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    result = convert(standard(loop=stages, helpers=helpers, imports="import functools\n"))
+    assert result.status == "converted" and "    model = DDP(model)\n" in result.output, result.reason
+    assert "loader.sampler.set_epoch(loader.sampler.epoch + 1)" in result.output

@@ -3179,6 +3179,8 @@ class Analyzer:
                 if not named and self._not_counting(loop):
                     return PASSES  # `for lr in [1e-3, 1e-2]`: each pass gets the sampler's next epoch
                 return target.value
+            if isinstance(target, cst.Tuple) and not named and self._not_counting(loop):
+                return PASSES  # `for name, stage, epochs in (("warm", run_stage, 1), ...)`: records, no epoch numbers (CG, repro 10)
             if isinstance(target, cst.Tuple):  # `for idx, epoch in enumerate(...)`
                 names = [el.value.value for el in target.elements if isinstance(el.value, cst.Name)]
                 return next((n for n in names if "epoch" in n), None) or named or (names[0] if names and names[0] != "_" else None)
