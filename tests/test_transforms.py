@@ -9993,3 +9993,21 @@ def test_stages_unpacked_from_tuples_or_made_partial_are_known_to_train(stages: 
     result = convert(standard(loop=stages, helpers=helpers, imports="import functools\n"))
     assert result.status == "converted" and "    model = DDP(model)\n" in result.output, result.reason
     assert "loader.sampler.set_epoch(loader.sampler.epoch + 1)" in result.output
+
+
+def test_a_forward_taking_an_input_gradient_under_a_flag_finds_unused_parameters() -> None:
+    """Helper corpus CK, repro 04: `torch.autograd.grad(..., create_graph=self.training)` in the
+    forward; only a literal `create_graph=True` was seen, so the last bias got no gradient and
+    DDP failed at the second step on every run. A flag that is true while training counts."""
+    helpers = """\
+        class Force(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.energy = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+            def forward(self, x):
+                x = x.requires_grad_(True)
+                return torch.autograd.grad(self.energy(x).sum(), x, create_graph=self.training)[0][:, :1]
+        """
+    output = convert(standard(model="model = Force().to(device)", helpers=helpers)).output
+    assert "    model = DDP(model, find_unused_parameters=True)\n" in output

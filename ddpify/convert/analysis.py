@@ -69,7 +69,8 @@ NORM_CLASS = re.compile(r"norm(?!ali[sz])", re.IGNORECASE)  # `FrozenBN`? no: `L
 def _input_gradient(tree: Tree, call: cst.Call) -> bool:
     """`torch.autograd.grad(..., create_graph=True)`: a gradient a loss can be made of."""
     graph = s.arg(call, None, "create_graph")
-    return tree.qname(call.func) == "torch.autograd.grad" and graph is not None and code(graph.value) == "True"
+    # `create_graph=self.training` (helper corpus CK, repro 04): true while training
+    return tree.qname(call.func) == "torch.autograd.grad" and graph is not None and code(graph.value) not in ("False", "None")
 
 
 def _penalty_made(tree: Tree, call: cst.Call) -> str:
