@@ -418,6 +418,13 @@ class Program:
                 init = self.class_methods(self.classes[func.value]).get("__init__")  # its own, or a same-file base's
                 if init is not None:
                     return init, 0
+            owner = self.owner_class(caller)
+            if owner is not None and caller is not None and _params(caller) and _params(caller)[0].name.value == func.value and any(
+                type(d.decorator) is cst.Name and d.decorator.value == "classmethod" for d in caller.decorators
+            ):
+                init = self.class_methods(owner).get("__init__")  # `return cls(model, opt, loader)` in a class method (helper corpus CK, repro 07)
+                if init is not None:
+                    return init, 0
             passed = self._passed_function(caller, func.value)  # `def fit(step_fn, loader): ... step_fn(batch)`
             if passed is None and (walked := self._walked_functions(caller, func)):
                 passed = walked[0]

@@ -10011,3 +10011,34 @@ def test_a_forward_taking_an_input_gradient_under_a_flag_finds_unused_parameters
         """
     output = convert(standard(model="model = Force().to(device)", helpers=helpers)).output
     assert "    model = DDP(model, find_unused_parameters=True)\n" in output
+
+
+def test_a_trainer_a_class_method_builds_with_cls_gets_the_wrap_where_the_model_is_built() -> None:
+    """Helper corpus CK, repro 07: `Trainer.create(lr)`, a class method building the model, its
+    optimizer and loader and returning `cls(model, opt, loader, device)`: `cls(...)` was not known
+    to be the constructor, so the model was not followed into `self.model`; its save kept the
+    wrapper's keys and the plain model could not load it. The wrap goes in `create`, and the
+    save is of `.module`."""
+    helpers = """\
+        class Trainer:
+            def __init__(self, model, optimizer, loader, device):
+                self.model, self.optimizer, self.loader, self.device = model, optimizer, loader, device
+
+            @classmethod
+            def create(cls, lr):
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+                loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+                model = nn.Linear(4, 1).to(device)
+                return cls(model, torch.optim.SGD(model.parameters(), lr=lr), loader, device)
+
+            def fit(self, path):
+                for x, y in self.loader:
+                    loss = nn.functional.mse_loss(self.model(x.to(self.device)), y.to(self.device))
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                torch.save(self.model.state_dict(), path)
+        """
+    output = convert(script("Trainer.create(0.1).fit('model.pt')\n", helpers)).output
+    assert "        model = nn.Linear(4, 1).to(device)\n        model = DDP(model)\n        return cls(" in output, output
+    assert "torch.save(self.model.module.state_dict(), path)" in output
