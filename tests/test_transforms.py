@@ -10042,3 +10042,14 @@ def test_a_trainer_a_class_method_builds_with_cls_gets_the_wrap_where_the_model_
     output = convert(script("Trainer.create(0.1).fit('model.pt')\n", helpers)).output
     assert "        model = nn.Linear(4, 1).to(device)\n        model = DDP(model)\n        return cls(" in output, output
     assert "torch.save(self.model.module.state_dict(), path)" in output
+
+
+def test_a_checkpoint_picked_from_a_listing_and_joined_to_its_folder_waits_before_the_listing() -> None:
+    """Helper corpus CK, repro 06: `names = [f for f in os.listdir(CKPT) if ...]`, `best =
+    min(names, ...)`, then `torch.load(os.path.join(CKPT, best))`: the barrier came after the
+    listing and the pick, so rank 1 listed the folder before rank 0's last save and reloaded
+    another epoch (replicas diverged). The joined path is followed to the listing."""
+    save = "    torch.save(model.state_dict(), os.path.join('ck', f'ep{epoch}.pt'))\n"
+    pick = "names = [f for f in os.listdir('ck') if f.endswith('.pt')]\nbest = max(names)\nmodel.load_state_dict(torch.load(os.path.join('ck', best)))\n"
+    output = convert(standard(loop=LOOP + save + pick, imports="import os\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    names = [f for f in os.listdir('ck')" in output, output

@@ -105,6 +105,13 @@ class Checkpoints(Transform):
                     events.append((self.tree.order(call), "read", call))
             elif (removed := self._removed(call, function)) is not None and not private_to_process(self.tree, self.program, removed, function):
                 events.append((self.tree.order(call), "remove", call))
+        # saves from the training on: files written before it (preprocessed data) are waited for where they are
+        # written (RankZeroGuards), once
+        starts = [self.tree.order(lp.loop) for lp in self.facts.train_loops if lp.function is function]
+        starts += [self.tree.order(c) for c in self.program.calls_in(function) if (t := self.program.callee(c, function)) is not None and t[0] in self.program.training_functions]
+        if not starts:
+            return
+        events = [e for e in events if e[1] != "save" or e[0] >= min(starts)]
         events.sort(key=lambda e: e[0])
         saved: cst.Call | None = None
         read: cst.BaseStatement | None = None
@@ -543,9 +550,11 @@ class Checkpoints(Transform):
         """`last = sorted(glob.glob(os.path.join("ckpts", "ep*.pth")))[-1]` before `torch.load(last)`:
         the assignment that picks the file from a listing of a folder (helper corpus BB, repro 06),
         also through a name the listing is bound to first (`ckpts = glob.glob("ckpts/*.pt")`, then
-        `best = min(ckpts, key=...)`: helper corpus CI, repro 05)."""
+        `best = min(ckpts, key=...)`: helper corpus CI, repro 05), and through a path joined from
+        such a pick (`torch.load(os.path.join(CKPT, best))`: CK, repro 06)."""
         if type(path) is not cst.Name:
-            return None
+            names = [n for n in self.tree.walk(path) if type(n) is cst.Name] if type(path) in (cst.Call, cst.BinaryOperation, cst.FormattedString) else []
+            return next((found for n in names if (found := self._listing(n, function, at, depth))), None)
         bound = [v for v, i in self.program.assignments(function, path.value) if i is None and self.tree.order(v) < self.tree.order(at)]
         if len(bound) != 1:
             return None
