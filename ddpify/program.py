@@ -369,6 +369,19 @@ class Program:
         when they all take the same parameters; none otherwise (helper corpus CE, repro 02 and CG,
         repro 01: the stages were not known to train, and the wrap came after the loop). `callee`
         answers with the first."""
+        if type(func) is cst.Call and self.tree.is_builtin_call(func, "getattr") and len(func.args) >= 2:
+            # `getattr(self, f"stage_{name}")()` (helper corpus CK, repro 03): the methods of the object's same-file
+            # class whose names the string can spell, when they all take the same parameters
+            cls = self.instance_of(func.args[0].value, caller)
+            spelled = func.args[1].value
+            prefix = string_value(spelled) if type(spelled) is cst.SimpleString else (
+                spelled.parts[0].value if type(spelled) is cst.FormattedString and spelled.parts and type(spelled.parts[0]) is cst.FormattedStringText else None
+            )
+            if cls is None or not prefix:
+                return []
+            exact = type(spelled) is cst.SimpleString
+            methods = [m for n, m in sorted(self.class_methods(cls).items()) if (n == prefix if exact else n.startswith(prefix))]
+            return methods if methods and len({tuple(self.param_names(m)) for m in methods}) == 1 else []
         if type(func) is cst.Subscript and type(func.value) is cst.Name:
             name = func.value.value
             table = self.bound_once(caller, name) if self.binds(caller, name) else self.bound_once(None, name)
@@ -377,6 +390,9 @@ class Program:
             names = [e.value.value if type(e) is cst.DictElement and type(e.value) is cst.Name else None for e in table.elements]
         elif type(func) is cst.Name:
             if func.value not in self.loop_targets(caller):
+                bound = self.bound_once(caller, func.value) if caller is not None else None
+                if type(bound) is cst.Call and self.tree.is_builtin_call(bound, "getattr"):
+                    return self._walked_functions(caller, bound)  # `fn = getattr(self, f"stage_{name}")`, then `fn()` (CK, script 09)
                 return []  # (asked of every call of a name: the cached loop targets answer most)
             loops = [n for n in self.scope_nodes(caller) if type(n) is cst.For and func.value in self.names_in(n.target)]
             if len(loops) != 1 or type(loops[0].iter) not in (cst.Tuple, cst.List):
@@ -429,7 +445,7 @@ class Program:
             if passed is None and (walked := self._walked_functions(caller, func)):
                 passed = walked[0]
             return (passed, 0) if passed is not None else None
-        if isinstance(func, cst.Subscript) and (walked := self._walked_functions(caller, func)):
+        if isinstance(func, (cst.Subscript, cst.Call)) and (walked := self._walked_functions(caller, func)):
             return walked[0], 0
         if isinstance(func, cst.Attribute):
             if type(func.value) is cst.Call and type(func.value.func) is cst.Name and func.value.func.value == "super" and not func.value.args:

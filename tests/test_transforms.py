@@ -10053,3 +10053,40 @@ def test_a_checkpoint_picked_from_a_listing_and_joined_to_its_folder_waits_befor
     pick = "names = [f for f in os.listdir('ck') if f.endswith('.pt')]\nbest = max(names)\nmodel.load_state_dict(torch.load(os.path.join('ck', best)))\n"
     output = convert(standard(loop=LOOP + save + pick, imports="import os\n")).output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    names = [f for f in os.listdir('ck')" in output, output
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        pytest.param('history = {name: getattr(self, f"stage_{name}")() for name in stages}', id="called-where-looked-up"),
+        pytest.param('fn = getattr(self, f"stage_{stages[0]}")\n                history = {stages[0]: fn()}', id="bound-then-called"),
+    ],
+)  # fmt: skip
+def test_methods_called_through_getattr_with_a_spelled_prefix_are_known_to_train(history: str) -> None:
+    """Helper corpus CK, repro 03 and script 09: `getattr(self, f"stage_{name}")()` in a method
+    that also writes a JSON file: the call was not known to train, so the pipeline was taken for
+    data preparation and run on rank 0 alone, and both ranks hung. The methods of the object's
+    class whose names the string can spell are callees of the call."""
+    helpers = """\
+        class Pipeline:
+            def __init__(self, model, loader, device):
+                self.model, self.loader, self.device = model, loader, device
+
+            def stage_train(self):
+                optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                for x, y in self.loader:
+                    loss = nn.functional.mse_loss(self.model(x.to(self.device)), y.to(self.device))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                return loss.item()
+
+            def run(self, stages):
+                HISTORY
+                with open("history.json", "w") as f:
+                    json.dump(history, f)
+        """.replace("HISTORY", history)
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nPipeline(model, loader, device).run(['train'])\n"
+    output = convert(script(body, helpers, imports="import json\n")).output
+    assert "if rank == 0:\n        Pipeline(" not in output and "    Pipeline(model, loader, device).run(['train'])\n" in output, output
+    assert "        self.model = DDP(self.model)\n" in output and "        if dist.get_rank() == 0:\n            with open(\"history.json\", \"w\")" in output
