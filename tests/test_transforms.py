@@ -10090,3 +10090,13 @@ def test_methods_called_through_getattr_with_a_spelled_prefix_are_known_to_train
     output = convert(script(body, helpers, imports="import json\n")).output
     assert "if rank == 0:\n        Pipeline(" not in output and "    Pipeline(model, loader, device).run(['train'])\n" in output, output
     assert "        self.model = DDP(self.model)\n" in output and "        if dist.get_rank() == 0:\n            with open(\"history.json\", \"w\")" in output
+
+
+def test_a_name_holding_print_or_a_stream_write_prints() -> None:
+    """Helper corpus CK, repro 08 and script 07: `echo = print`, `write = sys.stdout.write`, `say =
+    functools.partial(print, flush=True)`, then `echo(...)` in the epoch loop: every rank printed
+    each line (only a lambda's output was followed). The function such a name holds prints."""
+    helpers = "echo = print\nwrite = sys.stdout.write\nsay = functools.partial(print, flush=True)\n"
+    loop = LOOP + "    echo(f'epoch {epoch}')\n    write('done\\n')\n    say('ok')\n"
+    output = convert(standard(loop=loop, helpers=helpers, imports="import functools\nimport sys\n")).output
+    assert "        if rank == 0:\n            echo(f'epoch {epoch}')\n            write('done\\n')\n            say('ok')\n" in output, output

@@ -167,7 +167,25 @@ class Outputs:
         found = s.method_call(call)
         if found is not None:
             return self._method(call, found[0], found[1], function)
-        return self._through_lambda(call, function)
+        return self._through_lambda(call, function) or self._through_alias(call, function)
+
+    def _through_alias(self, call: cst.Call, function: cst.FunctionDef | None) -> Output | None:
+        """`echo = print`, `write = sys.stdout.write`, `say = functools.partial(print, flush=True)`,
+        then `echo("done")` (helper corpus CK, repro 08): the function the name holds prints."""
+        if type(call.func) is not cst.Name:
+            return None
+        scope = function if function is not None and self.program.binds(function, call.func.value) else None
+        held = self.program.bound_once(scope, call.func.value)
+        if type(held) is cst.Call and self.tree.qname(held.func) == "functools.partial" and held.args:
+            held = held.args[0].value
+        if type(held) not in (cst.Name, cst.Attribute):
+            return None
+        name = self.tree.qname(held) or ""
+        if name in ("builtins.print", "print") or (type(held) is cst.Name and held.value == "print" and not self.program.binds(None, "print")):
+            return Output(PRINT, code(call.func))
+        if name in PRINTS or name in STREAM_WRITES or name in s.LOGGING_EMIT:
+            return Output(PRINT if name not in s.LOGGING_EMIT else LOGGING, code(call.func))
+        return None
 
     def _through_lambda(self, call: cst.Call, function: cst.FunctionDef | None) -> Output | None:
         """`log("done")` with `log = lambda msg: print(f"[train] {msg}")`, `save()` with `save =
