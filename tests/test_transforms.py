@@ -10100,3 +10100,14 @@ def test_a_name_holding_print_or_a_stream_write_prints() -> None:
     loop = LOOP + "    echo(f'epoch {epoch}')\n    write('done\\n')\n    say('ok')\n"
     output = convert(standard(loop=loop, helpers=helpers, imports="import functools\nimport sys\n")).output
     assert "        if rank == 0:\n            echo(f'epoch {epoch}')\n            write('done\\n')\n            say('ok')\n" in output, output
+
+
+def test_a_file_a_lambda_writes_is_waited_for_before_every_rank_reads_it() -> None:
+    """Helper corpus CK, script 07: `to_file = lambda line: open(LOG, "a").write(line)`, called in
+    the epoch loop (rank 0's since its calls are output), then `with open(LOG) as fh:` on every
+    rank: rank 1 read a file rank 0 had not written (FileNotFoundError). The lambda's write counts
+    where the lambda is made."""
+    lam = "LOG = 'train.log'\nto_file = lambda line: open(LOG, 'a').write(line + '\\n')\n"
+    loop = lam + LOOP + "    to_file(f'{epoch}')\nwith open(LOG) as fh:\n    lines = fh.readlines()\n"
+    output = convert(standard(loop=loop)).output
+    assert "        if rank == 0:\n            to_file(f'{epoch}')\n    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    with open(LOG) as fh:\n" in output, output

@@ -51,8 +51,13 @@ class Checkpoints(Transform):
             waited: set[str] = set()
             loads: list[cst.Call] = []  # what every rank reads before rank 0 may remove it
             self._reads: dict[str, list[cst.Call]] = {}  # path as spelled -> the calls reading it so far
-            for node in self.program.calls_in(function):
+            # `to_file = lambda line: open(LOG, "a").write(line)` (rank 0's where it is called), then `open(LOG)` on every
+            # rank (helper corpus CK, script 07): the lambda's write counts where the lambda is made
+            in_lambdas = {id(c): c for lam in self.tree.of_type(cst.Lambda) if self.tree.function(lam) is function for c in self.tree.walk(lam.body) if type(c) is cst.Call}
+            for node in sorted([*self.program.calls_in(function), *in_lambdas.values()], key=self.tree.order):
                 self._read_after_write(node, function, written, waited)
+                if id(node) in in_lambdas:
+                    continue
                 found = s.method_call(node)
                 if found and found[1] in {"state_dict", "load_state_dict"} and (
                     self.facts.is_model(found[0], function) or self._in_model_list(found[0])
