@@ -69,6 +69,11 @@ def _unpacked(node: cst.Assign) -> list[tuple[cst.BaseExpression, cst.BaseExpres
     return pairs
 
 
+def _decorated(function: cst.FunctionDef, name: str) -> bool:
+    """`@staticmethod`, `@classmethod` on `function`."""
+    return any(type(d.decorator) is cst.Name and d.decorator.value == name for d in function.decorators)
+
+
 def _named_params(function: cst.FunctionDef) -> list[cst.Param]:
     """Every parameter a caller can pass by name or position (keyword-only ones too)."""
     p = function.params
@@ -232,10 +237,7 @@ class Program:
 
     @staticmethod
     def _is_static(function: cst.FunctionDef) -> bool:
-        return any(
-            isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
-            for d in function.decorators
-        )
+        return _decorated(function, "staticmethod")
 
     # --- assignments -----------------------------------------------------------------
 
@@ -363,62 +365,70 @@ class Program:
         return cached[1]
 
     def _walked_functions(self, caller: cst.FunctionDef | None, func: cst.BaseExpression) -> list[cst.FunctionDef]:
-        """`for stage in (stage_a, stage_b): stage(model, opt, loader)`, `STAGES[name](model, opt,
-        loader)` over `STAGES = {"warm": warm, "main": main_stage}`: the same-file functions a call
-        may run, from a loop over a literal tuple or list, or from a literal dict of them, in order,
-        when they all take the same parameters; none otherwise (helper corpus CE, repro 02 and CG,
-        repro 01: the stages were not known to train, and the wrap came after the loop). `callee`
-        answers with the first."""
+        """The same-file functions a call may run when `func` picks one of several, in order, when
+        they all take the same parameters; none otherwise. `callee` answers with the first.
+        - `for stage in (stage_a, stage_b): stage(model, opt, loader)`, also a function in a place
+          of tuples unpacked (`for name, fn, epochs in ((...), ...)`) or made with
+          `functools.partial(fn, lr=0.1)` (helper corpus CE, repro 02; CG, repros 08, 10);
+        - `STAGES[name](model, opt, loader)` over `STAGES = {"warm": warm}` (CG, repro 01);
+        - `getattr(self, f"stage_{name}")()`, or bound to a name first (CK, repro 03, script 09).
+        The stages were not known to train: the wrap came after them, or rank 0 ran them alone."""
         if type(func) is cst.Call and self.tree.is_builtin_call(func, "getattr") and len(func.args) >= 2:
-            # `getattr(self, f"stage_{name}")()` (helper corpus CK, repro 03): the methods of the object's same-file
-            # class whose names the string can spell, when they all take the same parameters
-            cls = self.instance_of(func.args[0].value, caller)
-            spelled = func.args[1].value
-            prefix = string_value(spelled) if type(spelled) is cst.SimpleString else (
-                spelled.parts[0].value if type(spelled) is cst.FormattedString and spelled.parts and type(spelled.parts[0]) is cst.FormattedStringText else None
-            )
-            if cls is None or not prefix:
-                return []
-            exact = type(spelled) is cst.SimpleString
-            methods = [m for n, m in sorted(self.class_methods(cls).items()) if (n == prefix if exact else n.startswith(prefix))]
-            return methods if methods and len({tuple(self.param_names(m)) for m in methods}) == 1 else []
+            return self._spelled_methods(caller, func)
         if type(func) is cst.Subscript and type(func.value) is cst.Name:
             name = func.value.value
             table = self.bound_once(caller, name) if self.binds(caller, name) else self.bound_once(None, name)
             if type(table) is not cst.Dict or not table.elements:
                 return []
-            names = [e.value.value if type(e) is cst.DictElement and type(e.value) is cst.Name else None for e in table.elements]
+            items = [e.value if type(e) is cst.DictElement else None for e in table.elements]
         elif type(func) is cst.Name:
             if func.value not in self.loop_targets(caller):
                 bound = self.bound_once(caller, func.value) if caller is not None else None
-                if type(bound) is cst.Call and self.tree.is_builtin_call(bound, "getattr"):
-                    return self._walked_functions(caller, bound)  # `fn = getattr(self, f"stage_{name}")`, then `fn()` (CK, script 09)
-                return []  # (asked of every call of a name: the cached loop targets answer most)
-            loops = [n for n in self.scope_nodes(caller) if type(n) is cst.For and func.value in self.names_in(n.target)]
-            if len(loops) != 1 or type(loops[0].iter) not in (cst.Tuple, cst.List):
-                return []
-            target, items = loops[0].target, [e.value for e in loops[0].iter.elements]  # type: ignore[attr-defined]
-            if type(target) in (cst.Tuple, cst.List):
-                # `for name, fn, epochs in (("warm", train_stage, 1), ("main", train_stage, 2)):` (helper corpus CG, repro 10)
-                spots = [i for i, e in enumerate(target.elements) if type(e.value) is cst.Name and e.value.value == func.value]  # type: ignore[attr-defined]
-                if len(spots) != 1 or not all(type(v) in (cst.Tuple, cst.List) and len(v.elements) > spots[0] for v in items):  # type: ignore[attr-defined]
-                    return []
-                items = [v.elements[spots[0]].value for v in items]  # type: ignore[attr-defined]
-            elif type(target) is not cst.Name:
-                return []
-            # `functools.partial(run_stage, lr=0.1)` with keywords only: the function, its parameters in place (CG, repro 08)
-            items = [
-                v.args[0].value if type(v) is cst.Call and self.tree.qname(v.func) == "functools.partial" and v.args and v.args[0].keyword is None
-                and all(a.keyword is not None for a in v.args[1:]) else v
-                for v in items
-            ]
-            names = [v.value if type(v) is cst.Name else None for v in items]
+                return self._walked_functions(caller, bound) if type(bound) is cst.Call and self.tree.is_builtin_call(bound, "getattr") else []
+            items = self._looped_items(caller, func.value)
         else:
             return []
+        # `functools.partial(run_stage, lr=0.1)` with keywords only: the function, its parameters in place
+        items = [
+            v.args[0].value if type(v) is cst.Call and self.tree.qname(v.func) == "functools.partial" and v.args and v.args[0].keyword is None
+            and all(a.keyword is not None for a in v.args[1:]) else v
+            for v in items
+        ]
+        names = [v.value if type(v) is cst.Name else None for v in items]
         if not names or any(n not in self.functions or self.binds(caller, n) for n in names):
             return []
         functions = [self.functions[n] for n in names]  # type: ignore[index]
         return functions if len({tuple(self.param_names(f)) for f in functions}) == 1 else []
+
+    def _looped_items(self, caller: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression | None]:
+        """What a loop over a literal tuple or list binds to `name` in turn, also from a place of
+        the tuples it unpacks; none when there is no one such loop."""
+        loops = [n for n in self.scope_nodes(caller) if type(n) is cst.For and name in self.names_in(n.target)]
+        if len(loops) != 1 or type(loops[0].iter) not in (cst.Tuple, cst.List):
+            return []
+        target, items = loops[0].target, [e.value for e in loops[0].iter.elements]  # type: ignore[attr-defined]
+        if type(target) is cst.Name:
+            return items
+        if type(target) not in (cst.Tuple, cst.List):
+            return []
+        spots = [i for i, e in enumerate(target.elements) if type(e.value) is cst.Name and e.value.value == name]  # type: ignore[attr-defined]
+        if len(spots) != 1 or not all(type(v) in (cst.Tuple, cst.List) and len(v.elements) > spots[0] for v in items):  # type: ignore[attr-defined]
+            return []
+        return [v.elements[spots[0]].value for v in items]  # type: ignore[attr-defined]
+
+    def _spelled_methods(self, caller: cst.FunctionDef | None, call: cst.Call) -> list[cst.FunctionDef]:
+        """`getattr(self, f"stage_{name}")`: the methods of the object's same-file class whose
+        names the string can spell, when they all take the same parameters."""
+        cls = self.instance_of(call.args[0].value, caller)
+        spelled = call.args[1].value
+        exact = type(spelled) is cst.SimpleString
+        prefix = string_value(spelled) if exact else (
+            spelled.parts[0].value if type(spelled) is cst.FormattedString and spelled.parts and type(spelled.parts[0]) is cst.FormattedStringText else None
+        )
+        if cls is None or not prefix:
+            return []
+        methods = [m for n, m in sorted(self.class_methods(cls).items()) if (n == prefix if exact else n.startswith(prefix))]
+        return methods if methods and len({tuple(self.param_names(m)) for m in methods}) == 1 else []
 
     def _callee(self, call: cst.Call, caller: cst.FunctionDef | None) -> tuple[cst.FunctionDef, int] | None:
         func = call.func
@@ -435,9 +445,7 @@ class Program:
                 if init is not None:
                     return init, 0
             owner = self.owner_class(caller)
-            if owner is not None and caller is not None and _params(caller) and _params(caller)[0].name.value == func.value and any(
-                type(d.decorator) is cst.Name and d.decorator.value == "classmethod" for d in caller.decorators
-            ):
+            if owner is not None and caller is not None and _params(caller) and _params(caller)[0].name.value == func.value and _decorated(caller, "classmethod"):
                 init = self.class_methods(owner).get("__init__")  # `return cls(model, opt, loader)` in a class method (helper corpus CK, repro 07)
                 if init is not None:
                     return init, 0
@@ -457,7 +465,7 @@ class Program:
                 # `CheckpointIO.load_into(path, model)`: a static method called on its same-file class (helper corpus CE, repro 06),
                 # or a class method (`Snapshot.take(model, epoch)`: CG, script 02)
                 method = self.class_methods(self.classes[func.value.value]).get(func.attr.value)
-                if method is not None and any(type(d.decorator) is cst.Name and d.decorator.value in ("staticmethod", "classmethod") for d in method.decorators):
+                if method is not None and (_decorated(method, "staticmethod") or _decorated(method, "classmethod")):
                     return method, 0
             cls = self.instance_of(func.value, caller)
             if cls is not None:
@@ -574,7 +582,7 @@ class Program:
             return None
         cls = self.classes[func.value.value]
         method = self.class_methods(cls).get(func.attr.value)
-        if method is None or not any(type(d.decorator) is cst.Name and d.decorator.value == "classmethod" for d in method.decorators):
+        if method is None or not _decorated(method, "classmethod"):
             return None
         first = _params(method)[0].name.value if _params(method) else None
         returned = self.returns(method)

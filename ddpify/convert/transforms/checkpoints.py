@@ -32,6 +32,8 @@ PATH_WRITES = {"write_text", "write_bytes"}
 FOLDER_LISTINGS = {"glob.glob", "glob.iglob", "os.listdir", "os.scandir"}
 # Calls that write a file as a copy of another: (src, dst).
 FILE_COPIES = {"shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move", "os.replace", "os.rename"}
+# What reads a saved model back, here or through a helper: the loads the pass over reads after saves sees.
+READS_BACK = s.TORCH_LOAD | {"torch.jit.load"}
 # the keyword each of s.MODEL_EXPORTS takes the model by (`quantize_dynamic(model=...)`, `trace(func=...)`)
 EXPORTED_KEYWORDS = {"model", "module", "mod", "func", "obj", "graph_module"}
 
@@ -104,8 +106,9 @@ class Checkpoints(Transform):
                 if path is None or not private_to_process(self.tree, self.program, path.value, function):
                     events.append((self.tree.order(call), "save", call))
                     continue
-            if self.tree.is_call_to(call, s.TORCH_LOAD | {"torch.jit.load"}) or self._loads_in_helper(call, function):
-                path = s.arg(call, 0, "f") if self.tree.is_call_to(call, s.TORCH_LOAD | {"torch.jit.load"}) else None
+            loads = self.tree.is_call_to(call, READS_BACK)
+            if loads or self._loads_in_helper(call, function):
+                path = s.arg(call, 0, "f") if loads else None
                 if path is None or not private_to_process(self.tree, self.program, path.value, function):
                     events.append((self.tree.order(call), "read", call))
             elif (removed := self._removed(call, function)) is not None and not private_to_process(self.tree, self.program, removed, function):
@@ -124,17 +127,20 @@ class Checkpoints(Transform):
             if kind == "save":
                 saved, read = call, None
             elif kind == "read" and saved is not None:
-                anchor = self._passed_after(saved, call)
-                if anchor is not None and not self._barrier_between(saved, call):
-                    self.plan.insert_before(anchor, statements("dist.barrier()  # rank 0 saved the files read here: wait until they are complete\n"))
-                    self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what rank 0 saved at line {self.tree.line(saved)}")
-                read, saved = anchor, None
+                read = self._wait(saved, call, "rank 0 saved the files read here: wait until they are complete", f"which reads back what rank 0 saved at line {self.tree.line(saved)}")
+                saved = None
             elif kind == "remove" and read is not None:
-                anchor = self._passed_after(read, call)
-                if anchor is not None and not self._barrier_between(read, call):
-                    self.plan.insert_before(anchor, statements("dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n"))
-                    self.change(call, f"barrier before `{code(call.func)}(...)`: rank 0 removes what every rank read above")
+                self._wait(read, call, "every rank read from here above: wait for them before rank 0 removes it", "as rank 0 removes what every rank read above")
                 read = None
+
+    def _wait(self, after: cst.CSTNode, call: cst.Call, comment: str, why: str) -> cst.BaseStatement | None:
+        """A barrier before the statement holding `call` that every rank passing `after` reaches,
+        unless one is planned between them; that statement, or None where there is none."""
+        anchor = self._passed_after(after, call)
+        if anchor is not None and not self._barrier_between(after, call):
+            self.plan.insert_before(anchor, statements(f"dist.barrier()  # {comment}\n"))
+            self.change(call, f"barrier before `{code(call.func)}(...)`, {why}")
+        return anchor
 
     def _scripted_save(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.Arg | None:
         """The path of `torch.jit.save(m, path)`, or of `.save(path)` on a scripted or traced model."""

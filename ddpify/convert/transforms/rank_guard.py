@@ -463,7 +463,7 @@ class RankZeroGuards(Transform):
         """A use of a temporary folder's name that reads nothing from it: where the name is bound,
         in the arguments of an output call, or in the value of another of `variables`."""
         for ancestor in self.tree.ancestors(use):
-            if type(ancestor) is cst.AssignTarget or (type(ancestor) is cst.AsName):
+            if type(ancestor) in (cst.AssignTarget, cst.AsName):
                 return True
             if type(ancestor) is cst.Call and self.facts.outputs.of(ancestor, function) is not None:
                 return True
