@@ -425,6 +425,11 @@ class DevicesAndOutput:
         """Only some ranks reach `node`: a rank guard around it, or around every call of its function."""
         if self.script.rank_guard(node) is not None:
             return True
+        lam = next((a for a in self.tree.ancestors(node) if type(a) is cst.Lambda), None)
+        if lam is not None and lam not in seen:
+            # `to_file = lambda line: open(LOG, "a").write(line)`: guarded where it is called (helper corpus CK, script 07)
+            sites = [c for c in self.tree.calls() if type(c.func) is cst.Name and lam in self.program.lambdas_called(c, self.tree.function(c))]
+            return bool(sites) and all(self.guarded_everywhere(c, seen | {lam}) for c in sites)
         function = self.tree.function(node)
         if function is None:
             return False
