@@ -540,7 +540,7 @@ class Program:
         """The same-file class an object is an instance of (`stopper = EarlyStopping()`, or
         `self.stopper = EarlyStopping()` in a method), when its assignment says so directly, or
         when it is made right there (`Trainer(model).fit(...)`)."""
-        if type(obj) is cst.Call and (made := self._class_made(obj)) is not None:
+        if type(obj) is cst.Call and (made := self.class_made(obj)) is not None:
             return made
         if type(obj) is cst.Attribute and obj.attr.value == "module":  # `model.module`: the model a DDP wrapper holds
             inner = self.instance_of(obj.value, function)
@@ -568,11 +568,11 @@ class Program:
             value = unchained(value)  # `model = Net().to(device)`
             if index is None and isinstance(value, cst.Call) and self.tree.qname(value.func) in s.DDP and value.args:
                 value = unchained(value.args[0].value)  # `model = DDP(Net().to(device), ...)`: `model.module` is a Net
-            if index is None and isinstance(value, cst.Call) and (made := self._class_made(value)) is not None:
+            if index is None and isinstance(value, cst.Call) and (made := self.class_made(value)) is not None:
                 return made
         return None
 
-    def _class_made(self, call: cst.Call) -> cst.ClassDef | None:
+    def class_made(self, call: cst.Call) -> cst.ClassDef | None:
         """The same-file class a call makes an object of: `Snapshot(...)`, or a class method of it
         that returns `cls(...)` (`Snapshot.from_file(path)`: helper corpus CG, script 02)."""
         func = call.func
@@ -585,7 +585,7 @@ class Program:
         if method is None or not _decorated(method, "classmethod"):
             return None
         first = _params(method)[0].name.value if _params(method) else None
-        returned = self.returns(method)
+        returned = [self.bound_once(method, r.value) if type(r) is cst.Name else r for r in self.returns(method)]  # also `m = cls(...); return m`
         return cls if returned and all(type(r) is cst.Call and type(r.func) is cst.Name and r.func.value == first for r in returned) else None
 
     def called_repeatedly(self, function: cst.FunctionDef, within: cst.CSTNode | None = None) -> bool:

@@ -10111,3 +10111,25 @@ def test_a_file_a_lambda_writes_is_waited_for_before_every_rank_reads_it() -> No
     loop = lam + LOOP + "    to_file(f'{epoch}')\nwith open(LOG) as fh:\n    lines = fh.readlines()\n"
     output = convert(standard(loop=loop)).output
     assert "        if rank == 0:\n            to_file(f'{epoch}')\n    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    with open(LOG) as fh:\n" in output, output
+
+
+def test_a_model_a_class_method_of_its_class_builds_is_judged_by_its_class() -> None:
+    """Helper corpus CK, script 08: `model = TinyResNet.build(args).to(device)`, a class method
+    doing `m = cls(args.width); return m`: the report warned that the model "is built by a class
+    that is not in this file". It is judged by its class: here a forward using every layer."""
+    helpers = """\
+        class Tiny(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.inp, self.head = nn.Linear(4, width), nn.Linear(width, 1)
+
+            @classmethod
+            def build(cls, width):
+                m = cls(width)
+                return m
+
+            def forward(self, x):
+                return self.head(self.inp(x))
+        """
+    result = convert(standard(model="model = Tiny.build(8).to(device)", helpers=helpers))
+    assert "    model = DDP(model)\n" in result.output and not any("not in this file" in m for m in warnings(result)), warnings(result)

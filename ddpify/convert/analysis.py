@@ -3710,8 +3710,8 @@ class Analyzer:
 
     def _model_class_of_value(self, value: cst.BaseExpression, function: cst.FunctionDef | None, follow: bool = True) -> cst.ClassDef | None:
         node = unchained(value)
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in self.program.classes:
-            return self.program.classes[node.func.value]
+        if isinstance(node, cst.Call) and (made := self.program.class_made(node)) is not None:
+            return made  # `Net(...)`, or a class method returning `cls(...)` (`TinyResNet.build(args)`: helper corpus CK, script 08)
         if not follow:
             return None
         if isinstance(node, cst.Call) and (through := self._class_through_helper(node, function)) is not None:
