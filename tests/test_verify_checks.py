@@ -245,6 +245,24 @@ def test_side_effects() -> None:
     assert check.evidence["shared"] == [{"path": "log.txt", "ranks": [0, 1], "how": ["open", "torch.save"]}]
 
 
+def test_side_effects_in_the_machines_temp_folder() -> None:
+    """Helper corpora CC, CH, CI, CL: both ranks saving one `/tmp/.../best.pt` passed as "no file
+    written": only the scratch and script folders were judged. The temp folder the ranks of a node
+    share is judged too, for what the script writes there itself: not a library's `mkstemp` scratch
+    file (`os.open`), nor torch.compile's caches, nor each process's own `mkdtemp()` folder."""
+    work, tmp = Path("/scratch/work"), Path("/tmp")
+    facts = {
+        rank: rank_facts(writes=[
+            write("/tmp/run/best.pt", "torch.save"), write(f"/tmp/tmp{rank}abc/own.pt", "torch.save"),
+            write(f"/tmp/x{rank}q", "os.open"), write("/tmp/torchinductor_root/k.py"),
+        ])
+        for rank in (0, 1)
+    }  # fmt: skip
+    check = checks.side_effects(facts, [work], work, [], [tmp])
+    assert check.status == FAIL and check.detail.startswith("1 path(s) written by more than one rank: /tmp/run/best.pt (ranks 0,1, train.py:40)")
+    assert checks.side_effects(facts, [work], work, []).status == OK  # without the temp folder: the blind spot
+
+
 @pytest.mark.parametrize(
     ("counts", "exit_codes", "status", "needle"),
     [

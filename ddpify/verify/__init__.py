@@ -208,8 +208,10 @@ class VerifyResult:
             result.append(judge.replicas(facts, finished))
             result.append(judge.forward_through_ddp(facts, finished))
             result.append(judge.data_sharding(facts, finished))
+            # also the machine's temp folder, which the ranks of a node share (`os.path.join(tempfile.gettempdir(), "best.pt")`
+            # by every rank: helper corpora CC, CH, CI, CL); a process's own mkdtemp() folder there differs per rank
             roots = [run.workdir, self.script.parent]
-            result.append(judge.side_effects(facts, roots, run.workdir, run.written_files))
+            result.append(judge.side_effects(facts, roots, run.workdir, run.written_files, [Path(tempfile.gettempdir())]))
             result.append(judge.process_group(facts, {r.rank: r.exit_code for r in run.ranks}))
 
         if self.duplicates:

@@ -265,15 +265,19 @@ def _rebuilt_in_one_order(training: Sequence[Mapping]) -> list[str]:
     return problems
 
 
-def side_effects(facts: Facts, roots: Sequence[Path], workdir: Path, written: Sequence[Path]) -> Check:
-    """Writes under `roots` (the scratch folder, the script's folder) by rank, from the shim's records."""
+def side_effects(facts: Facts, roots: Sequence[Path], workdir: Path, written: Sequence[Path], shared_roots: Sequence[Path] = ()) -> Check:
+    """Writes under `roots` (the scratch folder, the script's folder) by rank, from the shim's
+    records; and under `shared_roots` (the machine's temp folder) those the script itself makes,
+    not a library's temporary files."""
     name = "side effects"
     if not facts:
         return Check(name, UNCHECKED, "no rank recorded its writes")
     by_path: dict[str, dict[int, Mapping]] = {}
     for rank, rank_facts in sorted(facts.items()):
         for write in rank_facts.get("writes", []):
-            if _under(write["path"], roots):
+            path = write["path"]
+            # in the temp folder, what the script writes itself: not `os.open` (tempfile.mkstemp's, a library's scratch file)
+            if (_under(path, roots) or (_under(path, shared_roots) and write.get("site") and write.get("how") != "os.open")) and not _library_cache(path):
                 by_path.setdefault(write["path"], {})[rank] = write
     shown = {path: _display(path, workdir) for path in by_path}
     shared = {path: writers for path, writers in by_path.items() if len(writers) > 1}
@@ -392,6 +396,14 @@ def _direct_note(model: Mapping) -> str:
     if not direct:
         return ""
     return f"; its module ran forward {direct} time(s) directly (model.module(...) or a custom method)"
+
+
+# Folders libraries keep their caches in, under the temp folder (torch.compile's, Triton's, bytecode)
+LIBRARY_CACHES = ("torchinductor_", "triton", "__pycache__", "matplotlib-", "tmp_torch_extensions", "torch_extensions")
+
+
+def _library_cache(path: str) -> bool:
+    return any(part.startswith(LIBRARY_CACHES) for part in Path(path).parts)
 
 
 def _under(path: str, roots: Sequence[Path]) -> bool:
