@@ -876,9 +876,8 @@ class Analyzer:
                 (m := s.method_call(c)) is not None and m[1] == "step" and any(dotted(a.value) == function.name.value for a in c.args)
                 for c in self.program.calls_in(outer)
             ) if outer is not None else False  # `optimizer.step(closure)` (LBFGS): the optimizer calls it, in the loop around
-            made_by_outer = outer is not None and (closure := self._closure_step()) is not None and any(
-                type(a.value) is cst.Call and type(a.value.func) is cst.Name and a.value.func.value == outer.name.value for a in closure.args
-            )  # `optimizer.step(closure_for(xb, yb))`: a factory of the closure (helper corpus CJ, repro 01c)
+            # `optimizer.step(closure_for(xb, yb))`: a factory of the closure (helper corpus CJ, repro 01c)
+            made_by_outer = function is not None and outer is not None and self._closure_step(function) is not None
             if outer is not None and self.program.owner_class(function) is None and not stepped and not made_by_outer:
                 raise NotConvertible(
                     f"the training step (`backward()`, line {self.tree.line(call)}) is in `{function.name.value}`, a function defined inside "
@@ -2826,7 +2825,7 @@ class Analyzer:
                 )
         call = backward_calls[0]
         function = self.tree.function(call)
-        stepped = self._closure_step() if function is not None else None
+        stepped = self._closure_step(function) if function is not None else None
         if stepped is not None:
             # `optimizer.step(closure)` with LBFGS over a loader's batch (helper corpus CJ, repros 01, 01c, 01d)
             return (
@@ -2849,12 +2848,21 @@ class Analyzer:
             "or give each rank its own part of the data by hand"
         )
 
-    def _closure_step(self) -> cst.Call | None:
-        """`optimizer.step(closure)`, `optimizer.step(lambda: closure(model, ...))`: a torch.optim
-        optimizer handed the function that evaluates the loss (LBFGS)."""
+    def _closure_step(self, closure: cst.FunctionDef) -> cst.Call | None:
+        """The torch.optim optimizer's step handed `closure`, the function that evaluates the loss
+        (LBFGS): `optimizer.step(closure)`, `optimizer.step(lambda: closure(model, ...))`, or
+        `optimizer.step(closure_for(xb, yb))` where `closure_for` defines it."""
+        name, outer = closure.name.value, self.tree.function(closure)
         for call in self.tree.calls():
             found = s.method_call(call)
             if found is None or found[1] != "step" or not call.args:
+                continue
+            handed = call.args[0].value
+            if not (
+                (type(handed) is cst.Name and handed.value == name)
+                or (type(handed) is cst.Lambda and type(handed.body) is cst.Call and type(handed.body.func) is cst.Name and handed.body.func.value == name)
+                or (outer is not None and type(handed) is cst.Call and type(handed.func) is cst.Name and handed.func.value == outer.name.value)
+            ):
                 continue
             made = [o.node for o in self.program.origins(found[0], self.tree.function(call))]
             if any(type(n) is cst.Call and (q := self.tree.qname(n.func) or "").startswith("torch.optim.") and not q.startswith("torch.optim.lr_scheduler") for n in made):

@@ -186,8 +186,8 @@ class RankZeroGuards(Transform):
         if changing:
             found = [c for c in self.tree.calls(statement.body[0]) if self.facts.outputs.of(c, function) is None and self._changes_held_state(c, function)]
             calls = [c for c in found if not any(other is not c and self.tree.inside(c, other) for other in found)]
-            if not calls or any(self.tree.inside(c, a) for c in calls for a in self.tree.ancestors(c) if type(a) is cst.Lambda):
-                return False
+            if not calls or any(type(a) is cst.Lambda for c in calls for a in self.tree.ancestors(c)):
+                return False  # inside a lambda: its parameters would not be bound where the call goes
         else:
             calls = self._syncing_calls(statement.body[0], function)
         if not calls or any(self.facts.syncs(a.value, function) for c in calls for a in c.args):
@@ -471,7 +471,6 @@ class RankZeroGuards(Transform):
                 return all(type(t.target) is cst.Name and t.target.value in variables for t in ancestor.targets)
             if isinstance(ancestor, cst.BaseStatement):
                 return False
-        return False
         return False
 
     def _is_logger_object(self, value: cst.BaseExpression) -> bool:

@@ -253,7 +253,7 @@ class Sampler(Transform):
             ]  # `g = torch.Generator(); g.manual_seed(seed)`
             # not `g.manual_seed(SEED + epoch)` at the top of each epoch (helper corpus CH, repro 01): its seed is
             # not there yet where the loader is made, and the sampler's set_epoch gives each epoch its order
-            seeded = [c for c in seeded if self.tree.order(c) < self.tree.order(call) and not any(not self.tree.inside(call, lp) for lp in self.tree.loops(c))]
+            seeded = [c for c in seeded if self.tree.order(c) < self.tree.order(call) and all(self.tree.inside(call, lp) for lp in self.tree.loops(c))]
             if type(bound) is cst.Call and self.tree.qname(bound.func) == "torch.Generator" and len(seeded) == 1:
                 return f", seed={code(seeded[0].args[0].value)}"
             generator = bound  # type: ignore[assignment]
