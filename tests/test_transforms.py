@@ -9586,11 +9586,13 @@ def test_a_step_history_read_after_each_epochs_steps_is_averaged_over_ranks_ther
     assert "    gathered = [None] * world_size\n    dist.all_gather_object(gathered, losses)\n" in output and output.count("all_gather_object") == 1
 
 
-def test_a_model_whose_forward_returns_an_input_gradient_finds_unused_parameters() -> None:
-    """Helper corpus CJ, repro 03: a Hamiltonian network's forward returns dH/dx
-    (`torch.autograd.grad(self.H(x).sum(), x, create_graph=True)`); the last layer's bias does not
-    shape it and never gets a gradient, so plain `DDP(model)` failed at the second step on every
-    run ("Expected to have finished reduction"). DDP's search from the outputs finds it unused."""
+@pytest.mark.parametrize("graph", ["True", "self.training"])
+def test_a_model_whose_forward_returns_an_input_gradient_finds_unused_parameters(graph: str) -> None:
+    """Helper corpus CJ, repro 03 and CK, repro 04: a Hamiltonian network's forward returns dH/dx
+    (`torch.autograd.grad(self.H(x).sum(), x, create_graph=True)`, or `create_graph=self.training`,
+    which only a literal True was taken for); the last layer's bias does not shape it and never gets
+    a gradient, so plain `DDP(model)` failed at the second step on every run ("Expected to have
+    finished reduction"). DDP's search from the outputs finds it unused."""
     helpers = """\
         class HNN(nn.Module):
             def __init__(self):
@@ -9599,8 +9601,8 @@ def test_a_model_whose_forward_returns_an_input_gradient_finds_unused_parameters
 
             def forward(self, x):
                 x = x.requires_grad_(True)
-                return torch.autograd.grad(self.H(x).sum(), x, create_graph=True)[0][:, :1]
-        """
+                return torch.autograd.grad(self.H(x).sum(), x, create_graph=GRAPH)[0][:, :1]
+        """.replace("GRAPH", graph)
     result = convert(standard(model="model = HNN().to(device)", helpers=helpers))
     assert "    model = DDP(model, find_unused_parameters=True)\n" in result.output
     assert any("`HNN.forward` returns a gradient of its own output" in n.message for n in result.notes)
@@ -9993,24 +9995,6 @@ def test_stages_unpacked_from_tuples_or_made_partial_are_known_to_train(stages: 
     result = convert(standard(loop=stages, helpers=helpers, imports="import functools\n"))
     assert result.status == "converted" and "    model = DDP(model)\n" in result.output, result.reason
     assert "loader.sampler.set_epoch(loader.sampler.epoch + 1)" in result.output
-
-
-def test_a_forward_taking_an_input_gradient_under_a_flag_finds_unused_parameters() -> None:
-    """Helper corpus CK, repro 04: `torch.autograd.grad(..., create_graph=self.training)` in the
-    forward; only a literal `create_graph=True` was seen, so the last bias got no gradient and
-    DDP failed at the second step on every run. A flag that is true while training counts."""
-    helpers = """\
-        class Force(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.energy = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-
-            def forward(self, x):
-                x = x.requires_grad_(True)
-                return torch.autograd.grad(self.energy(x).sum(), x, create_graph=self.training)[0][:, :1]
-        """
-    output = convert(standard(model="model = Force().to(device)", helpers=helpers)).output
-    assert "    model = DDP(model, find_unused_parameters=True)\n" in output
 
 
 def test_a_trainer_a_class_method_builds_with_cls_gets_the_wrap_where_the_model_is_built() -> None:
