@@ -375,12 +375,19 @@ class Program:
         The stages were not known to train: the wrap came after them, or rank 0 ran them alone."""
         if type(func) is cst.Call and self.tree.is_builtin_call(func, "getattr") and len(func.args) >= 2:
             return self._spelled_methods(caller, func)
+        if type(func) is cst.Call and type(func.func) is cst.Attribute and func.func.attr.value == "get" and len(func.args) == 1:
+            func = cst.Subscript(func.func.value, [cst.SubscriptElement(cst.Index(func.args[0].value))])  # `STAGES.get(name)`
         if type(func) is cst.Subscript and type(func.value) is cst.Name:
             name = func.value.value
             table = self.bound_once(caller, name) if self.binds(caller, name) else self.bound_once(None, name)
-            if type(table) is not cst.Dict or not table.elements:
+            if type(table) is not cst.Dict:
                 return []
-            items = [e.value if type(e) is cst.DictElement else None for e in table.elements]
+            if table.elements:
+                items = [e.value if type(e) is cst.DictElement else None for e in table.elements]
+            elif self.binds(caller, name):
+                return []
+            else:
+                items = self._registered(name)
         elif type(func) is cst.Name:
             if func.value not in self.loop_targets(caller):
                 bound = self.bound_once(caller, func.value) if caller is not None else None
@@ -399,6 +406,36 @@ class Program:
             return []
         functions = [self.functions[n] for n in names]  # type: ignore[index]
         return functions if len({tuple(self.param_names(f)) for f in functions}) == 1 else []
+
+    def _registered(self, table: str) -> list[cst.BaseExpression | None]:
+        """The functions a module-level registry `STAGES = {}` is filled with: stored by name at
+        module level (`STAGES["warm"] = warm`), or by a same-file decorator whose body stores the
+        function it is handed (`@stage` with `STAGES[fn.__name__] = fn`, also a decorator factory
+        `@stage("warm")` whose inner function does it; helper corpus CK, repro 01)."""
+        items: list[cst.BaseExpression | None] = []
+        for node in self.scope_nodes(None):
+            if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Subscript and dotted(node.targets[0].target.value) == table:
+                items.append(node.value)
+        storing = {name for name, function in self.functions.items() if self._stores_handed(function, table)}
+        for name, function in self.functions.items():
+            for decorator in function.decorators:
+                made = decorator.decorator.func if type(decorator.decorator) is cst.Call else decorator.decorator
+                if type(made) is cst.Name and made.value in storing:
+                    items.append(function.name)
+        return items
+
+    def _stores_handed(self, function: cst.FunctionDef, table: str) -> bool:
+        """Whether `function`, or a function nested in it, stores its first parameter into `table[...]`."""
+        for inner in [function, *self.nested_functions(function)]:
+            params = self.param_names(inner)
+            if params and any(
+                type(value) is cst.Name and value.value == params[0]
+                for node in self.scope_nodes(inner) if type(node) is cst.Assign and len(node.targets) == 1
+                and type(node.targets[0].target) is cst.Subscript and dotted(node.targets[0].target.value) == table
+                for value in [node.value]
+            ):
+                return True
+        return False
 
     def _looped_items(self, caller: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression | None]:
         """What a loop over a literal tuple or list binds to `name` in turn, also from a place of

@@ -9675,6 +9675,48 @@ def test_stages_looked_up_in_a_dict_of_functions_are_known_to_train() -> None:
     assert "        STAGES[name](model, optimizer, loader, device)\n    if rank == 0:\n        torch.save(model.module.state_dict(), 'final.pt')\n" in output
 
 
+@pytest.mark.parametrize(
+    ("register", "decorator", "call"),
+    [
+        pytest.param("def stage(fn):\n    STAGES[fn.__name__] = fn\n    return fn\n", "@stage\n", "STAGES[name]", id="decorator"),
+        pytest.param(
+            "def stage(key):\n    def add(fn):\n        STAGES[key] = fn\n        return fn\n    return add\n", "@stage('warm')\n", "STAGES.get(name)",
+            id="decorator-factory-and-get",
+        ),
+        pytest.param("", "", "STAGES[name]", id="stored-at-module-level"),
+    ],
+)
+def test_stages_filled_into_a_registry_are_known_to_train(register: str, decorator: str, call: str) -> None:
+    """Helper corpus CK, repro 01 (and script 01): `STAGES = {}` filled by a decorator (`@stage`
+    storing the function it is handed), and `STAGES[name](model, ...)` or `STAGES.get(name)(...)`
+    over `args.stages.split(",")`. The script was refused with a false reason: "trains with the
+    optimizer it is given ... built by its caller, not in this file". Every function stored into
+    the registry is a callee of a call through it."""
+    stored = "" if decorator else "STAGES['warm'] = warm\n"
+    helpers = f"""\
+STAGES = {{}}
+
+
+{register}
+
+{decorator}def warm(model, loader, device):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+{stored}"""
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nfor name in 'warm,warm'.split(','):\n    {call}(model, loader, device)\n"
+    result = convert(script(body, helpers))
+    assert result.status == "converted", result.reason
+    assert "    model = DDP(model)\n    for name in" in result.output
+    assert "sampler=DistributedSampler(train_dataset, shuffle=True)" in result.output
+    assert "    for x, y in loader:" in result.output and "loader.sampler.set_epoch(" in result.output
+
+
 def test_a_loader_bound_by_a_loop_over_a_generator_is_made_again_inside_the_loop() -> None:
     """Helper corpus CG, repro 09: `for f, loader in folds(X, y):` over a generator yielding each
     fold's loader: `loader = distributed_loader(loader)` went before the loop, where `loader` is
