@@ -827,7 +827,7 @@ class Program:
             return []
         key = string_value(item.slice[0].slice.value)
         found: list[Origin] = []
-        for origin in self._origins(item.value, function, None, seen):
+        for origin in self._origins(item.value, function, None, seen) or self._yielded(item.value, function):
             node = origin.node
             if type(node) is cst.DictComp:
                 found += self._origins(node.value, origin.function, None, seen)
@@ -846,6 +846,17 @@ class Program:
             else:
                 return []
         return found
+
+    def _yielded(self, name: cst.BaseExpression, function: cst.FunctionDef | None) -> list[Origin]:
+        """What a same-file generator yields, for the variable of the one loop over it that binds
+        `name` whole (`for split in folds(): ... split["train"]`; helper corpus CK, repro 02)."""
+        if type(name) is not cst.Name:
+            return []
+        loops = [n for n in self.scope_nodes(function) if type(n) is cst.For and type(n.target) is cst.Name and n.target.value == name.value]
+        if len(loops) != 1 or type(loops[0].iter) is not cst.Call or (target := self.callee(loops[0].iter, function)) is None:
+            return []
+        generator = target[0]
+        return [Origin(n.value, generator) for n in self.scope_nodes(generator) if type(n) is cst.Yield and n.value is not None and type(n.value) is not cst.From]
 
     # --- what functions do, transitively --------------------------------------------------
 

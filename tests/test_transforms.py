@@ -9717,6 +9717,35 @@ STAGES = {{}}
     assert "    for x, y in loader:" in result.output and "loader.sampler.set_epoch(" in result.output
 
 
+def test_a_loader_in_a_dict_a_generator_yields_is_sharded_where_it_is_built() -> None:
+    """Helper corpus CK, repro 02 (and script 02): `for split in folds(): ... for xb, yb in
+    split["train"]:`, where the same-file generator `folds()` yields a dict holding each fold's
+    loader. The script was refused ("the training data does not come from a DataLoader"). The
+    loader is found where the generator builds it, and sharded there."""
+    helpers = """\
+def folds(k=2):
+    for f in range(k):
+        yield {"fold": f, "train": DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)}
+"""
+    body = f"""\
+{DEVICE}
+for split in folds():
+    model = nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in split["train"]:
+            loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+    result = convert(script(body, helpers))
+    assert result.status == "converted", result.reason
+    assert '"train": DataLoader(train_dataset, batch_size=8, sampler=DistributedSampler(train_dataset, shuffle=True))}' in result.output
+    assert '            split["train"].sampler.set_epoch(' in result.output
+    assert "        model = DDP(model)\n" in result.output
+
+
 def test_a_loader_bound_by_a_loop_over_a_generator_is_made_again_inside_the_loop() -> None:
     """Helper corpus CG, repro 09: `for f, loader in folds(X, y):` over a generator yielding each
     fold's loader: `loader = distributed_loader(loader)` went before the loop, where `loader` is
