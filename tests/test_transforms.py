@@ -9746,6 +9746,18 @@ for split in folds():
     assert "        model = DDP(model)\n" in result.output
 
 
+@pytest.mark.parametrize("alias", ["functools.partial(torch.load, map_location='cpu')", "torch.load"])
+def test_a_checkpoint_read_back_through_an_alias_of_torch_load_waits_for_the_save(alias: str) -> None:
+    """Helper corpus CK, script 02: `load = functools.partial(torch.load, map_location=device)`,
+    then `model.load_state_dict(load(f"out/fold{k}.pt"))` after rank 0's save in the fold loop:
+    no barrier came before the read, and rank 1 loaded an older epoch's file (replicas diverged).
+    A name bound to torch.load, or to a partial of it, reads like torch.load."""
+    loop = "for k in range(2):\n" + textwrap.indent(LOOP + "    torch.save(model.state_dict(), f'out/fold{k}.pt')\nmodel.load_state_dict(load(f'out/fold{k}.pt'))\n", "    ")
+    output = convert(standard(loop=loop, imports=f"import functools\nload = {alias}\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n        model.module.load_state_dict(load(f'out/fold{k}.pt'" in output
+    assert ("map_location" in output.split("model.module.load_state_dict(load(")[1].split("\n")[0]) == (alias == "torch.load")
+
+
 def test_a_loader_bound_by_a_loop_over_a_generator_is_made_again_inside_the_loop() -> None:
     """Helper corpus CG, repro 09: `for f, loader in folds(X, y):` over a generator yielding each
     fold's loader: `loader = distributed_loader(loader)` went before the loop, where `loader` is

@@ -70,7 +70,7 @@ class Checkpoints(Transform):
                 elif self.tree.is_call_to(node, s.TORCH_SAVE):
                     saves.append(node)
                     self._save_plain_model(node, function)
-                elif self.tree.is_call_to(node, s.TORCH_LOAD):
+                elif self.tree.is_call_to(node, s.TORCH_LOAD) or self._load_alias(node, function) is not None:
                     self._load(node, function, saves)
                     loads.append(node)
                 elif read := self._loads_in_helper(node, function):
@@ -106,7 +106,7 @@ class Checkpoints(Transform):
                 if path is None or not private_to_process(self.tree, self.program, path.value, function):
                     events.append((self.tree.order(call), "save", call))
                     continue
-            loads = self.tree.is_call_to(call, READS_BACK)
+            loads = self.tree.is_call_to(call, READS_BACK) or self._load_alias(call, function) is not None
             if loads or self._loads_in_helper(call, function):
                 path = s.arg(call, 0, "f") if loads else None
                 if path is None or not private_to_process(self.tree, self.program, path.value, function):
@@ -497,8 +497,21 @@ class Checkpoints(Transform):
             )
         return False
 
+    def _load_alias(self, call: cst.Call, function: cst.FunctionDef | None) -> cst.BaseExpression | None:
+        """What a name called as torch.load holds: `load = torch.load`, or `load =
+        functools.partial(torch.load, map_location=device)` (helper corpus CK, script 02), bound
+        once in the scope or the module."""
+        if type(call.func) is not cst.Name:
+            return None
+        scope = function if function is not None and self.program.binds(function, call.func.value) else None
+        held = self.program.bound_once(scope, call.func.value)
+        partial = type(held) is cst.Call and self.tree.qname(held.func) == "functools.partial" and bool(held.args)
+        loads = held.args[0].value if partial else held  # type: ignore[union-attr]
+        return held if isinstance(loads, cst.BaseExpression) and self.tree.qname(loads) in s.TORCH_LOAD else None  # type: ignore[return-value]
+
     def _load(self, call: cst.Call, function: cst.FunctionDef | None, saves: list[cst.Call]) -> None:
-        if s.arg(call, 1, "map_location") is None:
+        held = self._load_alias(call, function)
+        if s.arg(call, 1, "map_location") is None and not (type(held) is cst.Call and s.arg(held, None, "map_location") is not None):
             location = self.device(function, call) or FALLBACK
             self.plan.replace(call, add_keyword("map_location", location))
             self.change(call, f"torch.load maps tensors to {location}, not to the GPU they were saved from")
