@@ -10200,3 +10200,15 @@ def test_a_model_a_class_method_of_its_class_builds_is_judged_by_its_class() -> 
         """
     result = convert(standard(model="model = Tiny.build(8).to(device)", helpers=helpers))
     assert "    model = DDP(model)\n" in result.output and not any("not in this file" in m for m in warnings(result)), warnings(result)
+
+
+def test_a_log_every_rank_opens_after_training_is_waited_for_before_rank_0_removes_its_folder() -> None:
+    """Helper corpus CK, script 07: `with open(os.path.join(OUT, "train.log")) as fh:` on every
+    rank after training, then rank 0 removes OUT: rank 1 could find the file gone. A barrier
+    goes before the removal, as after a torch.load; a file read before training does not count."""
+    after = "with open(os.path.join('out', 'train.log')) as fh:\n    lines = fh.readlines()\nshutil.rmtree('out')\n"
+    output = convert(standard(after=after, imports="import os\nimport shutil\n")).output
+    assert "        lines = fh.readlines()\n    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('out')\n" in output
+    before = "with open(os.path.join('out', 'vocab.txt')) as fh:\n    vocab = fh.readlines()\n"
+    output = convert(standard(device=DEVICE + "\n" + before, after="shutil.rmtree('out')\n", imports="import os\nimport shutil\n")).output
+    assert "dist.barrier()" not in output

@@ -77,6 +77,8 @@ class Checkpoints(Transform):
                     self._load_through_helper(node, function, saves, read)
                     loads += read
                     self._read_at.update((id(load), node) for load in read)  # a removal after it waits where the helper is called
+                elif self.tree.is_builtin_call(node, "open") and node.args and not self.tree.opens_for_writing(node) and self._reads_from_training(node, function):
+                    loads.append(node)  # `with open(os.path.join(OUT, "train.log")) as fh:` on every rank, then rank 0 removes OUT (helper corpus CK, script 07)
                 elif loads and self._removed(node, function) is not None and self._removed_after_reading(node, function, loads):
                     loads = []  # one barrier serves the removals after it
                 elif loads and self._removed_through_helper(node, function, loads):
@@ -115,8 +117,7 @@ class Checkpoints(Transform):
                 events.append((self.tree.order(call), "remove", call))
         # saves from the training on: files written before it (preprocessed data) are waited for where they are
         # written (RankZeroGuards), once
-        starts = [self.tree.order(lp.loop) for lp in self.facts.train_loops if lp.function is function]
-        starts += [self.tree.order(c) for c in self.program.calls_in(function) if (t := self.program.callee(c, function)) is not None and t[0] in self.program.training_functions]
+        starts = self._training_starts(function)
         if not starts:
             return
         events = [e for e in events if e[1] != "save" or e[0] >= min(starts)]
@@ -192,6 +193,21 @@ class Checkpoints(Transform):
                     self.change(node, f"`{ref}.state_dict` goes through `.module`: no `module.` prefix in the keys")
                 elif self.tree.is_call_to(node, s.TORCH_SAVE):
                     self._save_plain_model(node, function)
+
+    def _reads_from_training(self, read: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """Whether `read` comes after the training in `function` starts: a file read before it (a
+        configuration, a vocabulary) is no output of rank 0's that a removal could race with."""
+        starts = self._training_starts(function)
+        return bool(starts) and self.tree.order(read) > min(starts)
+
+    def _training_starts(self, function: cst.FunctionDef | None) -> list[int]:
+        """Where training happens in `function`, in tree order: its training loops, and its calls
+        of same-file functions that train."""
+        starts = [self.tree.order(lp.loop) for lp in self.facts.train_loops if lp.function is function]
+        return starts + [
+            self.tree.order(c) for c in self.program.calls_in(function)
+            if (t := self.program.callee(c, function)) is not None and t[0] in self.program.training_functions
+        ]  # fmt: skip
 
     def _removed_after_reading(self, removal: cst.Call, function: cst.FunctionDef | None, loads: list[cst.Call]) -> bool:
         """`shutil.rmtree(run_dir)` (rank 0's) after every rank loaded `run_dir/best.pt`: rank 0
