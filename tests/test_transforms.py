@@ -9586,14 +9586,24 @@ def test_a_step_history_read_after_each_epochs_steps_is_averaged_over_ranks_ther
     assert "    gathered = [None] * world_size\n    dist.all_gather_object(gathered, losses)\n" in output and output.count("all_gather_object") == 1
 
 
-@pytest.mark.parametrize("graph", ["True", "self.training"])
-def test_a_model_whose_forward_returns_an_input_gradient_finds_unused_parameters(graph: str) -> None:
+@pytest.mark.parametrize(
+    ("graph", "helper"),
+    [("True", False), ("self.training", False), ("True", True)],
+    ids=["create-graph", "while-training", "in-a-helper"],
+)
+def test_a_model_whose_forward_returns_an_input_gradient_finds_unused_parameters(graph: str, helper: bool) -> None:
     """Helper corpus CJ, repro 03 and CK, repro 04: a Hamiltonian network's forward returns dH/dx
     (`torch.autograd.grad(self.H(x).sum(), x, create_graph=True)`, or `create_graph=self.training`,
     which only a literal True was taken for); the last layer's bias does not shape it and never gets
     a gradient, so plain `DDP(model)` failed at the second step on every run ("Expected to have
-    finished reduction"). DDP's search from the outputs finds it unused."""
+    finished reduction"). DDP's search from the outputs finds it unused. Also when the forward
+    calls a same-file helper that returns the gradient (helper corpus CM, repro 01 and script 02)."""
+    grad = "torch.autograd.grad(self.H(x).sum(), x, create_graph=GRAPH)[0]"
     helpers = """\
+        def gradient(y, x, create_graph):
+            return torch.autograd.grad(y.sum(), x, create_graph=create_graph)[0]
+
+
         class HNN(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -9601,8 +9611,8 @@ def test_a_model_whose_forward_returns_an_input_gradient_finds_unused_parameters
 
             def forward(self, x):
                 x = x.requires_grad_(True)
-                return torch.autograd.grad(self.H(x).sum(), x, create_graph=GRAPH)[0][:, :1]
-        """.replace("GRAPH", graph)
+                return GRAD[:, :1]
+        """.replace("GRAD", "gradient(self.H(x), x, create_graph=GRAPH)" if helper else grad).replace("GRAPH", graph)
     result = convert(standard(model="model = HNN().to(device)", helpers=helpers))
     assert "    model = DDP(model, find_unused_parameters=True)\n" in result.output
     assert any("`HNN.forward` returns a gradient of its own output" in n.message for n in result.notes)
@@ -10212,3 +10222,4 @@ def test_a_log_every_rank_opens_after_training_is_waited_for_before_rank_0_remov
     before = "with open(os.path.join('out', 'vocab.txt')) as fh:\n    vocab = fh.readlines()\n"
     output = convert(standard(device=DEVICE + "\n" + before, after="shutil.rmtree('out')\n", imports="import os\nimport shutil\n")).output
     assert "dist.barrier()" not in output
+

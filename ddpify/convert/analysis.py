@@ -1703,9 +1703,15 @@ class Analyzer:
                 return f"`{cls.name.value}.forward` {dropped}"
         # a Hamiltonian network's forward returning dH/dx (helper corpus CJ, repro 03): what it returns is made by the
         # gradient's own graph, which the parameters that do not shape it (the last layer's bias) are not in
-        grad = next((n for method in sorted(seen, key=self.tree.order) for n in self.program.scope_nodes(method) if type(n) is cst.Call and _input_gradient(self.tree, n)), None)
+        grad = next((
+            n for method in sorted(seen, key=self.tree.order) for n in self.program.scope_nodes(method) if type(n) is cst.Call and (
+                _input_gradient(self.tree, n)  # also in a same-file helper the forward calls (`-gradient(e, x)`: helper corpus CM, repro 01)
+                or ((t := self.program.callee(n, method)) is not None and t[0] not in seen and self._returns_input_gradient(t[0]))
+            )
+        ), None)  # fmt: skip
         if grad is not None:
-            return f"`{cls.name.value}.forward` returns a gradient of its own output ({_penalty_made(self.tree, grad)}, line {self.tree.line(grad)}), which the last layer's bias does not shape"
+            made = _penalty_made(self.tree, grad) if _input_gradient(self.tree, grad) else f"`{code(grad.func)}(...)`, which returns `torch.autograd.grad(..., create_graph=True)`"
+            return f"`{cls.name.value}.forward` returns a gradient of its own output ({made}, line {self.tree.line(grad)}), which the last layer's bias does not shape"
         # the forward and the methods it calls (`self.dispatch(x, top_i)` routing to experts)
         for node in [n for method in sorted(seen, key=self.tree.order) for n in self.program.scope_nodes(method)]:
             if isinstance(node, (cst.If, cst.While, cst.For, cst.IfExp)):
