@@ -10223,3 +10223,18 @@ def test_a_log_every_rank_opens_after_training_is_waited_for_before_rank_0_remov
     output = convert(standard(device=DEVICE + "\n" + before, after="shutil.rmtree('out')\n", imports="import os\nimport shutil\n")).output
     assert "dist.barrier()" not in output
 
+
+def test_a_pathlib_listing_comprehension_is_waited_for_before_it_lists_and_once() -> None:
+    """Helper corpus CM, repro 04 (and script 03): `kept = [p for p in CKPT.iterdir() if ...]`,
+    `best = min(kept, ...)`, then `torch.load(best)` after rank 0's saves into `CKPT / f"..."`: the
+    barrier came after the listing and the pick (the folder read as `CKPT.iterdir`, a name no save
+    shares), so rank 1 could pick another file than rank 0. It goes before the listing, and a
+    second listing read after it needs no barrier of its own (helper corpus CK, script 05)."""
+    save = "    torch.save(model.state_dict(), CKPT / f'ep{epoch}_{loss.item():.4f}.pt')\n"
+    pick = (
+        "kept = [p for p in CKPT.iterdir() if p.suffix == '.pt']\nbest = min(kept, key=lambda p: float(p.stem.split('_')[1]))\n"
+        "model.load_state_dict(torch.load(best))\nlatest = sorted(CKPT.glob('*.pt'), key=os.path.getmtime)[-1]\nstate = torch.load(latest)\n"
+    )
+    output = convert(standard(loop=LOOP + save + pick, imports="import os\nfrom pathlib import Path\nCKPT = Path('ckpts')\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    kept = [p for p in CKPT.iterdir()" in output
+    assert output.count("dist.barrier()") == 1, output

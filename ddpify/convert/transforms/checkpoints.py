@@ -453,7 +453,10 @@ class Checkpoints(Transform):
                 continue
             top: cst.CSTNode = n
             while type(parent) is cst.Attribute and parent.value is top:  # `args.cache`, not `args`: another option is another file
-                top, parent = parent, self.tree.parent(parent)
+                called = self.tree.parent(parent)
+                if type(called) is cst.Call and called.func is parent:
+                    break  # `CKPT.iterdir()`: the folder `CKPT`, not a method read off it (helper corpus CM, repro 04)
+                top, parent = parent, called
             if top is not n:
                 names.add(s.dotted(top) or n.value)
                 continue
@@ -564,8 +567,10 @@ class Checkpoints(Transform):
             if listing is not None and any(self.tree.order(save) < self.tree.order(listing) for save in written):
                 statement = self.tree.statement(listing)  # before the folder is listed: the newest checkpoint is the same on every rank
             writer = "this node's first rank" if node_local(self.tree, self.program, path.value, function) else "rank 0"  # type: ignore[union-attr]
-            self.plan.insert_before(statement, statements(f"dist.barrier()  # {writer} wrote this file: wait until it is complete\n"))
-            self.change(call, f"barrier before reading {code(path.value)} back: rank 0 saves it, every rank loads it")
+            last = max(written, key=self.tree.order)
+            if self.tree.function(last) is not function or not self._barrier_between(last, statement):  # one after the last save here serves every read after it
+                self.plan.insert_before(statement, statements(f"dist.barrier()  # {writer} wrote this file: wait until it is complete\n"))
+                self.change(call, f"barrier before reading {code(path.value)} back: rank 0 saves it, every rank loads it")
         elif (
             path is not None and not saves and not private_to_process(self.tree, self.program, path.value, function)
             and (trainer := self._trained_and_saved_before(call, function)) is not None
