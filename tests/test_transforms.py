@@ -10238,3 +10238,29 @@ def test_a_pathlib_listing_comprehension_is_waited_for_before_it_lists_and_once(
     output = convert(standard(loop=LOOP + save + pick, imports="import os\nfrom pathlib import Path\nCKPT = Path('ckpts')\n")).output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    kept = [p for p in CKPT.iterdir()" in output
     assert output.count("dist.barrier()") == 1, output
+
+
+def test_an_early_stopper_saving_into_its_own_temp_folder_runs_on_every_rank() -> None:
+    """Helper corpus CO, repro 01 (and script 09): `EarlyStopper(os.path.join(tempfile.mkdtemp(),
+    "best.pt"))`, whose `__call__` saves the best weights there; then every rank loads
+    `stopper.path` and removes it. The stopper ran on rank 0 alone and its `path` was broadcast:
+    every rank loaded and removed rank 0's private file (FileNotFoundError on one of them). Each
+    rank runs it now, saving into and reading back its own folder, with no barrier."""
+    helpers = """\
+        class EarlyStopper:
+            def __init__(self, path):
+                self.path, self.best = path, float("inf")
+
+            def __call__(self, val_loss, model):
+                if val_loss < self.best:
+                    self.best = val_loss
+                    torch.save(model.state_dict(), self.path)
+        """
+    loop = (
+        "tmp = tempfile.mkdtemp()\nstopper = EarlyStopper(os.path.join(tmp, 'best.pt'))\n" + LOOP
+        + "    stopper(loss.item(), model)\nmodel.load_state_dict(torch.load(stopper.path))\nos.remove(stopper.path)\n"
+    )
+    output = convert(standard(loop=loop, helpers=helpers, imports="import os\nimport tempfile\n")).output
+    assert "        stopper(rank_mean(loss.item()), model.module)\n    model.module.load_state_dict(torch.load(stopper.path, map_location=" in output
+    assert "dist.barrier()" not in output and "broadcast_object_list" not in output
+    assert "    os.remove(stopper.path)\n" in output

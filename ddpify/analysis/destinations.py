@@ -57,6 +57,12 @@ def _derives(tree: Tree, program: Program, expr: cst.BaseExpression, function: c
     for node in tree.walk(expr):
         if type(node) is cst.Attribute and (dotted(node) or "").startswith("self."):
             pass  # `self.path`: what the class's methods bind to it (`self.path = path` in `__init__`)
+        elif type(node) is cst.Attribute and type(node.value) is cst.Name and (cls := program.instance_of(node.value, function)) is not None:
+            # `stopper.path` of a same-file class's object: what its methods bind to `self.path` (helper corpus CO, repro 01)
+            held = f"self.{node.attr.value}"
+            if any(_derives(tree, program, program.element(value, i), method, test, depth - 1) for method in program.methods.get(cls, {}).values() for value, i in program.assignments(method, held)):
+                return True
+            continue
         elif type(node) is cst.Name:
             parent = tree.parent(node)
             if isinstance(parent, cst.Attribute) and parent.attr is node:

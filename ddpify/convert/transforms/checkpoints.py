@@ -583,7 +583,10 @@ class Checkpoints(Transform):
             if self._after_in_its_block(trainer, statement):  # where every rank that trained gets
                 self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 saved in the training above: wait until it is done\n"))
                 self.change(call, f"barrier before reading {code(path.value)}: `{code(trainer.func)}(...)` (line {self.tree.line(trainer)}) trains and saves on rank 0 first")
-        elif path is not None and (helper := self._handed_the_model_before(call, function)) is not None and not self.tree.loops(call):
+        elif (
+            path is not None and (helper := self._handed_the_model_before(call, function)) is not None and not self.tree.loops(call)
+            and not private_to_process(self.tree, self.program, path.value, function)  # each rank wrote its own (helper corpus CO, repro 01)
+        ):
             statement = self.tree.statement(opened if opened is not None else call)  # before the file is opened
             self.plan.insert_before(statement, statements("dist.barrier()  # a helper handed the model may have written this file: wait until every rank is done\n"))
             self.change(call, (

@@ -14,6 +14,8 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.batches import batch_names, reads
+from ddpify.analysis.destinations import private_to_process
+from ddpify.analysis.output import WRITES
 from ddpify.analysis.switches import GradSwitches, passes_false
 from ddpify.analysis.splits import seeded_before
 from ddpify.convert.analysis import FUNCTIONAL_CALLS, TrainedModel
@@ -216,6 +218,8 @@ class WrapModel(Transform):
                         ))
                         if self._lambda_loading(call, function):
                             continue  # `restore_best = lambda m: m.load_state_dict(torch.load(BEST))`: every rank loads (helper corpus CE, repro 07)
+                        if self._saves_privately(call, function):
+                            continue  # each rank saves into its own temporary folder and reads its own back (helper corpus CO, repro 01)
                         if not self._monitor_on_rank_0(call, function):
                             self.warn(call, (
                                 f"`{name}(...)` from another module stays on every rank (what it decides, such as an early stop, must be the "
@@ -961,6 +965,18 @@ class WrapModel(Transform):
         rank 0 alone, the other replicas kept their last weights)."""
         lambdas = self.program.lambdas_called(call, function)
         return bool(lambdas) and all(any((m := s.method_call(c)) is not None and m[1] == "load_state_dict" for c in self.tree.calls(f.body)) for f in lambdas)
+
+    def _saves_privately(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """`stopper(val_loss, model)` on an object of a same-file class whose `__call__` saves only
+        into a temporary folder of the process's own (`EarlyStopper(os.path.join(tempfile.mkdtemp(),
+        "best.pt"))`): every rank runs it, saving and reading back its own copy. On rank 0 alone,
+        the path broadcast to the others named a file only rank 0's folder held."""
+        cls = self.program.instance_of(call.func, function)
+        method = self.program.methods.get(cls, {}).get("__call__") if cls is not None else None
+        if method is None:
+            return False
+        writes = [out for c in self.program.calls_in(method) if (out := self.facts.outputs.of(c, method)) is not None and out.kind in WRITES]
+        return bool(writes) and all(out.destination is not None and private_to_process(self.tree, self.program, out.destination, method) for out in writes)
 
     def _monitor_on_rank_0(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
         """`early_stopping(valid_loss, model)` as a statement of its own: rank 0 runs it (its
