@@ -10264,3 +10264,31 @@ def test_an_early_stopper_saving_into_its_own_temp_folder_runs_on_every_rank() -
     assert "        stopper(rank_mean(loss.item()), model.module)\n    model.module.load_state_dict(torch.load(stopper.path, map_location=" in output
     assert "dist.barrier()" not in output and "broadcast_object_list" not in output
     assert "    os.remove(stopper.path)\n" in output
+
+
+@pytest.mark.parametrize(
+    ("helpers", "body", "guarded"),
+    [
+        pytest.param("", "info = logger.info\n", "info('epoch %d', epoch)", id="logger-method"),
+        pytest.param("", "info = logging.getLogger('x').warning\n", "info('epoch %d', epoch)", id="get-logger-method"),
+        pytest.param(
+            "def report(epoch, log_fn=print):\n    log_fn(f'epoch {epoch}')\n", "note = tqdm.write\n", "report(epoch, log_fn=note)", id="parameter-handed-an-alias",
+        ),
+        pytest.param(
+            "class Reporter:\n    def __init__(self, stream):\n        self.emit = stream.write\n", "rep = Reporter(sys.stderr)\n", "rep.emit(f'epoch {epoch}')",
+            id="attribute",
+        ),
+    ],
+)
+def test_output_through_a_name_or_attribute_bound_to_a_printing_function_is_rank_0s(helpers: str, body: str, guarded: str) -> None:
+    """Helper corpus CM, repros 02, 03 and script 05: `info = logger.info`, `log_fn=print` handed
+    `tqdm.write` through a name, `self.emit = stream.write` with `stream = sys.stderr`: each call
+    printed on every rank (verify: duplicate lines). The function the name or attribute holds is
+    followed, as for `echo = print`."""
+    imports = "import logging\nimport sys\nfrom tqdm import tqdm\nlogger = logging.getLogger(__name__)\n"
+    result = convert(standard(model=body + "model = nn.Linear(4, 1).to(device)", loop=LOOP + f"    {guarded}\n", helpers=helpers, imports=imports))
+    if "log_fn" in helpers:
+        assert "    if dist.get_rank() == 0:\n        log_fn(f'epoch {epoch}')\n" in result.output
+    else:
+        assert f"        if rank == 0:\n            {guarded}\n" in result.output
+

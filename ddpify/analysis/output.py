@@ -166,25 +166,60 @@ class Outputs:
             return Output(LOGGING, call.func.value, by_name=True)
         found = s.method_call(call)
         if found is not None:
-            return self._method(call, found[0], found[1], function)
+            return self._method(call, found[0], found[1], function) or self._through_alias(call, function)
         return self._through_lambda(call, function) or self._through_alias(call, function)
 
     def _through_alias(self, call: cst.Call, function: cst.FunctionDef | None) -> Output | None:
         """`echo = print`, `write = sys.stdout.write`, `say = functools.partial(print, flush=True)`,
-        then `echo("done")` (helper corpus CK, repro 08): the function the name holds prints."""
-        if type(call.func) is not cst.Name:
+        then `echo("done")` (helper corpus CK, repro 08): the function the name holds prints. Also
+        a logger's method (`info = logger.info`), an attribute (`self.emit = sys.stderr.write`),
+        and a parameter whose default and every argument print (`def train(..., log_fn=print)`,
+        handed `tqdm.write`: helper corpus CM, repros 02, 03 and script 05)."""
+        func = call.func
+        held: list[tuple[cst.BaseExpression, cst.FunctionDef | None]] = []
+        if type(func) is cst.Name and function is not None and func.value in self.program.param_names(function) and not self.program.assignments(function, func.value):
+            default = self.program.default(function, func.value)
+            sites = self.program.call_sites(function)
+            handed = [(a, caller) for c, caller in sites if (a := self.program.argument_for(c, function, func.value)) is not None]
+            if default is None and len(handed) < len(sites):
+                return None
+            held = handed + ([(default, self.tree.function(function))] if default is not None else [])
+        elif type(func) is cst.Name:
+            scope = function if function is not None and self.program.binds(function, func.value) else None
+            value = self.program.bound_once(scope, func.value)
+            held = [(value, scope)] if isinstance(value, cst.BaseExpression) else []
+        elif type(func) is cst.Attribute and type(func.value) is cst.Name and (cls := self.program.instance_of(func.value, function)) is not None:
+            # `self.emit(...)` in a method, or `reporter.emit(...)` on an object of a same-file class
+            held = [
+                (self.program.element(value, i), method)  # type: ignore[misc]
+                for method in self.program.methods.get(cls, {}).values() for value, i in self.program.assignments(method, f"self.{func.attr.value}")
+            ]
+        kinds = [self._held_output(value, scope) for value, scope in held]
+        if not kinds or None in kinds:
             return None
-        scope = function if function is not None and self.program.binds(function, call.func.value) else None
-        held = self.program.bound_once(scope, call.func.value)
+        return Output(LOGGING if LOGGING in kinds else PRINT, code(func))
+
+    def _held_output(self, held: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 2) -> str | None:
+        """PRINT or LOGGING when `held` is a function that prints or logs: `print`,
+        `sys.stdout.write`, `tqdm.write`, `logging.info`, a logger's method (`logger.info`,
+        `logging.getLogger("x").warning`), a `functools.partial` of one, or a name bound to one
+        (`note = tqdm.write`, handed on as `log_fn=note`)."""
         if type(held) is cst.Call and self.tree.qname(held.func) == "functools.partial" and held.args:
             held = held.args[0].value
+        if type(held) is cst.Name and depth > 0 and self.tree.qname(held) is None and held.value != "print":
+            where = scope if scope is not None and self.program.binds(scope, held.value) else None
+            value = self.program.bound_once(where, held.value)
+            return self._held_output(value, where, depth - 1) if isinstance(value, cst.BaseExpression) else None
         if type(held) not in (cst.Name, cst.Attribute):
             return None
         name = self.tree.qname(held) or ""
         if name in ("builtins.print", "print") or (type(held) is cst.Name and held.value == "print" and not self.program.binds(None, "print")):
-            return Output(PRINT, code(call.func))
+            return PRINT
         if name in PRINTS or name in STREAM_WRITES or name in s.LOGGING_EMIT:
-            return Output(PRINT if name not in s.LOGGING_EMIT else LOGGING, code(call.func))
+            return PRINT if name not in s.LOGGING_EMIT else LOGGING
+        if type(held) is cst.Attribute and held.attr.value in (*s.LOGGER_METHODS, "write"):
+            logged = self._method(cst.Call(held), held.value, held.attr.value, scope)  # `stream.write` with `stream = sys.stderr`
+            return logged.kind if logged is not None and logged.kind in (PRINT, LOGGING) else None
         return None
 
     def _through_lambda(self, call: cst.Call, function: cst.FunctionDef | None) -> Output | None:
