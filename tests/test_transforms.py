@@ -10292,3 +10292,28 @@ def test_output_through_a_name_or_attribute_bound_to_a_printing_function_is_rank
     else:
         assert f"        if rank == 0:\n            {guarded}\n" in result.output
 
+
+def test_a_tensor_total_made_at_its_first_batch_is_reduced_like_one_made_before_the_loop() -> None:
+    """Helper corpus CN, repro 01 (and script 07): class prototypes from `sums = None`, then
+    `if sums is None: sums = torch.zeros(k, z.size(1))` at the first batch and
+    `sums.index_add_(0, y, z)`: the counts beside it were all-reduced, the sums were not (taken for
+    a window started again inside the loop), so each rank divided its own shard's sums by every
+    rank's counts. Made when missing, it is a total like one made before the loop."""
+    helpers = """\
+        @torch.no_grad()
+        def prototypes(model, loader, k):
+            sums = None
+            counts = torch.zeros(k)
+            for x, y in loader:
+                z = model(x)
+                if sums is None:
+                    sums = torch.zeros(k, z.size(1))
+                sums.index_add_(0, y, z)
+                counts += torch.bincount(y, minlength=k)
+            return sums / counts[:, None]
+        """
+    loader = "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.arange(64) % 2), batch_size=8, shuffle=True)"
+    loop = LOOP.replace("mse_loss(model(x), y)", "cross_entropy(model(x), y)") + "protos = prototypes(model, loader, 2)\nprint(protos.sum().item())\n"
+    output = convert(standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=loop, helpers=helpers)).output
+    assert "    dist.all_reduce(counts)\n    dist.all_reduce(sums)\n    return sums / counts[:, None]\n" in output
+

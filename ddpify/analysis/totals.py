@@ -13,7 +13,7 @@ def restarts_inside(tree: Tree, program: Program, loop: cst.For | cst.While, fun
     running_loss = 0.0`): a window over this rank's last few batches, reported as it goes like
     a batch's loss, not a total over the rank's shard; one process reported the same window."""
     for value, index in program.assignments(function, name):
-        if not tree.inside(value, loop.body):
+        if not tree.inside(value, loop.body) or made_when_missing(tree, value, name):
             continue
         if index is not None and isinstance(value, (cst.Tuple, cst.List)):
             if index >= len(value.elements):
@@ -22,6 +22,19 @@ def restarts_inside(tree: Tree, program: Program, loop: cst.For | cst.While, fun
         if not any(type(n) is cst.Name and n.value == name for n in tree.walk(value)):
             return True  # not `total = total + x`
     return bounded(tree, program, function, name)
+
+
+def made_when_missing(tree: Tree, value: cst.CSTNode, name: str) -> bool:
+    """`if sums is None: sums = torch.zeros(k, z.size(1))`: a total made at its first batch, once
+    its shape is known (helper corpus CN, repro 01), not started again; also beside the one the
+    test names (`if feat_sum is None:` making `outer_sum` too: BI, repro 02)."""
+    test = next((a.test for a in tree.ancestors(value) if type(a) is cst.If), None)
+    made = {t.target.value for a in tree.ancestors(value) if type(a) is cst.Assign for t in a.targets if type(t.target) is cst.Name}
+    return (
+        name in made and type(test) is cst.Comparison and type(test.left) is cst.Name and len(test.comparisons) == 1
+        and type(test.comparisons[0].operator) is cst.Is and type(test.comparisons[0].comparator) is cst.Name
+        and test.comparisons[0].comparator.value == "None"
+    )  # fmt: skip
 
 
 def bounded(tree: Tree, program: Program, function: cst.FunctionDef | None, name: str) -> bool:

@@ -17,7 +17,7 @@ import libcst as cst
 from ddpify import syntax as s
 from ddpify.analysis.batches import from_batch, reads
 from ddpify.analysis.splits import builds_training_split, training_split_test
-from ddpify.analysis.totals import keeps_in_place, restarts_inside
+from ddpify.analysis.totals import keeps_in_place, made_when_missing, restarts_inside
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import statements
@@ -901,6 +901,10 @@ class ReduceMetrics(Transform):
             if outer and not self.tree.inside(value, outer[0]) and not reset:
                 return []  # set once, before the loop around the training loop: a running history
             values.append(self.program.element(value, index))
+        if values and all(type(v) is cst.Name and v.value == "None" for v in values):
+            # `sums = None`, then `if sums is None: sums = torch.zeros(...)` at the first batch: that is where it starts
+            made = [self.program.element(v, i) for v, i in self.program.assignments(loop.function, name) if self.tree.inside(v, loop.loop) and made_when_missing(self.tree, v, name)]
+            return made or values
         return values
 
     def _reset_each_pass(self, loop: TrainLoop, outer: cst.For | cst.While, name: str) -> bool:
