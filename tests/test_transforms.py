@@ -10317,3 +10317,12 @@ def test_a_tensor_total_made_at_its_first_batch_is_reduced_like_one_made_before_
     output = convert(standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=loop, helpers=helpers)).output
     assert "    dist.all_reduce(counts)\n    dist.all_reduce(sums)\n    return sums / counts[:, None]\n" in output
 
+
+def test_a_number_of_samples_kept_through_a_name_is_summed_and_stays_an_int() -> None:
+    """Helper corpus CO, repro 05 (and script 08): `n_keep = int(0.75 * len(y))`, `kept += n_keep`
+    (co-teaching's small-loss samples): averaged over ranks as a float (`kept 36.0 of 96` on 2
+    ranks, `72.0` even as a world of one). A count of samples is summed and stays an int."""
+    loop = LOOP.replace("        loss = nn", "        n_keep = int(0.75 * len(y))\n        loss = nn").replace("for epoch in range(2):\n", "for epoch in range(2):\n    kept = 0\n")
+    loop += "        kept += n_keep\n    print(f'kept {kept}')\n"
+    output = convert(standard(loop=loop)).output
+    assert "        dist.all_reduce(totals)\n        kept = int(totals.item())\n" in output

@@ -1122,11 +1122,17 @@ class ReduceMetrics(Transform):
             return bool(returned) and all(self._a_count(value, depth - 1) for value in returned)
         return False
 
-    def _is_count(self, node: cst.BaseExpression) -> bool:
+    def _is_count(self, node: cst.BaseExpression, depth: int = 1) -> bool:
         """`x.size(0)`, `x.shape[0]`, `len(x)`, `x.numel()`: how many samples; and how many hits,
-        `int(mask.sum())` or `(pred == y).sum().item()`."""
+        `int(mask.sum())` or `(pred == y).sum().item()`; an int made from a number of samples
+        (`int(0.75 * len(y))`), also through a name bound to one (`n_keep`: helper corpus CO, repro 05)."""
         if _sizes(node):
             return True
+        if self.tree.is_builtin_call(node, "int") and node.args and any(_sizes(n) for n in self.tree.walk(node.args[0].value)):  # type: ignore[union-attr]
+            return True
+        if depth > 0 and type(node) is cst.Name:
+            values = [self.program.element(v, i) for v, i in self.program.assignments(self.tree.function(node), node.value)]
+            return bool(values) and all(isinstance(v, cst.BaseExpression) and self._is_count(v, depth - 1) for v in values)
         found = method_call(node)
         if found and found[1] == "item" and self.tree.is_call_to(found[0], {"torch.count_nonzero"}):
             return True  # `torch.count_nonzero(pred == y).item()`
