@@ -10326,3 +10326,38 @@ def test_a_number_of_samples_kept_through_a_name_is_summed_and_stays_an_int() ->
     loop += "        kept += n_keep\n    print(f'kept {kept}')\n"
     output = convert(standard(loop=loop)).output
     assert "        dist.all_reduce(totals)\n        kept = int(totals.item())\n" in output
+
+
+def test_samples_picked_from_values_kept_per_sample_of_the_shard_are_refused() -> None:
+    """Helper corpus CO, repro 04 (and script 04): hard-example mining, `sample_loss[idx] =
+    losses.detach()` in the training loop, then `Subset(full, hard)` from `sample_loss > mean` for
+    the next epoch. Converted, each rank kept only its shard's losses and built another subset of
+    another size: rank 0 took one more step and died in backward ("Connection closed by peer"; a
+    hang under NCCL). Refused with that reason; a table only reported is still converted."""
+    dataset = (
+        "class Indexed(torch.utils.data.Dataset):\n    def __init__(self):\n        self.x, self.y = torch.randn(64, 4), torch.randn(64, 1)\n\n"
+        "    def __len__(self):\n        return 64\n\n    def __getitem__(self, i):\n        return self.x[i], self.y[i], i\n"
+    )
+    body = """\
+        DEVICE
+        full = Indexed()
+        model = nn.Linear(4, 1).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        sample_loss = torch.zeros(len(full))
+        train_set = full
+        for epoch in range(2):
+            loader = DataLoader(train_set, batch_size=8, shuffle=True)
+            for x, y, idx in loader:
+                losses = ((model(x.to(device)) - y.to(device)) ** 2).squeeze(1)
+                optimizer.zero_grad()
+                losses.mean().backward()
+                optimizer.step()
+                sample_loss[idx] = losses.detach().cpu()
+            hard = (sample_loss > sample_loss.mean()).nonzero().squeeze(1).tolist()
+            PICK
+        """.replace("DEVICE", DEVICE)
+    result = convert(script(body.replace("PICK", "train_set = torch.utils.data.Subset(full, hard)"), dataset))
+    assert result.status == "unchanged"
+    assert result.reason.startswith("`sample_loss` keeps a value for each sample of this rank's batches (line "), result.reason
+    assert "`torch.utils.data.Subset(...)`" in result.reason and "hangs the ranks in backward()" in result.reason
+    assert convert(script(body.replace("PICK", "print(len(hard))"), dataset)).status == "converted"

@@ -17,6 +17,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis import sync
+from ddpify.analysis.batches import from_batch, reads
 from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.analysis.output import FILE_WRITE, Outputs
@@ -63,6 +64,8 @@ BATCH_NORM_MODELS = re.compile(
     r"^torchvision\.models\.(resnet|resnext|wide_resnet|vgg\d+_bn|densenet|mobilenet|efficientnet|inception|googlenet|"
     r"regnet|shufflenet|mnasnet)"
 )
+# What picks the samples a loader trains on from a list of indices (a rank picking its own trains another number of steps).
+SUBSETS = {"torch.utils.data.Subset", "torch.utils.data.dataset.Subset", *s.SUBSET_SAMPLER}
 NORM_CLASS = re.compile(r"norm(?!ali[sz])", re.IGNORECASE)  # `FrozenBN`? no: `LayerNorm2d`, `MyBatchNorm`, not `Normalize`
 
 
@@ -673,6 +676,7 @@ class Analyzer:
         if not loader_plans:
             raise NotConvertible(self._no_loader_reason(backward_calls))
         self._check_carried_state(loops, {m.ref for m in models})
+        self._check_shard_picks_the_data(loops)
         entry = self._entry(loaders, models)
         if entry.kind != "library":  # not before a `__main__` block's setup: rank0_value needs the process group
             fresh = fresh_seeds(self.tree, self.program, entry.function)
@@ -2737,6 +2741,37 @@ class Analyzer:
                     "its batches round-robin, so the state a rank carries would skip the other ranks' batches; give each rank a "
                     "contiguous part of the stream (for example batchify with batch size x world size columns and keep this rank's)"
                 )
+
+    def _check_shard_picks_the_data(self, loops: list[TrainLoop]) -> None:
+        """`sample_loss[idx] = losses.detach()` in the training loop, then `hard = (sample_loss >
+        sample_loss.mean()).nonzero()` and `Subset(full, hard)` for the next epoch (hard-example
+        mining; helper corpus CO, repro 04): each rank stores only its shard's values, so each
+        builds another subset, of another length, and the ranks take different numbers of steps:
+        the one with more waits in backward() for the others (a hang under NCCL)."""
+        for loop in loops:
+            function, body = loop.function, loop.loop.body
+            for node in self.tree.walk(body):
+                if type(node) is not cst.Assign or len(node.targets) != 1 or type(target := node.targets[0].target) is not cst.Subscript:
+                    continue
+                if type(target.value) is not cst.Name or not from_batch(self.tree, self.program, loop.loop, function, node.value):
+                    continue
+                table = target.value.value
+                made = [v for v, _ in self.program.assignments(function, table) if self.tree.order(v) < self.tree.order(loop.loop)]
+                if not made or not any(type(c) is cst.Call and self.tree.qname(c.func) in s.TENSOR_FACTORIES for v in made for c in self.tree.walk(v)):
+                    continue
+                derived, start = {table}, self.tree.order(loop.loop)
+                later = [n for n in self.program.scope_nodes(function) if self.tree.order(n) > start and not self.tree.inside(n, loop.loop)]
+                for _ in range(3):  # `hard = (...).nonzero()...`, `idx = hard.tolist()`: what is made from the table
+                    derived |= {t for n in later if type(n) is cst.Assign and reads(self.tree, n.value, derived) for a in n.targets for t in self.program.names_in(a.target)}
+                picked = next((c for c in later if type(c) is cst.Call and self.tree.qname(c.func) in SUBSETS and reads(self.tree, c, derived)), None)
+                if picked is not None:
+                    raise NotConvertible(
+                        f"`{table}` keeps a value for each sample of this rank's batches (line {self.tree.line(node)}), and "
+                        f"`{code(picked.func)}(...)` (line {self.tree.line(picked)}) picks the samples to train on from it: each rank "
+                        "would hold only its own shard's values, pick another set of another size, and take another number of steps, "
+                        f"which hangs the ranks in backward(); gather `{table}` over ranks (dist.all_gather of the indices and values) "
+                        "before the pick, then convert"
+                    )
 
     def _carried(self, loop: cst.For, models: set[str]) -> str | None:
         """A name the loop hands the model (`model(x, hidden)`) and assigns again from a call that
