@@ -10361,3 +10361,21 @@ def test_samples_picked_from_values_kept_per_sample_of_the_shard_are_refused() -
     assert result.reason.startswith("`sample_loss` keeps a value for each sample of this rank's batches (line "), result.reason
     assert "`torch.utils.data.Subset(...)`" in result.reason and "hangs the ranks in backward()" in result.reason
     assert convert(script(body.replace("PICK", "print(len(hard))"), dataset)).status == "converted"
+
+
+def test_a_helper_that_exports_and_reloads_the_trained_model_waits_for_its_save_and_before_the_removal() -> None:
+    """Helper corpus CM, repro 07 (and script 07): `export_and_reload(model, "art", device)` after
+    training, saving `torch.jit.script(model)` into `os.path.join(out_dir, "m.pt")` (rank 0's) and
+    returning `torch.jit.load(path)`, then `shutil.rmtree("art")`: no barrier came between the save
+    and the load (rank 1 could load a file not yet written), nor before rank 0's removal of the
+    folder every rank had read from."""
+    helpers = """\
+        def export_and_reload(model, out_dir, device):
+            path = os.path.join(out_dir, "m.pt")
+            torch.jit.save(torch.jit.script(model), path)
+            return torch.jit.load(path, map_location=device)
+        """
+    after = "loaded = export_and_reload(model, 'art', device)\nprint(loaded(torch.zeros(1, 4)))\nshutil.rmtree('art')\n"
+    output = convert(standard(after=after, helpers=helpers, imports="import os\nimport shutil\n")).output
+    assert "        torch.jit.save(torch.jit.script(model.module), path)\n    dist.barrier()  # rank 0 saved the files read here: wait until they are complete\n    return torch.jit.load(" in output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('art')\n" in output

@@ -118,6 +118,8 @@ class Checkpoints(Transform):
         # saves from the training on: files written before it (preprocessed data) are waited for where they are
         # written (RankZeroGuards), once
         starts = self._training_starts(function)
+        if not starts and self._called_after_training(function):
+            starts = [self.tree.order(function)]  # `export_and_reload(model, ...)` after the training (helper corpus CM, repro 07): all its saves count
         if not starts:
             return
         events = [e for e in events if e[1] != "save" or e[0] >= min(starts)]
@@ -200,6 +202,14 @@ class Checkpoints(Transform):
         starts = self._training_starts(function)
         return bool(starts) and self.tree.order(read) > min(starts)
 
+    def _called_after_training(self, function: cst.FunctionDef | None) -> bool:
+        """Whether every call of `function` comes after training starts in the function that
+        makes it (a helper that exports and reloads the trained model), and there is one."""
+        sites = self.program.call_sites(function) if function is not None else []
+        return bool(sites) and all(
+            (starts := self._training_starts(caller)) and min(starts) < self.tree.order(call) for call, caller in sites
+        )  # fmt: skip
+
     def _training_starts(self, function: cst.FunctionDef | None) -> list[int]:
         """Where training happens in `function`, in tree order: its training loops, and its calls
         of same-file functions that train."""
@@ -237,6 +247,10 @@ class Checkpoints(Transform):
             listing = self._listing(read.value, scope, load) if read is not None else None
             read_parts = (self._path_parts(read.value, scope) | (self._path_parts(listing.value, scope) if listing is not None else set())) if read is not None else set()
             read_parts |= {part for saved in self._kept_paths.get(id(load), []) for part in self._path_parts(saved, function)}
+            if site is not None and scope is not function and scope is not None:
+                # `os.path.join(out_dir, "m.pt")` in the helper: the folder its caller hands it (helper corpus CM, repro 07)
+                handed = [self.program.argument_for(site, scope, p) for p in read_parts & set(self.program.param_names(scope))]
+                read_parts |= {part for a in handed if a is not None for part in self._path_parts(a, function)}
             if not parts & read_parts and not self._returned_path(read, scope):
                 continue
             statement = self.tree.statement(removal)
@@ -767,10 +781,10 @@ class Checkpoints(Transform):
         if target is None:
             # `restore_best = lambda m: m.load_state_dict(torch.load(BEST))` (helper corpus CE, repro 07)
             bodies = [f.body for f in self.program.lambdas_called(call, function)]
-            return [c for body in bodies for c in self.tree.calls(body) if self.tree.is_call_to(c, s.TORCH_LOAD) and s.arg(c, 0, "f") is not None]
+            return [c for body in bodies for c in self.tree.calls(body) if self.tree.is_call_to(c, READS_BACK) and s.arg(c, 0, "f") is not None]
         if target is None or target[0] is function or target[0] in self.program.training_functions or self.facts.in_dataset(target[0]):
             return []
-        return [c for c in self.program.calls_in(target[0]) if self.tree.is_call_to(c, s.TORCH_LOAD) and s.arg(c, 0, "f") is not None]
+        return [c for c in self.program.calls_in(target[0]) if self.tree.is_call_to(c, READS_BACK) and s.arg(c, 0, "f") is not None]  # also torch.jit.load (helper corpus CM, repro 07)
 
     def _load_through_helper(self, call: cst.Call, function: cst.FunctionDef | None, saves: list[cst.Call], read: list[cst.Call]) -> None:
         """`torch.save(net.state_dict(), os.path.join(WORK, "best.pth"))` (rank 0's) in the epoch
