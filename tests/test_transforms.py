@@ -10379,3 +10379,15 @@ def test_a_helper_that_exports_and_reloads_the_trained_model_waits_for_its_save_
     output = convert(standard(after=after, helpers=helpers, imports="import os\nimport shutil\n")).output
     assert "        torch.jit.save(torch.jit.script(model.module), path)\n    dist.barrier()  # rank 0 saved the files read here: wait until they are complete\n    return torch.jit.load(" in output
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('art')\n" in output
+
+
+def test_an_epoch_counter_set_again_in_a_loop_around_its_while_loop_lets_the_sampler_count() -> None:
+    """Helper corpus CM, repro 08 (and script 09): warm restarts by hand, `while cycle < 2: t = 0;
+    while t < period: <epoch>; t += 1`: `set_epoch(t)` replayed the first cycle's orders in every
+    cycle. As for a `for` over the epochs inside a loop of cycles, the sampler counts its passes."""
+    loop = (
+        "cycle, period = 0, 1\nwhile cycle < 2:\n    t = 0\n    while t < period:\n"
+        + textwrap.indent(LOOP.split("\n", 1)[1], "    ") + "        t += 1\n    cycle += 1\n    period *= 2\n"
+    )
+    output = convert(standard(loop=loop)).output
+    assert "            loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order also in each pass of the loop around\n" in output

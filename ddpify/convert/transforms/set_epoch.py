@@ -150,6 +150,12 @@ class SetEpoch(Transform):
         over a loader made before it; `set_epoch(epoch)` replayed the first cycle's orders."""
         loops = [start.loop, *self.tree.loops(start.loop)]
         counting = next((i for i, lp in enumerate(loops) if type(lp) is cst.For and start.epoch in self.program.names_in(lp.target)), None)
+        if counting is None and start.epoch is not None:
+            # `while cycle < 2: t = 0; while t < period: ...; t += 1` (warm restarts by hand: helper corpus CM, repro 08):
+            # the counter is set again in a loop around the one it counts
+            function = self.tree.function(start.loop)
+            resets = [v for v, i in self.program.assignments(function, start.epoch) if i is None and type(v) is cst.Integer]
+            counting = next((i - 1 for i, lp in enumerate(loops) if i > 0 and any(self.tree.inside(v, lp) and not self.tree.inside(v, loops[i - 1]) for v in resets)), None)
         if counting is None:
             return False
         made = [v for v, _ in self.program.assignments(self.tree.function(start.loop), start.loader.split(".")[0].split("[")[0])]
