@@ -10391,3 +10391,25 @@ def test_an_epoch_counter_set_again_in_a_loop_around_its_while_loop_lets_the_sam
     )
     output = convert(standard(loop=loop)).output
     assert "            loader.sampler.set_epoch(loader.sampler.epoch + 1)  # a new order also in each pass of the loop around\n" in output
+
+
+@pytest.mark.parametrize("seeding", ["torch.manual_seed(seed)", "set_seed(seed)"])
+def test_a_loader_made_in_a_function_run_per_ensemble_member_keeps_the_members_seed(seeding: str) -> None:
+    """Helper corpus CM, repro 05 (and script 08): `for seed in [1, 2, 3]: train_member(seed, ds)`,
+    where `train_member` seeds torch with its `seed` (directly or through a same-file
+    `set_seed(seed)`) and makes `DataLoader(ds, shuffle=True)`: the sampler's default seed gave
+    every member the same order of the data. It takes the member's seed."""
+    helpers = textwrap.dedent(f"""\
+        def set_seed(s):
+            torch.manual_seed(s)
+
+
+        def train_member(seed, ds, device):
+            {seeding}
+            loader = DataLoader(ds, batch_size=8, shuffle=True)
+            model = nn.Linear(4, 1).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        """) + textwrap.indent(LOOP, "    ") + "    return model\n"
+    body = f"{DEVICE}\nds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nmembers = [train_member(seed, ds, device) for seed in [1, 2, 3]]\n"
+    output = convert(script(body, helpers)).output
+    assert "    loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds, shuffle=True, seed=seed))\n" in output

@@ -270,6 +270,32 @@ class Sampler(Transform):
                 and any(type(n) is cst.Name and n.value in self.program.names_in(lp.target) for lp in loops if type(lp) is cst.For for n in self.tree.walk(seeded.args[0].value))
             ):
                 return f", seed={code(seeded.args[0].value)}"
+        return self._member_seed(call, function)
+
+    def _member_seed(self, call: cst.Call, function: cst.FunctionDef | None) -> str:
+        """`def train_member(seed, ds): torch.manual_seed(seed); dl = DataLoader(ds, shuffle=True)`
+        called once per member of a seed ensemble (in a loop or a comprehension): each member
+        shuffled in its own order, as `seed=seed` keeps; also through a same-file helper seeding
+        from what it is handed (`set_seed(seed)`; helper corpus CM, repro 05 and script 08)."""
+        if function is None or not (self.program.called_repeatedly(function) or any(
+            any(type(a) in (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp) for a in self.tree.ancestors(site)) for site, _ in self.program.call_sites(function)
+        )):
+            return ""
+        params = set(self.program.param_names(function))
+        for seeded in self.program.calls_in(function):
+            if self.tree.order(seeded) > self.tree.order(call) or not seeded.args or self.tree.loops(seeded) != self.tree.loops(call)[len(self.tree.loops(call)) - len(self.tree.loops(seeded)):]:
+                continue
+            given = seeded.args[0].value
+            if type(given) is not cst.Name or given.value not in params or self.program.assignments(function, given.value):
+                continue
+            target = self.program.callee(seeded, function)
+            seeds = self.tree.is_call_to(seeded, {"torch.manual_seed"}) or (
+                target is not None and (names := self.program.param_names(target[0])) and any(
+                    self.tree.is_call_to(c, {"torch.manual_seed"}) and c.args and code(c.args[0].value) == names[0] for c in self.program.calls_in(target[0])
+                )
+            )  # fmt: skip
+            if seeds:
+                return f", seed={given.value}"
         return ""
 
     def _keep_full_batches(self, call: cst.Call) -> None:
