@@ -629,7 +629,8 @@ class Program:
         """Whether `function` runs more than once: called at several places, or in a loop (only
         the calls inside `within`, when given)."""
         sites = [call for call, _ in self.call_sites(function) if within is None or self.tree.inside(call, within)]
-        return len(sites) > 1 or any(self.tree.loops(call) for call in sites)
+        comprehensions = (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)  # `[train_one_seed(s) for s in seeds]` (helper corpus BO, script 09)
+        return len(sites) > 1 or any(self.tree.loops(call) or any(type(a) in comprehensions for a in self.tree.ancestors(call)) for call in sites)
 
     def calls_in(self, function: cst.FunctionDef | None) -> list[cst.Call]:
         calls = self._calls_in_cache.get(function)

@@ -10413,3 +10413,21 @@ def test_a_loader_made_in_a_function_run_per_ensemble_member_keeps_the_members_s
     body = f"{DEVICE}\nds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nmembers = [train_member(seed, ds, device) for seed in [1, 2, 3]]\n"
     output = convert(script(body, helpers)).output
     assert "    loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds, shuffle=True, seed=seed))\n" in output
+
+
+def test_a_function_called_in_a_comprehension_runs_repeatedly_and_sets_up_no_process_group() -> None:
+    """Helper corpus BO, script 09: `accs = [train_one_seed(s, device) for s in (0, 1)]` in the
+    `__main__` block: the process group was set up (and destroyed) inside `train_one_seed`, once
+    per seed ("initialized twice"). A call inside a comprehension runs once per element, like one
+    in a loop: the setup goes to the `__main__` block."""
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def train_one_seed(seed, device):\n    torch.manual_seed(seed)\n    " + LOADER + "\n    model = nn.Linear(4, 1).to(device)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + textwrap.indent(LOOP, "    ") + "    return loss.item()\n\n\n"
+        'if __name__ == "__main__":\n    ' + DEVICE + "\n    losses = [train_one_seed(s, device) for s in (0, 1)]\n    print(losses)\n"
+    )
+    output = convert(source).output
+    assert output.count("dist.init_process_group(backend)") == 1
+    main_block = output.split('if __name__ == "__main__":')[1]
+    assert "dist.init_process_group(backend)" in main_block and "dist.destroy_process_group()" in main_block
+    assert "sampler=DistributedSampler(train_dataset, shuffle=True, seed=seed)" in output

@@ -277,9 +277,7 @@ class Sampler(Transform):
         called once per member of a seed ensemble (in a loop or a comprehension): each member
         shuffled in its own order, as `seed=seed` keeps; also through a same-file helper seeding
         from what it is handed (`set_seed(seed)`; helper corpus CM, repro 05 and script 08)."""
-        if function is None or not (self.program.called_repeatedly(function) or any(
-            any(type(a) in (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp) for a in self.tree.ancestors(site)) for site, _ in self.program.call_sites(function)
-        )):
+        if function is None or not self.program.called_repeatedly(function):
             return ""
         params = set(self.program.param_names(function))
         for seeded in self.program.calls_in(function):
