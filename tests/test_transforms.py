@@ -10431,3 +10431,19 @@ def test_a_function_called_in_a_comprehension_runs_repeatedly_and_sets_up_no_pro
     main_block = output.split('if __name__ == "__main__":')[1]
     assert "dist.init_process_group(backend)" in main_block and "dist.destroy_process_group()" in main_block
     assert "sampler=DistributedSampler(train_dataset, shuffle=True, seed=seed)" in output
+
+
+@pytest.mark.parametrize("seeded", [False, True])
+def test_noise_added_to_the_gradients_from_an_unseeded_generator_is_refused(seeded: bool) -> None:
+    """Helper corpus CR, repro 02 (and script 06): annealed gradient noise,
+    `p.grad.add_(torch.randn_like(p.grad) * std)` after backward(), in a script that never seeds
+    torch: each rank drew its own noise after DDP's averaging and the replicas drifted apart
+    (weight sums 0.2667 and -0.2004). Refused with that reason; seeded alike, it converts."""
+    noise = "        for p in model.parameters():\n            p.grad.add_(torch.randn_like(p.grad) * 0.01)\n"
+    loop = LOOP.replace("        optimizer.step()\n", noise + "        optimizer.step()\n")
+    result = convert(standard(device=("torch.manual_seed(0)\n" if seeded else "") + DEVICE, loop=loop))
+    if seeded:
+        assert result.status == "converted"
+    else:
+        assert result.status == "unchanged"
+        assert result.reason.startswith("`p.grad.add_(torch.randn_like(p.grad) * 0.01)` (line ") and "the replicas would drift apart" in result.reason

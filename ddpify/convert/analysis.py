@@ -22,7 +22,7 @@ from ddpify.analysis.destinations import private_to_process
 from ddpify.analysis.loops import TrainLoop, TrainLoops
 from ddpify.analysis.output import FILE_WRITE, Outputs
 from ddpify.analysis.rebinds import rebinds_after
-from ddpify.analysis.splits import fresh_seeds
+from ddpify.analysis.splits import fresh_seeds, seeded_before
 from ddpify.analysis.switches import GradSwitches
 from ddpify.analysis.wrappers import wrapper_names
 from ddpify.program import Origin, Program
@@ -64,6 +64,8 @@ BATCH_NORM_MODELS = re.compile(
     r"^torchvision\.models\.(resnet|resnext|wide_resnet|vgg\d+_bn|densenet|mobilenet|efficientnet|inception|googlenet|"
     r"regnet|shufflenet|mnasnet)"
 )
+# Draws of random numbers shaped like a tensor (noise added to a gradient).
+GRADIENT_NOISE = {"torch.randn_like", "torch.rand_like", "torch.randn", "torch.rand", "torch.normal", "torch.randint_like"}
 # What picks the samples a loader trains on from a list of indices (a rank picking its own trains another number of steps).
 SUBSETS = {"torch.utils.data.Subset", "torch.utils.data.dataset.Subset", *s.SUBSET_SAMPLER}
 NORM_CLASS = re.compile(r"norm(?!ali[sz])", re.IGNORECASE)  # `FrozenBN`? no: `LayerNorm2d`, `MyBatchNorm`, not `Normalize`
@@ -3554,6 +3556,25 @@ class Analyzer:
                     f"{made}: DDP averages only the gradients backward() accumulates, so each rank would step with its own and the "
                     "replicas would drift apart; average them over ranks (dist.all_reduce, then divide by the world size) before the "
                     "optimizer step"
+                )
+            self._check_gradient_noise(function, facts)
+
+    def _check_gradient_noise(self, function: cst.FunctionDef | None, facts: Facts) -> None:
+        """`p.grad.add_(torch.randn_like(p.grad) * std)` after backward() (annealed gradient noise;
+        helper corpus CR, repro 02): drawn after DDP's averaging, from a global generator nothing
+        seeds, each rank adds its own noise and the replicas drift apart. Alike on every rank when
+        the script seeds torch first."""
+        for call in self.program.calls_in(function):
+            found = s.method_call(call)
+            if found is None or not found[1].endswith("_") or not s.is_grad(found[0]) or self._parameters_of(found[0], function, facts) is None:
+                continue
+            draw = next((c for a in call.args for c in self.tree.calls(a.value) if self.tree.qname(c.func) in GRADIENT_NOISE), None)
+            if draw is not None and not seeded_before(self.tree, self.program, call, function):
+                raise NotConvertible(
+                    f"`{code(call)}` (line {self.tree.line(call)}) adds noise to the gradients after backward(), drawn from torch's "
+                    "global generator, which nothing seeds: each rank would draw its own noise after DDP averaged the gradients, and "
+                    "the replicas would drift apart; seed torch alike on every rank first (torch.manual_seed), or draw the noise "
+                    "from a generator seeded alike, then convert"
                 )
 
     def _parameters_of(self, target: cst.BaseExpression, function: cst.FunctionDef | None, facts: Facts) -> str | None:
