@@ -10447,3 +10447,25 @@ def test_noise_added_to_the_gradients_from_an_unseeded_generator_is_refused(seed
     else:
         assert result.status == "unchanged"
         assert result.reason.startswith("`p.grad.add_(torch.randn_like(p.grad) * 0.01)` (line ") and "the replicas would drift apart" in result.reason
+
+
+def test_a_forward_returning_an_output_of_each_head_of_a_module_dict_finds_unused_parameters() -> None:
+    """Helper corpus CR, repro 01 (and script 07): `return {name: head(z) for name, head in
+    self.heads.items()}`, and the loss reads only `["cls"]`: plain `DDP(model)` failed at the
+    second step on every run ("Expected to have finished reduction"). An output of each layer of a
+    container is an output of separate layers, as a dict written out is."""
+    helpers = """\
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.trunk = nn.Linear(4, 8)
+                self.heads = nn.ModuleDict({"cls": nn.Linear(8, 1), "aux": nn.Linear(8, 1)})
+
+            def forward(self, x):
+                z = torch.relu(self.trunk(x))
+                return {name: head(z) for name, head in self.heads.items()}
+        """
+    result = convert(standard(model="model = Net().to(device)", loop=LOOP.replace("model(x), y", "model(x)['cls'], y"), helpers=helpers))
+    assert "    model = DDP(model, find_unused_parameters=True)\n" in result.output
+    assert any("returns an output of each of `self.heads`" in n.message for n in result.notes)
+

@@ -1771,7 +1771,24 @@ class Analyzer:
                 reached = [self._layers_behind(v, forward, methods, set()) for v in values]
                 if not any(layers == set().union(*reached) for layers in reached):
                     return f"`{cls.name.value}.forward` returns outputs of separate layers{SEPARATE_OUTPUTS}"
+            if isinstance(node, cst.Return) and (each := self._output_of_each(node.value)) is not None:
+                return f"`{cls.name.value}.forward` returns an output of each of `{each}` (line {self.tree.line(node)}){SEPARATE_OUTPUTS}"
         return ""
+
+    def _output_of_each(self, value: cst.BaseExpression | None) -> str | None:
+        """`{name: head(z) for name, head in self.heads.items()}` (or a list of `head(z)` over
+        `self.heads`): an output of each layer of a container of the model's own, which a loss may
+        use only some of (helper corpus CR, repro 01). The container, as spelled."""
+        if type(value) not in (cst.DictComp, cst.ListComp) or value.for_in.inner_for_in is not None:  # type: ignore[union-attr]
+            return None
+        iterated = value.for_in.iter  # type: ignore[union-attr]
+        found = s.method_call(iterated)
+        container = found[0] if found is not None and found[1] in ("items", "values") else iterated
+        element = value.value if type(value) is cst.DictComp else value.elt  # type: ignore[union-attr]
+        called = unchained(element)
+        if not (dotted(container) or "").startswith("self.") or type(called) is not cst.Call or type(called.func) is not cst.Name:
+            return None
+        return code(container) if called.func.value in self.program.names_in(value.for_in.target) else None  # type: ignore[union-attr]
 
     def _picked_layer(self, chooser: cst.BaseExpression, method: cst.FunctionDef) -> str | None:
         """A layer picked by value among several of the model's own (helper corpus AS, repro 02):
