@@ -10469,3 +10469,22 @@ def test_a_forward_returning_an_output_of_each_head_of_a_module_dict_finds_unuse
     assert "    model = DDP(model, find_unused_parameters=True)\n" in result.output
     assert any("returns an output of each of `self.heads`" in n.message for n in result.notes)
 
+
+def test_a_parameter_only_the_loss_reads_leaves_find_unused_parameters_off() -> None:
+    """Helper corpus CQ, repro 01 (and script 08): a reward model's `self.log_tie =
+    nn.Parameter(...)`, unused by the forward and read by the loss (`model.log_tie.exp()`): it got
+    `find_unused_parameters=True`, with which DDP failed at the first backward on any world size
+    ("marked as ready twice"). It gets its gradient from the loss at every step: plain DDP."""
+    helpers = """\
+        class RM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.f = nn.Linear(4, 1)
+                self.log_tie = nn.Parameter(torch.tensor(-1.0))
+
+            def forward(self, x):
+                return self.f(x)
+        """
+    loop = LOOP.replace("mse_loss(model(x), y)", "mse_loss(model(x), y) + model.log_tie.exp()")
+    output = convert(standard(model="model = RM().to(device)", loop=loop, helpers=helpers)).output
+    assert "    model = DDP(model)\n" in output and "model.module.log_tie.exp()" in output

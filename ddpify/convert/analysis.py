@@ -1700,7 +1700,13 @@ class Analyzer:
                     name = dotted(target.target)
                     if name and name.startswith("self.") and name.count(".") == 1 and self._builds_layer(node.value) and self._has_parameters(node.value):
                         layers.append(name[5:])
-        unused = [name for name in layers if name not in used]
+        # a parameter the training reads itself, outside the forward (`model.log_tie.exp()` in the loss: helper corpus CQ,
+        # repro 01): it gets its gradient from the loss at every step, and find_unused_parameters would mark it ready twice
+        read_outside = {
+            n.attr.value for n in self.tree.of_type(cst.Attribute)
+            if not self.tree.inside(n, cls) and type(n.value) is cst.Name and n.value.value != "self"
+        }
+        unused = [name for name in layers if name not in used and not (name in read_outside and self._made_parameter(cls, name))]
         if unused:
             return f"`{cls.name.value}.forward` does not use `{unused[0]}`"
         for method in sorted(seen, key=self.tree.order):
@@ -1774,6 +1780,12 @@ class Analyzer:
             if isinstance(node, cst.Return) and (each := self._output_of_each(node.value)) is not None:
                 return f"`{cls.name.value}.forward` returns an output of each of `{each}` (line {self.tree.line(node)}){SEPARATE_OUTPUTS}"
         return ""
+
+    def _made_parameter(self, cls: cst.ClassDef, name: str) -> bool:
+        """`self.log_tie = nn.Parameter(...)` in the class's `__init__`."""
+        init = self.program.class_methods(cls).get("__init__")
+        values = [v for v, i in self.program.assignments(init, f"self.{name}") if i is None] if init is not None else []
+        return bool(values) and all(type(v) is cst.Call and self.tree.qname(v.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") for v in values)
 
     def _output_of_each(self, value: cst.BaseExpression | None) -> str | None:
         """`{name: head(z) for name, head in self.heads.items()}` (or a list of `head(z)` over
