@@ -10488,3 +10488,30 @@ def test_a_parameter_only_the_loss_reads_leaves_find_unused_parameters_off() -> 
     loop = LOOP.replace("mse_loss(model(x), y)", "mse_loss(model(x), y) + model.log_tie.exp()")
     output = convert(standard(model="model = RM().to(device)", loop=loop, helpers=helpers)).output
     assert "    model = DDP(model)\n" in output and "model.module.log_tie.exp()" in output
+
+
+def test_a_model_under_reentrant_checkpointing_frozen_in_part_after_its_wrap_is_wrapped_again() -> None:
+    """Helper corpus CR, repro 03: `checkpoint(blk, x, use_reentrant=True)` per block (so
+    `DDP(model, static_graph=True)`), and `for p in model.blocks[0].parameters(): p.requires_grad =
+    False` at epoch 1: the static graph still waited for the frozen block's gradients and every
+    rank failed ("training graph has changed"). The model is wrapped again after the freeze."""
+    helpers = """\
+        from torch.utils.checkpoint import checkpoint
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+                self.out = nn.Linear(4, 1)
+
+            def forward(self, x):
+                for blk in self.blocks:
+                    x = x + checkpoint(blk, x, use_reentrant=True)
+                return self.out(x)
+        """
+    freeze = "    if epoch == 1:\n        for p in model.blocks[0].parameters():\n            p.requires_grad = False\n"
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n" + freeze)
+    output = convert(standard(model="model = Net().to(device)", loop=loop, helpers=helpers)).output
+    assert "    model = DDP(model, static_graph=True)\n" in output
+    assert "            p.requires_grad = False\n            model = DDP(model.module, static_graph=True)  # again: a static graph needs the same parameters every step\n" in output

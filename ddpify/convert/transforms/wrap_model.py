@@ -510,6 +510,14 @@ class WrapModel(Transform):
             if model is None and not candidates and len([m for m in self.facts.models if m.element is None]) == 1:
                 candidates = [m for m in self.facts.models if m.element is None]  # handed to the function under another name
             for found in candidates:
+                if found.reentrant and function is found.function and not switch.partial:
+                    # static_graph (reentrant checkpointing) needs the same parameters every step: a fresh wrap after the
+                    # freeze leaves the frozen ones out (helper corpus CR, repro 03: "training graph has changed")
+                    self.plan.insert_after(self.tree.statement(switch.node), statements(
+                        f"{found.ref} = DDP({found.ref}.module, static_graph=True)  # again: a static graph needs the same parameters every step\n"
+                    ))
+                    self.change(switch.node, f"`{found.ref}` wrapped again after parameters of `{code(switch.module)}` stop requiring gradients: under reentrant checkpointing DDP keeps a static graph, which would still wait for them")
+                    continue
                 if not found.unused_parameters:
                     found.unused_parameters = (
                         f"{'some ' if switch.partial else ''}parameters of `{code(switch.module)}` stop requiring gradients after the wrap (line {self.tree.line(switch.node)}"
