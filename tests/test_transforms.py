@@ -10515,3 +10515,21 @@ def test_a_model_under_reentrant_checkpointing_frozen_in_part_after_its_wrap_is_
     output = convert(standard(model="model = Net().to(device)", loop=loop, helpers=helpers)).output
     assert "    model = DDP(model, static_graph=True)\n" in output
     assert "            p.requires_grad = False\n            model = DDP(model.module, static_graph=True)  # again: a static graph needs the same parameters every step\n" in output
+
+
+def test_a_checkpoint_in_a_dataclass_fields_own_temp_folder_stays_every_ranks() -> None:
+    """Helper corpus CP, repro 01: `workdir: str = field(default_factory=tempfile.mkdtemp)` in a
+    config dataclass, each epoch's `torch.save(..., f"{cfg.workdir}/last.pt")` read back after
+    training: each process makes its own folder, but the save was rank 0's, and rank 1 loaded from
+    its own empty folder (FileNotFoundError). The field is private to the process, as a name
+    bound to mkdtemp() is: every rank saves, reads back and removes its own."""
+    helpers = """\
+        @dataclass
+        class Config:
+            epochs: int = 2
+            workdir: str = field(default_factory=tempfile.mkdtemp)
+        """
+    loop = "cfg = Config()\n" + LOOP + "    torch.save(model.state_dict(), f'{cfg.workdir}/last.pt')\nmodel.load_state_dict(torch.load(f'{cfg.workdir}/last.pt'))\nshutil.rmtree(cfg.workdir)\n"
+    output = convert(standard(loop=loop, helpers=helpers, imports="import shutil\nimport tempfile\nfrom dataclasses import dataclass, field\n")).output
+    assert "\n        torch.save(model.module.state_dict(), f'{cfg.workdir}/last.pt')\n" in output
+    assert "dist.barrier()" not in output and "\n    shutil.rmtree(cfg.workdir)\n" in output

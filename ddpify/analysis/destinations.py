@@ -62,6 +62,8 @@ def _derives(tree: Tree, program: Program, expr: cst.BaseExpression, function: c
             held = f"self.{node.attr.value}"
             if any(_derives(tree, program, program.element(value, i), method, test, depth - 1) for method in program.methods.get(cls, {}).values() for value, i in program.assignments(method, held)):
                 return True
+            if any(_derives(tree, program, value, None, test, depth - 1) for value in _class_defaults(cls, node.attr.value)):
+                return True  # a dataclass field, `workdir: str = field(default_factory=tempfile.mkdtemp)` (helper corpus CP, repro 01)
             continue
         elif type(node) is cst.Name:
             parent = tree.parent(node)
@@ -73,3 +75,15 @@ def _derives(tree: Tree, program: Program, expr: cst.BaseExpression, function: c
             if origin.node is not node and _derives(tree, program, origin.node, origin.function, test, depth - 1):
                 return True
     return False
+
+
+def _class_defaults(cls: cst.ClassDef, name: str) -> list[cst.BaseExpression]:
+    """What the class body binds `name` to (`workdir: str = field(default_factory=...)`)."""
+    found: list[cst.BaseExpression] = []
+    for statement in cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ():
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if type(small) is cst.AnnAssign and type(small.target) is cst.Name and small.target.value == name and small.value is not None:
+                found.append(small.value)
+            elif type(small) is cst.Assign and any(type(t.target) is cst.Name and t.target.value == name for t in small.targets):
+                found.append(small.value)
+    return found
