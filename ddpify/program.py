@@ -117,6 +117,7 @@ class Program:
         # by id, holding the call so that the id stays its own: (call, what it runs)
         self._callee_cache: dict[tuple[int, int], tuple[cst.Call, tuple[cst.FunctionDef, int] | None]] = {}
         self._resolving: set[tuple[int, int]] = set()
+        self._instances_followed: set[tuple[int, int]] = set()  # (name, caller) being followed by `_handed_instance`
 
     # --- scopes ----------------------------------------------------------------------
 
@@ -597,8 +598,13 @@ class Program:
             return self.owner_class(function)
         if function is not None and obj.value in self.param_names(function) and not self.assignments(function, obj.value):
             # `def main(cfg): cfg.save(...)`, called `main(Cfg())`: the class every caller hands (helper corpus BX, repro 04)
-            handed = [self.argument_for(call, function, obj.value) for call, _ in self.call_sites(function)]
-            classes = {self.classes.get(a.func.value) if type(a) is cst.Call and type(a.func) is cst.Name else None for a in handed}
+            handed = [(self.argument_for(call, function, obj.value), caller) for call, caller in self.call_sites(function)]
+            classes = {
+                self.classes.get(a.func.value) if type(a) is cst.Call and type(a.func) is cst.Name
+                # `cfg = TrainConfig()` in the caller, then `save_checkpoint(cfg, ...)` (helper corpus BZ, script 08)
+                else self._handed_instance(a, caller) if type(a) is cst.Name else None
+                for a, caller in handed
+            }  # fmt: skip
             return classes.pop() if len(classes) == 1 and handed else None
         scope = function if function is not None and self.assignments(function, obj.value) else None
         for value, index in self.assignments(scope, obj.value):
@@ -608,6 +614,17 @@ class Program:
             if index is None and isinstance(value, cst.Call) and (made := self.class_made(value)) is not None:
                 return made
         return None
+
+    def _handed_instance(self, name: cst.Name, caller: cst.FunctionDef | None) -> cst.ClassDef | None:
+        """The class of a caller's object handed on by name, once (a cycle of calls gives none)."""
+        key = (id(name), id(caller))
+        if key in self._instances_followed:
+            return None
+        self._instances_followed.add(key)
+        try:
+            return self.instance_of(name, caller)
+        finally:
+            self._instances_followed.discard(key)
 
     def class_made(self, call: cst.Call) -> cst.ClassDef | None:
         """The same-file class a call makes an object of: `Snapshot(...)`, or a class method of it

@@ -10533,3 +10533,25 @@ def test_a_checkpoint_in_a_dataclass_fields_own_temp_folder_stays_every_ranks() 
     output = convert(standard(loop=loop, helpers=helpers, imports="import shutil\nimport tempfile\nfrom dataclasses import dataclass, field\n")).output
     assert "\n        torch.save(model.module.state_dict(), f'{cfg.workdir}/last.pt')\n" in output
     assert "dist.barrier()" not in output and "\n    shutil.rmtree(cfg.workdir)\n" in output
+
+
+def test_an_object_handed_on_by_name_is_known_by_its_class_in_the_function_it_reaches() -> None:
+    """Helper corpus BZ, script 08: `cfg = TrainConfig()` in main, whose `out_dir` field defaults
+    to `tempfile.mkdtemp()`, handed on as `save_checkpoint(cfg, model, ...)`: in the helper `cfg`
+    was of no known class, so its save was rank 0's while main read back and removed its own
+    folder on every rank (rank 1: FileNotFoundError). A parameter every caller hands a name of one
+    class's object is of that class."""
+    helpers = """\
+        @dataclass
+        class TrainConfig:
+            out_dir: str = field(default_factory=tempfile.mkdtemp)
+
+
+        def save_checkpoint(cfg, model):
+            torch.save(model.state_dict(), os.path.join(cfg.out_dir, "last.pt"))
+        """
+    loop = "cfg = TrainConfig()\n" + LOOP + "    save_checkpoint(cfg, model)\nmodel.load_state_dict(torch.load(os.path.join(cfg.out_dir, 'last.pt')))\nshutil.rmtree(cfg.out_dir)\n"
+    imports = "import os\nimport shutil\nimport tempfile\nfrom dataclasses import dataclass, field\n"
+    output = convert(standard(loop=loop, helpers=helpers, imports=imports)).output
+    assert "def save_checkpoint(cfg, model):\n    torch.save(model.module.state_dict(), os.path.join(cfg.out_dir, \"last.pt\"))\n" in output
+    assert "dist.barrier()" not in output
