@@ -10555,3 +10555,20 @@ def test_an_object_handed_on_by_name_is_known_by_its_class_in_the_function_it_re
     output = convert(standard(loop=loop, helpers=helpers, imports=imports)).output
     assert "def save_checkpoint(cfg, model):\n    torch.save(model.module.state_dict(), os.path.join(cfg.out_dir, \"last.pt\"))\n" in output
     assert "dist.barrier()" not in output
+
+
+def test_a_log_appended_each_epoch_and_read_back_after_the_epochs_is_waited_for_once() -> None:
+    """Helper corpus CP, repro 05 (and script 08): `with open(log_path, "a")` (rank 0's) each
+    epoch, then `rows = list(csv.reader(log_path.open()))` after the epochs to pick the best
+    epoch's checkpoint: the barrier came before the checkpoint's load, after the log was read, so
+    rank 1 read one row fewer in 2 of 3 runs and loaded another epoch (replicas diverged). It goes
+    before the log is read, and serves the load after it."""
+    loop = LOOP + (
+        "    with open(log_path, 'a') as fh:\n        csv.writer(fh).writerow([epoch, loss.item()])\n"
+        "    torch.save(model.state_dict(), RUN / f'ep{epoch}.pt')\n"
+        "rows = list(csv.reader(log_path.open()))\nbest = min(rows, key=lambda r: float(r[1]))[0]\n"
+        "model.load_state_dict(torch.load(RUN / f'ep{best}.pt'))\n"
+    )
+    output = convert(standard(loop=loop, imports="import csv\nfrom pathlib import Path\nRUN = Path('run')\nlog_path = RUN / 'log.csv'\n")).output
+    assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    rows = list(csv.reader(log_path.open()))\n" in output
+    assert output.count("dist.barrier()") == 1

@@ -327,7 +327,10 @@ class Checkpoints(Transform):
             self._read_earlier_in_the_loop(call, spelled, waited)
             return
         self._reads.setdefault(spelled, []).append(call)
-        if spelled not in written or spelled in waited or self.tree.loops(call) != self.tree.loops(written[spelled]):
+        loops = self.tree.loops(call)
+        # in the same loop as the write, or after the loops it is in (a log appended to each epoch, read back after
+        # the epochs to pick the best: helper corpus CP, repro 05)
+        if spelled not in written or spelled in waited or self.tree.loops(written[spelled])[len(self.tree.loops(written[spelled])) - len(loops):] != loops:
             return
         if self._prepared(written[spelled]):
             return  # data made when missing: its barrier follows the preparation
@@ -365,6 +368,10 @@ class Checkpoints(Transform):
         found = s.method_call(call)
         if found is not None and found[1] in PATH_READS | PATH_WRITES and type(found[0]) is cst.Call and (self.tree.qname(found[0].func) or "").startswith("pathlib.") and found[0].args:
             return found[0].args[0].value, found[1] in PATH_WRITES
+        if found is not None and found[1] == "open" and type(found[0]) in (cst.Name, cst.Attribute) and self.facts.outputs.is_path(found[0], function):
+            mode = s.arg(call, 0, "mode")  # `log_path.open()`, `log_path.open("a")` on a pathlib path
+            value = string_value(mode.value) if mode is not None else "r"
+            return found[0], value is not None and any(c in value for c in "wax")
         target = self.program.callee(call, function) if depth > 0 else None
         if target is None or self.program.owner_class(target[0]) is not None:
             return None, False
