@@ -772,6 +772,11 @@ class Program:
                     for value, i in self.assignments(method, name):
                         found += self._origins(value, method, i if i is not None else index, seen)
                 return found or ([Origin(expr, function)] if index is None else [])
+        if "." in name and name.count(".") == 1 and index is None and (fields := self._yielded_fields(name, function)):
+            found = []  # `for fold in folds(): ... fold.train`, the generator yielding `Fold(i, DataLoader(...))` (helper corpus CP, repro 04)
+            for value, generator in fields:
+                found += self._origins(value, generator, None, seen)
+            return found
         if "." in name:
             return [Origin(expr, function)] if index is None else []
         # a plain name: parameter, local, or global; a closure's variable is the enclosing function's (`loader` in a nested `get_batch()`)
@@ -875,6 +880,44 @@ class Program:
             return []
         generator = target[0]
         return [Origin(n.value, generator) for n in self.scope_nodes(generator) if type(n) is cst.Yield and n.value is not None and type(n.value) is not cst.From]
+
+    def _yielded_fields(self, name: str, function: cst.FunctionDef | None) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None]]:
+        """`fold.train` of a loop variable over a same-file generator that yields a record of this
+        file (`Fold = namedtuple("Fold", ["index", "train"])`, or a NamedTuple class), made with
+        the field by keyword or in its place: what each yield puts there."""
+        base, attr = name.split(".")
+        found = []
+        for origin in self._yielded(cst.Name(base), function) if self.binds(function, base) else []:
+            made = origin.node
+            if type(made) is not cst.Call or type(made.func) is not cst.Name:
+                return []
+            keyword = next((a.value for a in made.args if a.keyword is not None and a.keyword.value == attr), None)
+            fields = self._record_fields(made.func.value)
+            positional = [a.value for a in made.args if a.keyword is None and not a.star]
+            if keyword is None and attr in fields and fields.index(attr) < len(positional):
+                keyword = positional[fields.index(attr)]
+            if keyword is None:
+                return []
+            found.append((keyword, origin.function))
+        return found
+
+    def _record_fields(self, name: str) -> list[str]:
+        """The fields of a record type of this file, in order: `namedtuple("Fold", ["index",
+        "train"])` (or "index train"), or a class deriving NamedTuple with annotated fields."""
+        made = self.bound_once(None, name)
+        if type(made) is cst.Call and (self.tree.qname(made.func) or "").endswith("namedtuple") and len(made.args) >= 2:
+            listed = made.args[1].value
+            if type(listed) in (cst.List, cst.Tuple):
+                return [string_value(e.value) or "" for e in listed.elements]  # type: ignore[attr-defined]
+            text = string_value(listed)
+            return text.replace(",", " ").split() if text else []
+        cls = self.classes.get(name)
+        if cls is not None and isinstance(cls.body, cst.IndentedBlock):
+            return [
+                small.target.value for statement in cls.body.body if isinstance(statement, cst.SimpleStatementLine)
+                for small in statement.body if type(small) is cst.AnnAssign and type(small.target) is cst.Name
+            ]
+        return []
 
     # --- what functions do, transitively --------------------------------------------------
 

@@ -10572,3 +10572,25 @@ def test_a_log_appended_each_epoch_and_read_back_after_the_epochs_is_waited_for_
     output = convert(standard(loop=loop, imports="import csv\nfrom pathlib import Path\nRUN = Path('run')\nlog_path = RUN / 'log.csv'\n")).output
     assert "    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    rows = list(csv.reader(log_path.open()))\n" in output
     assert output.count("dist.barrier()") == 1
+
+
+@pytest.mark.parametrize("made", ["Fold(f, loader)", "Fold(index=f, train=loader)"])
+def test_a_loader_in_a_record_a_generator_yields_is_sharded_where_it_is_built(made: str) -> None:
+    """Helper corpus CP, repro 04 (and script 07): `for fold in folds(): ... for xb, yb in
+    fold.train:`, the same-file generator yielding `Fold(i, DataLoader(...))` of `Fold =
+    namedtuple("Fold", ["index", "train"])`: refused ("the training data does not come from a
+    DataLoader"), as a dict yielded was before. The record's field is followed to the loader."""
+    helpers = f"""\
+        Fold = namedtuple("Fold", ["index", "train"])
+
+
+        def folds(k=2):
+            for f in range(k):
+                loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+                yield {made}
+        """
+    body = f"{DEVICE}\nfor fold in folds():\n    model = nn.Linear(4, 1).to(device)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + textwrap.indent(LOOP.replace("in loader", "in fold.train"), "    ")
+    result = convert(script(body, helpers, imports="from collections import namedtuple\n"))
+    assert result.status == "converted", result.reason
+    assert "        loader = DataLoader(train_dataset, batch_size=8, sampler=DistributedSampler(train_dataset, shuffle=True))\n" in result.output
+    assert "            fold.train.sampler.set_epoch(" in result.output
