@@ -10594,3 +10594,21 @@ def test_a_loader_in_a_record_a_generator_yields_is_sharded_where_it_is_built(ma
     assert result.status == "converted", result.reason
     assert "        loader = DataLoader(train_dataset, batch_size=8, sampler=DistributedSampler(train_dataset, shuffle=True))\n" in result.output
     assert "            fold.train.sampler.set_epoch(" in result.output
+
+
+def test_a_state_dict_through_a_dict_that_holds_the_wrapped_model_is_the_plain_models() -> None:
+    """Helper corpus CP, repro 07 (and script 09): `state = {"model": model}` made after the wrap
+    and handed to a hook, `save_best(state)`, which saves `state["model"].state_dict()`: the keys
+    had the wrapper's `module.` prefix, and the file did not load into the plain model."""
+    helpers = textwrap.dedent("""\
+        def save_best(state):
+            torch.save(state["model"].state_dict(), "best.pt")
+
+
+        def fit(model, loader, device):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            state = {"model": model}
+        """) + textwrap.indent(LOOP + "    save_best(state)\n", "    ")
+    output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nfit(model, loader, device)\n", helpers)).output
+    assert 'torch.save(state["model"].module.state_dict(), "best.pt")' in output
+    assert "    model = DDP(model)\n    fit(model, loader, device)\n" in output  # the dict `fit` makes holds the wrapper

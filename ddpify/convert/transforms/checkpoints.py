@@ -62,7 +62,7 @@ class Checkpoints(Transform):
                     continue
                 found = s.method_call(node)
                 if found and found[1] in {"state_dict", "load_state_dict"} and (
-                    self.facts.is_model(found[0], function) or self._in_model_list(found[0])
+                    self.facts.is_model(found[0], function) or self._in_model_list(found[0]) or self._held_in_a_dict(found[0], function)
                 ):
                     ref = code(found[0])
                     self.plan.replace(found[0], cst.parse_expression(self.plain(ref, node)))
@@ -87,6 +87,19 @@ class Checkpoints(Transform):
                     self._export_plain_model(node, function)
             self._saved_in_lambdas(function)
             self._reads_after_saves(function)
+
+    def _held_in_a_dict(self, item: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`state["model"]` where `state = {"model": model}` was made after the wrap, also in a
+        caller that hands the dict on (`save_best(state)`: helper corpus CP, repro 07): the wrapper,
+        whose state_dict keys start with `module.`."""
+        if type(item) is not cst.Subscript or len(item.slice) != 1 or type(item.slice[0].slice) is not cst.Index:
+            return False
+        key = string_value(item.slice[0].slice.value)
+        held = [
+            (e.value, o.function) for o in self.program.origins(item.value, function) if type(o.node) is cst.Dict
+            for e in o.node.elements if type(e) is cst.DictElement and key is not None and string_value(e.key) == key
+        ]
+        return bool(held) and all(self.facts.is_model(value, scope) for value, scope in held)
 
     def _reads_after_saves(self, function: cst.FunctionDef | None) -> None:
         """Reads back that no path test above matched, after rank 0's saves in this function or in
