@@ -10612,3 +10612,21 @@ def test_a_state_dict_through_a_dict_that_holds_the_wrapped_model_is_the_plain_m
     output = convert(script(f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nfit(model, loader, device)\n", helpers)).output
     assert 'torch.save(state["model"].module.state_dict(), "best.pt")' in output
     assert "    model = DDP(model)\n    fit(model, loader, device)\n" in output  # the dict `fit` makes holds the wrapper
+
+
+@pytest.mark.parametrize(
+    ("helpers", "call"),
+    [
+        pytest.param("def report(epoch, progress=None):\n    progress = progress or print\n    progress(f'epoch {epoch}')\n", "report(epoch)", id="or-print"),
+        pytest.param(
+            "class Reporter:\n    def __init__(self, printer=print):\n        self.printer = printer\n\n    def epoch(self, e):\n        self.printer(f'epoch {e}')\n",
+            "Reporter(printer=lambda s: print(s, flush=True)).epoch(epoch)", id="attribute-from-a-parameter-handed-a-lambda",
+        ),
+    ],
+)
+def test_output_through_a_parameter_that_falls_back_to_print_or_is_handed_a_printing_lambda_is_rank_0s(helpers: str, call: str) -> None:
+    """Helper corpus CP, repro 06 and script 04: `progress = progress or print` in a helper whose
+    callers leave `progress` None, and `self.printer = printer` handed `lambda s: print(s,
+    flush=True)`: both printed on every rank. What the name or attribute holds prints."""
+    output = convert(standard(loop=LOOP + f"    {call}\n", helpers=helpers)).output
+    assert "if dist.get_rank() == 0:\n" in output and output.count("dist.get_rank() == 0") == 1

@@ -178,12 +178,9 @@ class Outputs:
         func = call.func
         held: list[tuple[cst.BaseExpression, cst.FunctionDef | None]] = []
         if type(func) is cst.Name and function is not None and func.value in self.program.param_names(function) and not self.program.assignments(function, func.value):
-            default = self.program.default(function, func.value)
-            sites = self.program.call_sites(function)
-            handed = [(a, caller) for c, caller in sites if (a := self.program.argument_for(c, function, func.value)) is not None]
-            if default is None and len(handed) < len(sites):
+            held = self._handed(function, func.value)
+            if not held:
                 return None
-            held = handed + ([(default, self.tree.function(function))] if default is not None else [])
         elif type(func) is cst.Name:
             scope = function if function is not None and self.program.binds(function, func.value) else None
             value = self.program.bound_once(scope, func.value)
@@ -199,6 +196,16 @@ class Outputs:
             return None
         return Output(LOGGING if LOGGING in kinds else PRINT, code(func))
 
+    def _handed(self, function: cst.FunctionDef, param: str) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None]]:
+        """What `function`'s parameter holds: its default, and what every call hands it (none
+        when a call hands nothing and there is no default)."""
+        default = self.program.default(function, param)
+        sites = self.program.call_sites(function)
+        handed = [(a, caller) for c, caller in sites if (a := self.program.argument_for(c, function, param)) is not None]
+        if default is None and len(handed) < len(sites):
+            return []
+        return handed + ([(default, self.tree.function(function))] if default is not None else [])
+
     def _held_output(self, held: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 2) -> str | None:
         """PRINT or LOGGING when `held` is a function that prints or logs: `print`,
         `sys.stdout.write`, `tqdm.write`, `logging.info`, a logger's method (`logger.info`,
@@ -206,6 +213,22 @@ class Outputs:
         (`note = tqdm.write`, handed on as `log_fn=note`)."""
         if type(held) is cst.Call and self.tree.qname(held.func) == "functools.partial" and held.args:
             held = held.args[0].value
+        if type(held) is cst.BooleanOperation and type(held.operator) is cst.Or and depth > 0:
+            # `progress = progress or print`, the parameter left None by every caller (helper corpus CP, repro 06)
+            sides = [held.left, held.right]
+            if type(held.left) is cst.Name and scope is not None and held.left.value in self.program.param_names(scope):
+                handed = self._handed(scope, held.left.value)
+                if handed and all(type(v) is cst.Name and v.value == "None" for v, _ in handed):
+                    sides = [held.right]
+            kinds = [self._held_output(side, scope, depth - 1) for side in sides]
+            return kinds[0] if None not in kinds and len(set(kinds)) == 1 else None
+        if type(held) is cst.Lambda and type(held.body) is cst.Call:  # `printer=lambda s: print(s, flush=True)` (helper corpus CP, script 04)
+            out = self.of(held.body, self.tree.function(held))
+            return out.kind if out is not None and out.kind in (PRINT, LOGGING) else None
+        if type(held) is cst.Name and depth > 0 and scope is not None and held.value in self.program.param_names(scope) and not self.program.assignments(scope, held.value):
+            # `self.printer = printer`, a parameter of `__init__`: what its callers hand it, or its default
+            kinds = [self._held_output(value, where, depth - 1) for value, where in self._handed(scope, held.value)]
+            return kinds[0] if kinds and None not in kinds and len(set(kinds)) == 1 else None
         if type(held) is cst.Name and depth > 0 and self.tree.qname(held) is None and held.value != "print":
             where = scope if scope is not None and self.program.binds(scope, held.value) else None
             value = self.program.bound_once(where, held.value)
