@@ -10630,3 +10630,25 @@ def test_output_through_a_parameter_that_falls_back_to_print_or_is_handed_a_prin
     flush=True)`: both printed on every rank. What the name or attribute holds prints."""
     output = convert(standard(loop=LOOP + f"    {call}\n", helpers=helpers)).output
     assert "if dist.get_rank() == 0:\n" in output and output.count("dist.get_rank() == 0") == 1
+
+
+def test_a_total_made_at_its_first_batch_by_a_conditional_expression_is_reduced() -> None:
+    """Helper corpus CP, repro 08: class means from `sums = onehot.t() @ z if sums is None else
+    sums + onehot.t() @ z` beside `counts += onehot.sum(0)`: `sums` was never reduced and `counts`
+    was, so each rank divided its own shard's sums (class means -0.47 and -0.10 where -0.29 is
+    right). The one-line form adds into a total as `sums = sums + ...` does."""
+    helpers = """\
+        @torch.no_grad()
+        def class_means(model, loader):
+            sums, counts = None, torch.zeros(2)
+            for x, y in loader:
+                onehot = nn.functional.one_hot(y, 2).float()
+                z = model(x)
+                sums = onehot.t() @ z if sums is None else sums + onehot.t() @ z
+                counts += onehot.sum(0)
+            return sums / counts[:, None]
+        """
+    loader = "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.arange(64) % 2), batch_size=8, shuffle=True)"
+    loop = LOOP.replace("mse_loss(model(x), y)", "cross_entropy(model(x), y)") + "print(class_means(model, loader).sum().item())\n"
+    output = convert(standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=loop, helpers=helpers)).output
+    assert "    dist.all_reduce(sums)\n    dist.all_reduce(counts)\n    return sums / counts[:, None]\n" in output

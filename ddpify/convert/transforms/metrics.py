@@ -1442,6 +1442,10 @@ def _assigned_pairs(node: cst.CSTNode) -> list[tuple[str, cst.BaseExpression]]:
 def _added_to_itself(tree: Tree, value: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
     """What `name = name + x` (or `x + name`, `torch.add(name, x)`) adds: `x`; not a running
     average, whose step reads `name` again (`avg = avg + (x - avg) / n`)."""
+    if type(value) is cst.IfExp and type(value.test) is cst.Comparison and code(value.test) in (f"{name} is None", f"{name} is not None"):
+        # `sums = x if sums is None else sums + x`: a total made at its first batch (helper corpus CP, repro 08)
+        grown = value.orelse if code(value.test) == f"{name} is None" else value.body
+        return _added_to_itself(tree, grown, name)
     if type(value) is cst.Call and tree.qname(value.func) == "torch.add" and len(value.args) == 2 and not any(a.keyword for a in value.args):
         left, right = value.args[0].value, value.args[1].value
     elif type(value) is cst.BinaryOperation and type(value.operator) is cst.Add:
