@@ -10652,3 +10652,14 @@ def test_a_total_made_at_its_first_batch_by_a_conditional_expression_is_reduced(
     loop = LOOP.replace("mse_loss(model(x), y)", "cross_entropy(model(x), y)") + "print(class_means(model, loader).sum().item())\n"
     output = convert(standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=loop, helpers=helpers)).output
     assert "    dist.all_reduce(sums)\n    dist.all_reduce(counts)\n    return sums / counts[:, None]\n" in output
+
+
+def test_totals_kept_in_a_defaultdict_beside_a_count_of_batches_are_summed() -> None:
+    """Helper corpus CP, repro 02: `stats = defaultdict(float)`, `stats["loss"] += loss.item() *
+    len(xb)` and `stats["batches"] += 1`, returned as `stats["loss"] / n_seen`: the literal 1 kept
+    the dict from being taken for totals, so `n_seen` was summed over ranks and the loss was not
+    (half the true value on 2 ranks). A key counted by a literal is a total too."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    stats, n_seen = defaultdict(float), 0\n")
+    loop += "        stats['loss'] += loss.item() * len(x)\n        stats['batches'] += 1\n        n_seen += len(x)\n    print(stats['loss'] / n_seen)\n"
+    output = convert(standard(loop=loop, imports="from collections import defaultdict\n")).output
+    assert "dist.all_gather_object(stats_by_rank, dict(stats))" in output

@@ -461,7 +461,7 @@ class ReduceMetrics(Transform):
                 counts = ints and all(isinstance(v, cst.Integer) or self._is_count(v) for v in values)
                 totals[name] = "list count" if counts else "list total"
             elif initial and all(map(self._empty_mapping, initial)) and name not in windows and self._read_after(loop, name):
-                if all(map(self._is_number, values)):
+                if all(isinstance(v, (cst.Integer, cst.Float)) or self._is_number(v) for v in values):  # also `stats["batches"] += 1` (helper corpus CP, repro 02)
                     totals[name] = "dict keys"  # keys met as the loop goes (`running[k] += v.item()`)
             elif initial and all(self.tree.is_call_to(v, ZEROS) for v in initial) and name not in windows and self._read_after(loop, name):
                 # `confusion = np.zeros((k, k))`, `confusion[t, p] += 1`: reduced in place
