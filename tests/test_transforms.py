@@ -10663,3 +10663,14 @@ def test_totals_kept_in_a_defaultdict_beside_a_count_of_batches_are_summed() -> 
     loop += "        stats['loss'] += loss.item() * len(x)\n        stats['batches'] += 1\n        n_seen += len(x)\n    print(stats['loss'] / n_seen)\n"
     output = convert(standard(loop=loop, imports="from collections import defaultdict\n")).output
     assert "dist.all_gather_object(stats_by_rank, dict(stats))" in output
+
+
+def test_a_loader_made_in_the_for_statement_of_a_loop_of_passes_is_warned_about() -> None:
+    """Helper corpus CO, repro 10: `for stage in range(3): for x, y in DataLoader(ds, shuffle=True):`:
+    the new DistributedSampler made in each pass starts at epoch 0, so each pass visits one order,
+    with nothing said (verify's sharding check and lint's DDP103 both caught it). There is no name
+    to call set_epoch on: the report says so."""
+    loop = LOOP.replace("for x, y in loader:", "for x, y in DataLoader(ds, batch_size=8, shuffle=True):")
+    result = convert(standard(loader="ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))", loop=loop))
+    assert "sampler=DistributedSampler(ds, shuffle=True)" in result.output and "set_epoch" not in result.output
+    assert any(m.startswith("this DataLoader is made in the `for` statement itself, in each pass of the loop at line ") for m in warnings(result))

@@ -3202,6 +3202,14 @@ class Analyzer:
             owner = self.program.sampler_owner(loader_node, function, loader_code)
             root = owner.split(".", 1)[0].split("[", 1)[0]
             here = self.tree.function(loop)
+            if type(loader_node) is cst.Call and self.tree.is_call_to(loader_node, s.DATALOADER) and self.tree.inside(loader_node, node):
+                # `for x, y in DataLoader(ds, shuffle=True):` in a loop of rounds (helper corpus CO, repro 10): no name to call set_epoch on
+                self.warnings.append((loader_node, (
+                    f"this DataLoader is made in the `for` statement itself, in each pass of the loop at line {self.tree.line(loop)}: its new "
+                    "DistributedSampler starts at epoch 0 every time and visits the same order in every pass; bind it to a name before the "
+                    "`for` and call `.sampler.set_epoch(...)` with the pass's number"
+                )))
+                return []
             if not (self.program.binds(here, root) or self.program.binds(None, root)):
                 return []  # `self.loader` of a helper object's method: no name for it here (its refill moves the sampler on)
             if _phase_loop(loop) and len(outer) > 1:
