@@ -623,6 +623,12 @@ class Tree:
         found.extend(order[position:end])
         return found
 
+    def in_loops_of(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """Whether every loop `node` is in holds `other` too (`node`'s loops are the outermost of
+        `other`'s): `node` runs no more often than `other`, in no loop of its own."""
+        held, around = self.loops(other), self.loops(node)
+        return len(around) <= len(held) and held[len(held) - len(around):] == around
+
     def of_type(self, *kinds: type[cst.CSTNode]) -> list[cst.CSTNode]:
         """The nodes of the whole tree whose type is one of `kinds` (exactly: pass concrete
         node types), in preorder. Bucketed by the index walk, so a rule that looks for one kind of

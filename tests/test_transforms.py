@@ -10293,29 +10293,35 @@ def test_output_through_a_name_or_attribute_bound_to_a_printing_function_is_rank
         assert f"        if rank == 0:\n            {guarded}\n" in result.output
 
 
-def test_a_tensor_total_made_at_its_first_batch_is_reduced_like_one_made_before_the_loop() -> None:
+@pytest.mark.parametrize(
+    ("made", "added", "reduced"),
+    [
+        pytest.param(
+            "if sums is None:\n            sums = torch.zeros(2, z.size(1))\n        sums.index_add_(0, y, z)",
+            "counts += torch.bincount(y, minlength=2)", "    dist.all_reduce(counts)\n    dist.all_reduce(sums)\n", id="if-none",
+        ),
+        pytest.param(
+            "onehot = nn.functional.one_hot(y, 2).float()\n        sums = onehot.t() @ z if sums is None else sums + onehot.t() @ z",
+            "counts += onehot.sum(0)", "    dist.all_reduce(sums)\n    dist.all_reduce(counts)\n", id="conditional-expression",
+        ),
+    ],
+)
+def test_a_tensor_total_made_at_its_first_batch_is_reduced_like_one_made_before_the_loop(made: str, added: str, reduced: str) -> None:
     """Helper corpus CN, repro 01 (and script 07): class prototypes from `sums = None`, then
     `if sums is None: sums = torch.zeros(k, z.size(1))` at the first batch and
     `sums.index_add_(0, y, z)`: the counts beside it were all-reduced, the sums were not (taken for
     a window started again inside the loop), so each rank divided its own shard's sums by every
-    rank's counts. Made when missing, it is a total like one made before the loop."""
-    helpers = """\
-        @torch.no_grad()
-        def prototypes(model, loader, k):
-            sums = None
-            counts = torch.zeros(k)
-            for x, y in loader:
-                z = model(x)
-                if sums is None:
-                    sums = torch.zeros(k, z.size(1))
-                sums.index_add_(0, y, z)
-                counts += torch.bincount(y, minlength=k)
-            return sums / counts[:, None]
-        """
+    rank's counts. Also made by a conditional expression, `sums = x if sums is None else sums + x`
+    (CP, repro 08: class means -0.47 and -0.10 where -0.29 is right). Made when missing, it is a
+    total like one made before the loop."""
+    helpers = (
+        "@torch.no_grad()\ndef prototypes(model, loader):\n    sums, counts = None, torch.zeros(2)\n    for x, y in loader:\n"
+        f"        z = model(x)\n        {made}\n        {added}\n    return sums / counts[:, None]\n"
+    )
     loader = "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.arange(64) % 2), batch_size=8, shuffle=True)"
-    loop = LOOP.replace("mse_loss(model(x), y)", "cross_entropy(model(x), y)") + "protos = prototypes(model, loader, 2)\nprint(protos.sum().item())\n"
+    loop = LOOP.replace("mse_loss(model(x), y)", "cross_entropy(model(x), y)") + "print(prototypes(model, loader).sum().item())\n"
     output = convert(standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=loop, helpers=helpers)).output
-    assert "    dist.all_reduce(counts)\n    dist.all_reduce(sums)\n    return sums / counts[:, None]\n" in output
+    assert reduced + "    return sums / counts[:, None]\n" in output
 
 
 def test_a_number_of_samples_kept_through_a_name_is_summed_and_stays_an_int() -> None:
@@ -10630,28 +10636,6 @@ def test_output_through_a_parameter_that_falls_back_to_print_or_is_handed_a_prin
     flush=True)`: both printed on every rank. What the name or attribute holds prints."""
     output = convert(standard(loop=LOOP + f"    {call}\n", helpers=helpers)).output
     assert "if dist.get_rank() == 0:\n" in output and output.count("dist.get_rank() == 0") == 1
-
-
-def test_a_total_made_at_its_first_batch_by_a_conditional_expression_is_reduced() -> None:
-    """Helper corpus CP, repro 08: class means from `sums = onehot.t() @ z if sums is None else
-    sums + onehot.t() @ z` beside `counts += onehot.sum(0)`: `sums` was never reduced and `counts`
-    was, so each rank divided its own shard's sums (class means -0.47 and -0.10 where -0.29 is
-    right). The one-line form adds into a total as `sums = sums + ...` does."""
-    helpers = """\
-        @torch.no_grad()
-        def class_means(model, loader):
-            sums, counts = None, torch.zeros(2)
-            for x, y in loader:
-                onehot = nn.functional.one_hot(y, 2).float()
-                z = model(x)
-                sums = onehot.t() @ z if sums is None else sums + onehot.t() @ z
-                counts += onehot.sum(0)
-            return sums / counts[:, None]
-        """
-    loader = "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.arange(64) % 2), batch_size=8, shuffle=True)"
-    loop = LOOP.replace("mse_loss(model(x), y)", "cross_entropy(model(x), y)") + "print(class_means(model, loader).sum().item())\n"
-    output = convert(standard(model="model = nn.Linear(4, 2).to(device)", loader=loader, loop=loop, helpers=helpers)).output
-    assert "    dist.all_reduce(sums)\n    dist.all_reduce(counts)\n    return sums / counts[:, None]\n" in output
 
 
 def test_totals_kept_in_a_defaultdict_beside_a_count_of_batches_are_summed() -> None:

@@ -340,10 +340,9 @@ class Checkpoints(Transform):
             self._read_earlier_in_the_loop(call, spelled, waited)
             return
         self._reads.setdefault(spelled, []).append(call)
-        loops = self.tree.loops(call)
         # in the same loop as the write, or after the loops it is in (a log appended to each epoch, read back after
         # the epochs to pick the best: helper corpus CP, repro 05)
-        if spelled not in written or spelled in waited or self.tree.loops(written[spelled])[len(self.tree.loops(written[spelled])) - len(loops):] != loops:
+        if spelled not in written or spelled in waited or not self.tree.in_loops_of(call, written[spelled]):
             return
         if self._prepared(written[spelled]):
             return  # data made when missing: its barrier follows the preparation
@@ -945,3 +944,4 @@ class Checkpoints(Transform):
             if any(self.facts.is_model(a.value, function) for a in other.args):
                 return other
         return None
+

@@ -281,8 +281,8 @@ class Sampler(Transform):
             return ""
         params = set(self.program.param_names(function))
         for seeded in self.program.calls_in(function):
-            if self.tree.order(seeded) > self.tree.order(call) or not seeded.args or self.tree.loops(seeded) != self.tree.loops(call)[len(self.tree.loops(call)) - len(self.tree.loops(seeded)):]:
-                continue
+            if self.tree.order(seeded) > self.tree.order(call) or not seeded.args or not self.tree.in_loops_of(seeded, call):
+                continue  # after the loader is made, or in a loop of its own (a reseed per epoch)
             given = seeded.args[0].value
             if type(given) is not cst.Name or given.value not in params or self.program.assignments(function, given.value):
                 continue
