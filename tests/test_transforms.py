@@ -10658,3 +10658,35 @@ def test_a_loader_made_in_the_for_statement_of_a_loop_of_passes_is_warned_about(
     result = convert(standard(loader="ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))", loop=loop))
     assert "sampler=DistributedSampler(ds, shuffle=True)" in result.output and "set_epoch" not in result.output
     assert any(m.startswith("this DataLoader is made in the `for` statement itself, in each pass of the loop at line ") for m in warnings(result))
+
+
+def test_a_table_filled_per_sample_over_the_training_loader_and_trained_on_is_refused() -> None:
+    """Helper corpus CQ, repro 02 (and script 06; BC, repro 06 and script 05): DPO's reference
+    log-probabilities (or a teacher's logits) cached per example in a pass over the training
+    loader, `ref[idx] = reference(x)`, then read by the training step as `ref[idx]`: the pass went
+    over each rank's shard, and from epoch 1 on each rank trained on zeros for the examples
+    another rank had cached (40 of 64 per epoch; verify passed). Refused with that reason."""
+    dataset = (
+        "class Indexed(torch.utils.data.Dataset):\n    def __init__(self):\n        self.x, self.y = torch.randn(64, 4), torch.randn(64, 1)\n\n"
+        "    def __len__(self):\n        return 64\n\n    def __getitem__(self, i):\n        return i, self.x[i], self.y[i]\n"
+    )
+    body = f"""\
+{DEVICE}
+loader = DataLoader(Indexed(), batch_size=8, shuffle=True)
+model = nn.Linear(4, 1).to(device)
+teacher = nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+cache = torch.zeros(64, 1)
+with torch.no_grad():
+    for idx, x, y in loader:
+        cache[idx] = teacher(x.to(device)).cpu()
+for epoch in range(2):
+    for idx, x, y in loader:
+        loss = nn.functional.mse_loss(model(x.to(device)), cache[idx].to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert(script(body, dataset))
+    assert result.status == "unchanged"
+    assert result.reason.startswith("`cache` is filled for each sample in a pass over `loader` (line ") and "reads entries it never filled" in result.reason

@@ -679,6 +679,7 @@ class Analyzer:
             raise NotConvertible(self._no_loader_reason(backward_calls))
         self._check_carried_state(loops, {m.ref for m in models})
         self._check_shard_picks_the_data(loops)
+        self._check_tables_filled_from_the_shard(loops)
         entry = self._entry(loaders, models)
         if entry.kind != "library":  # not before a `__main__` block's setup: rank0_value needs the process group
             fresh = fresh_seeds(self.tree, self.program, entry.function)
@@ -2803,6 +2804,37 @@ class Analyzer:
                         f"which hangs the ranks in backward(); gather `{table}` over ranks (dist.all_gather of the indices and values) "
                         "before the pick, then convert"
                     )
+
+    def _check_tables_filled_from_the_shard(self, loops: list[TrainLoop]) -> None:
+        """`ref_c[idx] = reference(c)` in a pass over the training loader before the training
+        (DPO's reference log-probabilities cached per example), then `ref_c[idx]` read in the
+        training step (helper corpus CQ, repro 02): the cache pass goes over this rank's shard
+        only, and from the next epoch on the shards differ, so a rank reads entries it never
+        filled (zeros) for the examples the other ranks cached."""
+        for loop in loops:
+            if type(loop.loop) is not cst.For:
+                continue
+            function, spelled = loop.function, code(loop.loader)
+            drawn = self.program.names_in(loop.loop.target)
+            read = {
+                n.value.value for n in self.tree.walk(loop.loop.body)
+                if type(n) is cst.Subscript and type(n.value) is cst.Name and len(n.slice) == 1 and type(n.slice[0].slice) is cst.Index
+                and reads(self.tree, n.slice[0].slice.value, drawn)
+            }  # fmt: skip
+            for other in self.program.scope_nodes(function):
+                if type(other) is not cst.For or other is loop.loop or code(self.program.unwrap_iterable(other.iter)) != spelled or self.tree.order(other) > self.tree.order(loop.loop):
+                    continue
+                for node in self.tree.walk(other.body):
+                    if type(node) is not cst.Assign or len(node.targets) != 1 or type(target := node.targets[0].target) is not cst.Subscript:
+                        continue
+                    table = target.value.value if type(target.value) is cst.Name else None
+                    if table in read and reads(self.tree, target, self.program.names_in(other.target)):
+                        raise NotConvertible(
+                            f"`{table}` is filled for each sample in a pass over `{spelled}` (line {self.tree.line(node)}), which will be "
+                            f"this rank's shard of the data, and the training step reads it by the samples of its own batches (line "
+                            f"{self.tree.line(loop.loop)}): from the next epoch on each rank trains on samples another rank filled, and "
+                            f"reads entries it never filled; fill `{table}` over a loader every rank reads whole (no sampler), then convert"
+                        )
 
     def _carried(self, loop: cst.For, models: set[str]) -> str | None:
         """A name the loop hands the model (`model(x, hidden)`) and assigns again from a call that
