@@ -381,9 +381,11 @@ class Program:
         if type(func) is cst.Subscript and type(func.value) is cst.Name:
             name = func.value.value
             table = self.bound_once(caller, name) if self.binds(caller, name) else self.bound_once(None, name)
-            if type(table) is not cst.Dict:
+            if type(table) is cst.Call and (registry := self.class_made(table)) is not None and not self.binds(caller, name):
+                items = self._registered_by_methods(name, registry)  # `STAGES = Registry()`, `@STAGES.register("fit")` (helper corpus CP, repro 03)
+            elif type(table) is not cst.Dict:
                 return []
-            if table.elements:
+            elif table.elements:
                 items = [e.value if type(e) is cst.DictElement else None for e in table.elements]
             elif self.binds(caller, name):
                 return []
@@ -425,18 +427,32 @@ class Program:
                     items.append(function.name)
         return items
 
-    def _stores_handed(self, function: cst.FunctionDef, table: str) -> bool:
-        """Whether `function`, or a function nested in it, stores its first parameter into `table[...]`."""
+    def _stores_handed(self, function: cst.FunctionDef, table: str | None) -> bool:
+        """Whether `function`, or a function nested in it, stores its first parameter into
+        `table[...]` (None: into a dict the object keeps, `self._fns[name] = fn`)."""
         for inner in [function, *self.nested_functions(function)]:
-            params = self.param_names(inner)
+            params = [p for p in self.param_names(inner) if p != "self"]
             if params and any(
                 type(value) is cst.Name and value.value == params[0]
                 for node in self.scope_nodes(inner) if type(node) is cst.Assign and len(node.targets) == 1
-                and type(node.targets[0].target) is cst.Subscript and dotted(node.targets[0].target.value) == table
+                and type(node.targets[0].target) is cst.Subscript
+                and ((stored := dotted(node.targets[0].target.value) or "") == table or (table is None and stored.startswith("self.")))
                 for value in [node.value]
             ):
                 return True
         return False
+
+    def _registered_by_methods(self, name: str, registry: cst.ClassDef) -> list[cst.BaseExpression | None]:
+        """The functions decorated by a method of a same-file registry object (`@STAGES.register("fit")`,
+        or `@STAGES.add`) whose method stores the function it is handed in a dict the object keeps."""
+        methods = self.class_methods(registry)
+        found: list[cst.BaseExpression | None] = []
+        for function in self.functions.values():
+            for decorator in function.decorators:
+                made = decorator.decorator.func if type(decorator.decorator) is cst.Call else decorator.decorator
+                if type(made) is cst.Attribute and dotted(made.value) == name and (method := methods.get(made.attr.value)) is not None and self._stores_handed(method, None):
+                    found.append(function.name)
+        return found
 
     def _looped_items(self, caller: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression | None]:
         """What a loop over a literal tuple or list binds to `name` in turn, also from a place of

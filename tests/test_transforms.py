@@ -10690,3 +10690,41 @@ for epoch in range(2):
     result = convert(script(body, dataset))
     assert result.status == "unchanged"
     assert result.reason.startswith("`cache` is filled for each sample in a pass over `loader` (line ") and "reads entries it never filled" in result.reason
+
+
+def test_stages_registered_by_a_method_of_a_registry_object_are_known_to_train() -> None:
+    """Helper corpus CP, repro 03 (and script 06): `STAGES = Registry()`, whose `register(name)`
+    returns a decorator storing the function in `self._fns`, then `@STAGES.register("fit")` and
+    `STAGES[name](model, loader, device)`: refused ("trains with the optimizer it is given ...
+    built by its caller"). The functions a registry object's method stores are its members."""
+    helpers = """\
+        class Registry:
+            def __init__(self):
+                self._fns = {}
+
+            def register(self, name):
+                def deco(fn):
+                    self._fns[name] = fn
+                    return fn
+                return deco
+
+            def __getitem__(self, name):
+                return self._fns[name]
+
+
+        STAGES = Registry()
+
+
+        @STAGES.register("warm")
+        def warm(model, loader, device):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nfor name in ['warm']:\n    STAGES[name](model, loader, device)\n"
+    result = convert(script(body, helpers))
+    assert result.status == "converted", result.reason
+    assert "    model = DDP(model)\n    for name in" in result.output and "sampler=DistributedSampler(train_dataset, shuffle=True)" in result.output
