@@ -286,6 +286,18 @@ class Program:
         values = [value for value, index in self.assignments(function, target) if index is None]
         return values[0] if len(values) == 1 else None
 
+    def bound_where_read(self, name: str, function: cst.FunctionDef | None) -> tuple[cst.CSTNode | None, cst.FunctionDef | None]:
+        """The one value a name read in `function` is bound to, and the scope that binds it: the
+        function's own, else the module's (`load = torch.load` at the top, read in `main`)."""
+        scope = function if function is not None and self.binds(function, name) else None
+        return self.bound_once(scope, name), scope
+
+    def partial_of(self, value: cst.CSTNode | None) -> cst.BaseExpression | None:
+        """The function `functools.partial(f, ...)` fixes arguments of: `f`; None for any other value."""
+        if type(value) is cst.Call and self.tree.qname(value.func) == "functools.partial" and value.args:
+            return value.args[0].value
+        return None
+
     @staticmethod
     def targets(target: cst.BaseExpression) -> list[tuple[str, int | None]]:
         """The dotted names an assignment target binds, with their tuple positions."""
@@ -400,8 +412,7 @@ class Program:
             return []
         # `functools.partial(run_stage, lr=0.1)` with keywords only: the function, its parameters in place
         items = [
-            v.args[0].value if type(v) is cst.Call and self.tree.qname(v.func) == "functools.partial" and v.args and v.args[0].keyword is None
-            and all(a.keyword is not None for a in v.args[1:]) else v
+            fixed if (fixed := self.partial_of(v)) is not None and v.args[0].keyword is None and all(a.keyword is not None for a in v.args[1:]) else v  # type: ignore[union-attr]
             for v in items
         ]
         names = [v.value if type(v) is cst.Name else None for v in items]

@@ -182,8 +182,7 @@ class Outputs:
             if not held:
                 return None
         elif type(func) is cst.Name:
-            scope = function if function is not None and self.program.binds(function, func.value) else None
-            value = self.program.bound_once(scope, func.value)
+            value, scope = self.program.bound_where_read(func.value, function)
             held = [(value, scope)] if isinstance(value, cst.BaseExpression) else []
         elif type(func) is cst.Attribute and type(func.value) is cst.Name and (cls := self.program.instance_of(func.value, function)) is not None:
             # `self.emit(...)` in a method, or `reporter.emit(...)` on an object of a same-file class
@@ -211,8 +210,7 @@ class Outputs:
         `sys.stdout.write`, `tqdm.write`, `logging.info`, a logger's method (`logger.info`,
         `logging.getLogger("x").warning`), a `functools.partial` of one, or a name bound to one
         (`note = tqdm.write`, handed on as `log_fn=note`)."""
-        if type(held) is cst.Call and self.tree.qname(held.func) == "functools.partial" and held.args:
-            held = held.args[0].value
+        held = self.program.partial_of(held) or held
         if type(held) is cst.BooleanOperation and type(held.operator) is cst.Or and depth > 0:
             # `progress = progress or print`, the parameter left None by every caller (helper corpus CP, repro 06)
             sides = [held.left, held.right]
@@ -230,8 +228,7 @@ class Outputs:
             kinds = [self._held_output(value, where, depth - 1) for value, where in self._handed(scope, held.value)]
             return kinds[0] if kinds and None not in kinds and len(set(kinds)) == 1 else None
         if type(held) is cst.Name and depth > 0 and self.tree.qname(held) is None and held.value != "print":
-            where = scope if scope is not None and self.program.binds(scope, held.value) else None
-            value = self.program.bound_once(where, held.value)
+            value, where = self.program.bound_where_read(held.value, scope)
             return self._held_output(value, where, depth - 1) if isinstance(value, cst.BaseExpression) else None
         if type(held) not in (cst.Name, cst.Attribute):
             return None

@@ -555,10 +555,8 @@ class Checkpoints(Transform):
         once in the scope or the module."""
         if type(call.func) is not cst.Name:
             return None
-        scope = function if function is not None and self.program.binds(function, call.func.value) else None
-        held = self.program.bound_once(scope, call.func.value)
-        partial = type(held) is cst.Call and self.tree.qname(held.func) == "functools.partial" and bool(held.args)
-        loads = held.args[0].value if partial else held  # type: ignore[union-attr]
+        held, _ = self.program.bound_where_read(call.func.value, function)
+        loads = self.program.partial_of(held) or held
         return held if isinstance(loads, cst.BaseExpression) and self.tree.qname(loads) in s.TORCH_LOAD else None  # type: ignore[return-value]
 
     def _load(self, call: cst.Call, function: cst.FunctionDef | None, saves: list[cst.Call]) -> None:
