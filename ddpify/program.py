@@ -618,7 +618,15 @@ class Program:
                 for value, index in self.assignments(method, held):
                     if index is None and type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in self.classes:
                         return self.classes[value.func.value]
-            return None
+            # `self.cfg = cfg` in `__init__`, built `Trainer(cfg, ...)` after `cfg = Config()` (helper corpus CP, script 04)
+            init = self.methods.get(cls, {}).get("__init__") if cls is not None else None
+            kept = self.kept_by_init(init, held)
+            handed = {
+                self.class_made(k.argument) if type(k.argument) is cst.Call
+                else self._handed_instance(k.argument, k.caller) if type(k.argument) is cst.Name else None
+                for k in kept
+            }  # fmt: skip
+            return handed.pop() if len(handed) == 1 and kept else None
         if not isinstance(obj, cst.Name):
             return None
         if obj.value == "self" and function is not None:

@@ -10563,6 +10563,71 @@ def test_an_object_handed_on_by_name_is_known_by_its_class_in_the_function_it_re
     assert "dist.barrier()" not in output
 
 
+def test_a_temp_folder_reached_through_a_config_an_object_keeps_is_every_ranks_own() -> None:
+    """Helper corpus CP, script 04: `self.cfg = cfg` in a Trainer's `__init__` (built
+    `Trainer(cfg, model)` after `cfg = Config()`, whose `workdir` field defaults to
+    `tempfile.mkdtemp()`), and `self.ckpt_path("best")` returning a path under
+    `self.cfg.workdir`: the save was rank 0's and `trainer.load_best()` waited at a barrier, then
+    read from rank 1's own empty folder (FileNotFoundError). The kept config is of its class, and a
+    method's returned path is followed: every rank saves and reads back its own, with no barrier."""
+    helpers = """\
+        @dataclass
+        class Config:
+            epochs: int = 2
+            workdir: str = field(default_factory=tempfile.mkdtemp)
+
+
+        class Trainer:
+            def __init__(self, cfg, model, optimizer):
+                self.cfg = cfg
+                self.model = model
+                self.optimizer = optimizer
+
+            def ckpt_path(self, tag):
+                return os.path.join(self.cfg.workdir, f"{tag}.pt")
+
+            def fit(self, loader, device):
+                for epoch in range(self.cfg.epochs):
+                    for x, y in loader:
+                        loss = nn.functional.mse_loss(self.model(x.to(device)), y.to(device))
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+                    torch.save(self.model.state_dict(), self.ckpt_path("best"))
+
+            def load_best(self):
+                self.model.load_state_dict(torch.load(self.ckpt_path("best")))
+        """
+    after = "cfg = Config()\ntrainer = Trainer(cfg, model, optimizer)\ntrainer.fit(loader, device)\ntrainer.load_best()\nshutil.rmtree(cfg.workdir)\n"
+    imports = "import os\nimport shutil\nimport tempfile\nfrom dataclasses import dataclass, field\n"
+    output = convert(standard(loop="", after=after, helpers=helpers, imports=imports)).output
+    assert "\n            torch.save(self.model.module.state_dict(), self.ckpt_path(\"best\"))\n" in output
+    assert "dist.barrier()" not in output and "\n    shutil.rmtree(cfg.workdir)\n" in output
+
+
+def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
+    """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
+    `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a
+    rank-0 guard while the writes, once the helper's return was followed, took each node's first
+    rank's. On a second node its first rank wrote `stats` it never bound (NameError). The binding
+    takes its readers' guard, and one barrier follows the writes, not one after each."""
+    helpers = """\
+        def scratch(name):
+            return os.path.join(tempfile.gettempdir(), name)
+        """
+    before = (
+        "stats = {'n': 3}\nwith open(scratch('stats.pkl'), 'wb') as fh:\n    pickle.dump(stats, fh)\n"
+        "torch.save(stats, scratch('stats.pt'))\n"
+    )
+    output = convert(standard(loader=before + LOADER, helpers=helpers, imports="import os\nimport pickle\nimport tempfile\n")).output
+    assert (
+        "    if local_rank == 0:\n        stats = {'n': 3}\n        with open(scratch('stats.pkl'), 'wb') as fh:\n            pickle.dump(stats, fh)\n"
+        "        torch.save(stats, scratch('stats.pt'))\n"
+        "    dist.barrier()  # each node's first rank wrote files in its temp folder that every rank may read next: wait for them\n"
+    ) in output
+    assert output.count("dist.barrier()") == 1
+
+
 def test_a_log_appended_each_epoch_and_read_back_after_the_epochs_is_waited_for_once() -> None:
     """Helper corpus CP, repro 05 (and script 08): `with open(log_path, "a")` (rank 0's) each
     epoch, then `rows = list(csv.reader(log_path.open()))` after the epochs to pick the best

@@ -55,16 +55,19 @@ def _derives(tree: Tree, program: Program, expr: cst.BaseExpression, function: c
     if depth == 0:
         return False
     for node in tree.walk(expr):
-        if type(node) is cst.Attribute and (dotted(node) or "").startswith("self."):
+        if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":
             pass  # `self.path`: what the class's methods bind to it (`self.path = path` in `__init__`)
-        elif type(node) is cst.Attribute and type(node.value) is cst.Name and (cls := program.instance_of(node.value, function)) is not None:
-            # `stopper.path` of a same-file class's object: what its methods bind to `self.path` (helper corpus CO, repro 01)
+        elif type(node) is cst.Attribute and isinstance(node.value, (cst.Name, cst.Attribute)) and (cls := program.instance_of(node.value, function)) is not None:
+            # `stopper.path` of a same-file class's object: what its methods bind to `self.path` (helper
+            # corpus CO, repro 01); `self.cfg.workdir`, of the object `__init__` keeps (CP, script 04)
             held = f"self.{node.attr.value}"
             if any(_derives(tree, program, program.element(value, i), method, test, depth - 1) for method in program.methods.get(cls, {}).values() for value, i in program.assignments(method, held)):
                 return True
             if any(_derives(tree, program, value, None, test, depth - 1) for value in _class_defaults(cls, node.attr.value)):
                 return True  # a dataclass field, `workdir: str = field(default_factory=tempfile.mkdtemp)` (helper corpus CP, repro 01)
             continue
+        elif type(node) is cst.Call:
+            pass  # `self.ckpt_path("best")`: what the same-file function returns (helper corpus CP, script 04)
         elif type(node) is cst.Name:
             parent = tree.parent(node)
             if isinstance(parent, cst.Attribute) and parent.attr is node:

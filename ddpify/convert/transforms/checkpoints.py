@@ -822,6 +822,7 @@ class Checkpoints(Transform):
             self.change(call, f"barrier before `{code(call.func)}(...)`, which reads back what rank 0 saved at line {self.tree.line(written[-1])}")
         elif (
             not saves and not self.tree.loops(call) and (trainer := self._trained_and_saved_before(call, function)) is not None
+            and not all(private_to_process(self.tree, self.program, path, scope) for path, scope in paths)  # each rank saved its own (CP, script 04)
             and (self._same_object(trainer, call) or self._reads_what_it_saved(trainer, function, call, read)) and self._after_in_its_block(trainer, call)
         ):
             # `exp.fit()` saves `self.best` on rank 0, then `exp.restore_best()` loads it (helper corpus CB, repro 04)

@@ -36,6 +36,7 @@ class RankZeroGuards(Transform):
         # rank 0's (`np.save(part)` in a preprocessing loop): the ranks may read them back next
         # (`np.load(part, mmap_mode="r")`), so a barrier follows. Filled by `_guard`.
         self._written_before_training: list[cst.BaseStatement] = []
+        self._read_only_by: dict[cst.BaseStatement, list[cst.BaseStatement]] = {}  # `_only_for_output`'s bindings and their readers
         # Objects made on rank 0 only (None elsewhere): statements that use them run on rank 0 too.
         self._derived: set[int] = set()
         self.rank_zero_objects = {
@@ -63,9 +64,18 @@ class RankZeroGuards(Transform):
             self._logger_context(item)
         self._exports_of_a_shard()
         self._output_in_handed_lambdas()
+        run: list[cst.BaseStatement] = []  # the writes right after one another: one barrier after the last serves them all
         for statement in self._written_before_training:
-            self.plan.insert_after(statement, statements("dist.barrier()  # rank 0 wrote files here that every rank may read next: wait for them\n"))
+            run.append(statement)
+            body = self.tree.block(statement).body
+            following = next((body[i + 1] for i, b in enumerate(body) if b is statement and i + 1 < len(body)), None)
+            if following is not None and any(w is following for w in self._written_before_training):
+                continue
+            local = all(self._writes_node_local(w, self.tree.function(w)) for w in run)
+            writer = "each node's first rank wrote files in its temp folder" if local else "rank 0 wrote files here"
+            self.plan.insert_after(statement, statements(f"dist.barrier()  # {writer} that every rank may read next: wait for them\n"))
             self.change(statement, "files written before training are written by rank 0; the other ranks wait for them at a barrier")
+            run = []
 
 
     def _exports_of_a_shard(self) -> None:
@@ -164,7 +174,10 @@ class RankZeroGuards(Transform):
             return []
         reads = [n for n in self.program.scope_nodes(function) if type(n) is cst.Name and n.value == name and not self.tree.inside(n, assign.targets[0])]
         inside = [n for n in reads if any(self.tree.inside(n, u) for u in users)]
-        return [f"`{name} = ...` (only the output after it reads `{name}`)"] if inside and len(inside) == len(reads) else []
+        if not inside or len(inside) != len(reads) or len({self._writes_node_local(u, function) for u in users}) != 1:
+            return []  # read elsewhere too, or by writes of rank 0 and of each node's first rank, which run on different ranks
+        self._read_only_by[statement] = users
+        return [f"`{name} = ...` (only the output after it reads `{name}`)"]
 
     def _mixed_line(self, smalls: Sequence[cst.BaseSmallStatement], function: cst.FunctionDef | None) -> None:
         """`HAS_SK = False; print(...)`, or `except: print(...)` on one line: a statement guard would
@@ -251,7 +264,8 @@ class RankZeroGuards(Transform):
 
     def _guard(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, kinds: list[str]) -> None:
         condition, who = self.is_main_process(function, statement), "rank 0"
-        if self._writes_node_local(statement, function):  # each node's own temp folder: its first rank writes there
+        # each node's own temp folder: its first rank writes there, and binds what only those writes read (helper corpus BM, script 01)
+        if all(self._writes_node_local(s, function) for s in self._read_only_by.get(statement, [statement])):
             condition, who = f"{self.facts.local_rank_expr(function, statement)} == 0", "each node's first rank (its own temp folder)"
         what = " and ".join(dict.fromkeys(kinds))
         if isinstance(statement, cst.If) and statement.orelse is None:
