@@ -3807,6 +3807,41 @@ def test_a_validation_subset_drawn_in_the_call_of_an_object_called_every_epoch_i
     assert any("draws this pass's subset" in w for w in warnings(result))
 
 
+@pytest.mark.parametrize("seed", ["", "random.seed(0)\n"])
+def test_a_training_set_picked_each_round_with_an_unseeded_draw_is_warned_about(seed: str) -> None:
+    """Helper corpus CO, repro 03 (active learning): `random.shuffle(unlabeled)` each cycle,
+    the most uncertain of `unlabeled[:60]` added to `labeled`, and the next cycle's training
+    loader sampling `labeled`: each rank drew its own shuffle from an unseeded generator, picked
+    its own items and trained on its own set, with no word. Said, when nothing seeds `random`."""
+    body = f"""\
+{DEVICE}
+{seed}data = TensorDataset(torch.randn(200, 6), torch.randint(0, 3, (200,)))
+labeled, unlabeled = list(range(20)), list(range(20, 200))
+model = nn.Linear(6, 3).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for cycle in range(3):
+    loader = DataLoader(Subset(data, labeled), batch_size=10, shuffle=True)
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        perm = torch.randperm(x.size(0))
+    random.shuffle(unlabeled)
+    subset = unlabeled[:60]
+    with torch.no_grad():
+        conf = model(torch.stack([data[i][0] for i in subset]).to(device)).softmax(1).max(1)[0].cpu()
+    labeled += [subset[i] for i in conf.argsort()[:10].tolist()]
+    unlabeled = [i for i in unlabeled if i not in set(labeled)]
+"""
+    result = convert(script(body, "", imports="import random\nfrom torch.utils.data import Subset\n"))
+    said = [w for w in warnings(result) if "decides what the training loader of each pass" in w]
+    if seed:
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith("`random.shuffle(unlabeled)` decides what the training loader of each pass (line 15)")
+
+
 def test_a_validation_subset_drawn_in_a_helper_called_every_epoch_is_warned_about_not_reseeded() -> None:
     """`validate(model, ds)` each epoch drawing `np.random.choice(len(ds), 20)` for its Subset: the
     draw was rewritten to `np.random.default_rng(0).choice(...)`, a generator seeded on every call,

@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.analysis.loops import TrainLoops
-from ddpify.analysis.splits import SHUFFLED_FOLDS, is_frame_sample, runs_per_pass, seeded_before, shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
+from ddpify.analysis.splits import SHARED_DRAWS, SHUFFLED_FOLDS, is_frame_sample, runs_per_pass, seeded_before, shuffled_from_the_global_generator, training_split_test, unseeded_data, unseeded_draws
 from ddpify.convert.analysis import LoaderPlan
 from ddpify.convert.transforms.base import Transform
 from ddpify.edit import add_keyword, appended, keyword, statements
@@ -78,6 +78,7 @@ class Sampler(Transform):
             self._same_draw_on_every_rank(draw)
         self._whole_loaders_shuffled_alike()
         self._subsets_drawn_per_pass()
+        self._training_set_drawn_per_pass()
         self._data_drawn_per_rank()
         if any(plan.how == "recreate" for plan in self.facts.loader_plans):
             assert self.facts.imports_end is not None
@@ -123,6 +124,62 @@ class Sampler(Transform):
                 "before the loop (torch.Generator().manual_seed(0), np.random.default_rng(0))"
             ))
             return
+
+    def _training_set_drawn_per_pass(self) -> None:
+        """Active learning (helper corpus CO, repro 03): `random.shuffle(unlabeled)` each cycle,
+        `subset = unlabeled[:60]`, the items picked from it added to `labeled`, and the next
+        cycle's training loader built over `labeled`. Drawn from a global generator nothing
+        seeds, each rank picked its own items, and the ranks trained on different sets (some
+        samples twice, others never). Said, not changed: which seed, or which rank's picks, is the
+        script's choice."""
+        warned: set[int] = set()
+        for plan in self.facts.loader_plans:
+            loops = self.tree.loops(plan.call) if plan.call is not None else []
+            if not loops or id(loops[-1]) in warned:
+                continue
+            outer, function = loops[-1], self.tree.function(plan.call)  # type: ignore[arg-type]
+            feeds = {n.value for a in plan.call.args for n in self.tree.walk(a.value) if type(n) is cst.Name}  # type: ignore[union-attr]
+            writes = [(self._written(small), small) for small in self.tree.walk(outer) if isinstance(small, (cst.Assign, cst.AugAssign, cst.Expr))]
+            grown = True
+            while grown:  # what the loader's arguments are made from, in this loop, through names it rebinds or changes
+                grown = False
+                for written, small in writes:
+                    if written & feeds and not (read := {n.value for n in self.tree.walk(small) if type(n) is cst.Name}) <= feeds:
+                        feeds |= read
+                        grown = True
+            for written, small in writes:
+                draws = [
+                    c for c in self.tree.calls(small)
+                    if self.tree.qname(c.func) in SHARED_DRAWS | {"random.choice", "random.choices"}
+                    and not any(a.keyword is not None and a.keyword.value in ("generator", "random_state") for a in c.args)
+                ]  # fmt: skip
+                if not draws or not written & feeds:
+                    continue
+                library = (self.tree.qname(draws[0].func) or "").split(".", 1)[0]
+                if seeded_before(self.tree, self.program, draws[0], function, library):
+                    continue
+                warned.add(id(outer))
+                self.warn(draws[0], (
+                    f"`{code(draws[0])}` decides what the training loader of each pass (line {self.tree.line(plan.call)}) is built from, "
+                    f"and draws from {library}'s global generator, which nothing seeds and which starts from its own seed in each "
+                    "process: every rank picks its own items and trains on its own set; seed it alike on every rank before the loop, "
+                    "or have every rank take rank 0's picks (dist.broadcast_object_list)"
+                ))
+                break
+
+    def _written(self, small: cst.CSTNode) -> set[str]:
+        """The names a statement binds or changes: `a = ...`, `a += ...`, `a.extend(...)`, `random.shuffle(a)`."""
+        if type(small) is cst.Assign:
+            return {n.value for t in small.targets for n in self.tree.walk(t.target) if type(n) is cst.Name}
+        if type(small) is cst.AugAssign and type(small.target) is cst.Name:
+            return {small.target.value}
+        if type(small) is cst.Expr and type(call := small.value) is cst.Call:
+            found = s.method_call(call)
+            if found is not None and type(found[0]) is cst.Name and found[1] in ("append", "extend", "insert", "add", "update", "remove"):
+                return {found[0].value}
+            if self.tree.qname(call.func) in ("random.shuffle", "numpy.random.shuffle") and call.args and type(call.args[0].value) is cst.Name:
+                return {call.args[0].value.value}
+        return set()
 
     def _data_drawn_per_rank(self) -> None:
         """`X = torch.randn(512, 10)` with no seed before it, for the training data set: each
