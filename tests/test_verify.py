@@ -669,6 +669,37 @@ dist.destroy_process_group()
     assert row.status == verify_api.OK and "no 'module.' prefix" in row.detail, verify_api.format_table(result)
 
 
+def test_a_checkpoint_saved_outside_the_run_folder_and_removed_is_still_judged(tmp_path: Path) -> None:
+    """A save into a folder of the process's own (`tempfile.mkdtemp()`), read back and removed
+    before the run ends: verify said "checkpoints: none written" (helper corpora CH and CR), so a
+    wrapper's `module.` keys there went unseen. Rank 0's saves are judged from the shim's record."""
+    script = tmp_path / "scratch.py"
+    script.write_text(
+        """
+import os
+import shutil
+import tempfile
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+model = DDP(nn.Linear(2, 1))
+work = tempfile.mkdtemp()
+torch.save(model.state_dict(), os.path.join(work, "wrapped.pt"))
+torch.save(model.module.state_dict(), os.path.join(work, "plain.pt"))
+model.module.load_state_dict(torch.load(os.path.join(work, "plain.pt")))
+shutil.rmtree(work)
+dist.destroy_process_group()
+"""
+    )
+    result = verify_api.verify_script(script, verify_api.VerifyOptions(timeout=float(TIMEOUT), launcher="direct"))
+    rows = {c.name.rsplit("/", 1)[-1]: c for c in result.checks if c.name.startswith("checkpoint ")}
+    assert set(rows) == {"plain.pt", "wrapped.pt"}, verify_api.format_table(result)
+    assert rows["plain.pt"].status == verify_api.OK and rows["wrapped.pt"].status == verify_api.FAIL, verify_api.format_table(result)
+
+
 def test_module_keys_of_a_models_own_attribute_are_not_the_wrappers(tmp_path: Path) -> None:
     """An AveragedModel (or a timm ModelEmaV2) keeps its copy in `self.module`: its state dict has
     `module.` keys that no DDP wrapper made. The shim marks what DistributedDataParallel's

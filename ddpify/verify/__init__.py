@@ -266,6 +266,7 @@ def verify_script(
         run = run_ranks(script, options, setup, root / "ranks", progress)
         duplicates = find_duplicate_lines({r.rank: r.stdout for r in run.ranks})
         written = checkpoint_files(run.written_files, options.checkpoint_suffixes, _saved_paths(run))
+        written += _saved_elsewhere(run, written)
         checkpoints = checkpoint_reports(written, run, options) if written else ()
         single_run = single.join() if single is not None else None
     finally:
@@ -290,6 +291,17 @@ def checkpoint_files(paths: Sequence[Path], suffixes: Sequence[str] = CHECKPOINT
     the ImageNet example's `checkpoint.pth.tar`), which another writer may have made."""
     endings = tuple(s.lower() for s in suffixes)
     return [p for p in paths if p.name.lower().endswith(endings) or str(p) in saved]
+
+
+def _saved_elsewhere(run: RunResult, written: Sequence[Path]) -> list[Path]:
+    """The files rank 0's torch.save wrote that are not among the run's files at its end: outside
+    its folders (the node's temp folder, a folder of the process's own) or removed before it ended
+    (helper corpora CH and CR: "none written" where a checkpoint was saved and read back). The
+    shim recorded what each held when it was saved."""
+    known = {str(p) for p in written}
+    first = min(run.ranks, key=lambda r: r.rank, default=None)
+    saved = (first.facts or {}).get("checkpoints", {}) if first is not None else {}
+    return [Path(p) for p in sorted(saved) if p not in known]
 
 
 def _saved_paths(run: RunResult) -> set[str]:
