@@ -10640,6 +10640,20 @@ def test_a_temp_folder_reached_through_a_config_an_object_keeps_is_every_ranks_o
     assert "dist.barrier()" not in output and "\n    shutil.rmtree(cfg.workdir)\n" in output
 
 
+@pytest.mark.parametrize(("default", "said"), [("os.path.join(tempfile.gettempdir(), 'run')", True), ("'/tmp/run'", True), ("'runs/exp'", False)])
+def test_a_checkpoint_folder_option_defaulting_to_the_nodes_temp_folder_is_warned_about(default: str, said: bool) -> None:
+    """Helper corpus CH, repro 03 (and script 01): `--out` defaulting to
+    `os.path.join(tempfile.gettempdir(), ...)`, saved into each epoch and read back after: rank 0
+    saves and every rank reads, right for a shared folder the user passes, but with the default,
+    on a second node, no file is there. Which folder is passed is known only at run time: said."""
+    args = f"parser = argparse.ArgumentParser()\nparser.add_argument('--out', default={default})\nargs = parser.parse_args()\n"
+    loop = args + LOOP + "    torch.save(model.state_dict(), os.path.join(args.out, 'best.pt'))\nmodel.load_state_dict(torch.load(os.path.join(args.out, 'best.pt')))\n"
+    result = convert(standard(loop=loop, imports="import argparse\nimport os\nimport tempfile\n"))
+    assert "        if rank == 0:\n            torch.save(model.module.state_dict(), os.path.join(args.out, 'best.pt'))\n" in result.output
+    found = [w for w in warnings(result) if w.startswith("`--out` defaults to the node's temp folder")]
+    assert len(found) == int(said)
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

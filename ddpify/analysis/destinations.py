@@ -7,6 +7,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from ddpify.program import Program
+from ddpify import syntax as s
 from ddpify.syntax import Tree, dotted, string_value
 
 IN_MEMORY = {"io.BytesIO", "io.StringIO"}
@@ -90,3 +91,24 @@ def _class_defaults(cls: cst.ClassDef, name: str) -> list[cst.BaseExpression]:
             elif type(small) is cst.Assign and any(type(t.target) is cst.Name and t.target.value == name for t in small.targets):
                 found.append(small.value)
     return found
+
+
+def node_local_default(tree: Tree, program: Program, expr: cst.BaseExpression) -> tuple[str, cst.BaseExpression] | None:
+    """The command-line option `expr` reads whose default is in the node's temp folder
+    (`--out` with `default=os.path.join(tempfile.gettempdir(), "run")`, read as `args.out`), and
+    that default: what the ranks of one node share, unless the user passes another folder."""
+    defaults = {}
+    for call in tree.calls():
+        found = s.method_call(call)
+        if found is None or found[1] != "add_argument" or not call.args or (flag := string_value(call.args[0].value)) is None:
+            continue
+        dest = s.arg(call, None, "dest")
+        name = string_value(dest.value) if dest is not None else flag.lstrip("-").replace("-", "_")
+        default = s.arg(call, None, "default")
+        if name and default is not None:
+            defaults[name] = (flag, default.value)
+    for node in tree.walk(expr):
+        if type(node) is cst.Attribute and type(node.value) is cst.Name and (held := defaults.get(node.attr.value)) is not None:
+            if node_local(tree, program, held[1], None):
+                return held
+    return None

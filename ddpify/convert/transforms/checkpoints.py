@@ -12,7 +12,7 @@ import re
 import libcst as cst
 
 from ddpify import syntax as s
-from ddpify.analysis.destinations import node_local, private_to_process
+from ddpify.analysis.destinations import node_local, node_local_default, private_to_process
 from ddpify.analysis.ranks import RANK_NAMES
 from ddpify.names import COMPREHENSIONS
 from ddpify.convert.transforms.base import Transform
@@ -598,6 +598,11 @@ class Checkpoints(Transform):
             if listing is not None and any(self.tree.order(save) < self.tree.order(listing) for save in written):
                 statement = self.tree.statement(listing)  # before the folder is listed: the newest checkpoint is the same on every rank
             writer = "this node's first rank" if node_local(self.tree, self.program, path.value, function) else "rank 0"  # type: ignore[union-attr]
+            if writer == "rank 0" and (option := node_local_default(self.tree, self.program, path.value)) is not None:  # type: ignore[union-attr]
+                self.warn(call, (  # helper corpus CH, repro 03 and script 01
+                    f"`{option[0]}` defaults to the node's temp folder (`{code(option[1])}`): rank 0 saves there and every rank reads "
+                    "it back, so on more than one node the other nodes' ranks find no file; pass a folder every node shares"
+                ))
             last = max(written, key=self.tree.order)
             if self.tree.function(last) is not function or not self._barrier_between(last, statement):  # one after the last save here serves every read after it
                 self.plan.insert_before(statement, statements(f"dist.barrier()  # {writer} wrote this file: wait until it is complete\n"))
