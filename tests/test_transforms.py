@@ -10654,6 +10654,75 @@ def test_a_checkpoint_folder_option_defaulting_to_the_nodes_temp_folder_is_warne
     assert len(found) == int(said)
 
 
+@pytest.mark.parametrize("where", ["main", "init"])
+def test_an_object_built_around_the_model_before_the_wrap_keeps_the_plain_model(where: str) -> None:
+    """Helper corpus CV, repros 02 and 06: `saver = CheckpointSaver(model, optimizer, out)` (timm's
+    layout) built before training, or `self.ema = EMA(self.model)` in a Trainer's `__init__`, before
+    the wrap ddpify puts right before training: the object holds the plain model, yet its methods'
+    `self.model.state_dict()` became `self.model.module.state_dict()` (AttributeError on every
+    run). Its methods now read what it holds."""
+    helpers = """\
+        class Saver:
+            def __init__(self, model, out):
+                self.model = model
+                self.out = out
+
+            def save(self, epoch):
+                torch.save({"epoch": epoch, "state_dict": self.model.state_dict()}, self.out)
+        """
+    if where == "main":
+        output = convert(standard(loop="saver = Saver(model, 'last.pt')\n" + LOOP + "    saver.save(epoch)\n", helpers=helpers)).output
+        assert "\n    saver = Saver(model, 'last.pt')\n    model = DDP(model)\n" in output
+    else:
+        helpers += """\
+
+
+        class Trainer:
+            def __init__(self, model, loader, device):
+                self.model = model.to(device)
+                self.saver = Saver(self.model, "last.pt")
+                self.loader, self.device = loader, device
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def fit(self):
+                for epoch in range(2):
+                    for x, y in self.loader:
+                        loss = nn.functional.mse_loss(self.model(x.to(self.device)), y.to(self.device))
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+                    self.saver.save(epoch)
+        """
+        output = convert(script(f"{DEVICE}\n{LOADER}\nTrainer(nn.Linear(4, 1), loader, device).fit()\n", helpers)).output
+        assert "        self.saver = Saver(self.model, \"last.pt\")\n" in output and "self.model = DDP(self.model" in output
+    assert 'torch.save({"epoch": epoch, "state_dict": self.model.state_dict()}, self.out)' in output
+
+
+def test_a_helper_that_tests_for_the_wrapper_itself_reads_it_its_own_way() -> None:
+    """Helper corpus CV, repro 01: timm's old `ModelEma.update(model)` tests `hasattr(model,
+    "module")` and reads `model.state_dict()` with `"module." + k` keys when it is a wrapper. Its
+    `model.state_dict()` became `model.module.state_dict()`, and every step raised KeyError."""
+    helpers = """\
+        class ModelEma:
+            def __init__(self, model, decay=0.99):
+                self.ema = copy.deepcopy(model)
+                self.decay = decay
+                self.ema_has_module = hasattr(self.ema, "module")
+
+            def update(self, model):
+                needs_module = hasattr(model, "module") and not self.ema_has_module
+                with torch.no_grad():
+                    msd = model.state_dict()
+                    for k, ema_v in self.ema.state_dict().items():
+                        if needs_module:
+                            k = "module." + k
+                        ema_v.copy_(ema_v * self.decay + (1.0 - self.decay) * msd[k].detach())
+        """
+    loop = "ema = ModelEma(model)\n" + LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        ema.update(model)\n")
+    output = convert(standard(loop=loop, helpers=helpers, imports="import copy\n")).output
+    assert "            msd = model.state_dict()\n" in output and "ema.update(model)" in output
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

@@ -2675,6 +2675,13 @@ class Analyzer:
         # arguments handed as the plain model (`Head(encoder.module)`)
         # (a builder that only makes the model, `model, opt = build(device)`, hands the wrapper on: its caller trains it)
         returns_plain = {seed for seed in wrapped_at if seed[1] in self.program.training_functions}
+        # an object built before the wrap around the model (`saver = CheckpointSaver(model, ...)`, `self.ema =
+        # EMA(self.model)` in `__init__`) keeps the plain one: its methods read no wrapper (helper corpus CV, repros 02, 06)
+        plain = plain | {
+            id(a.value) for m in models if m.element is None and m.anchor is not None for call in self.program.calls_in(m.function)
+            if self._before_wrap(call, m.function, [m]) and (target := self.program.callee(call, m.function)) is not None
+            and target[0].name.value == "__init__" for a in call.args if dotted(unchained(a.value)) == m.ref
+        }  # fmt: skip
         refs = wrapper_names(self.tree, self.program, seeds, wrapped_at, plain_returns=returns_plain, plain_arguments=plain)
         # A helper the model's function calls only before the wrap (`resume_checkpoint(model)`)
         # gets the plain model: its parameter is no wrapped model; called before and after, either.
@@ -2683,6 +2690,7 @@ class Analyzer:
             if function is None:
                 continue
             params = set(self.program.param_names(function))
+            names -= self._unwraps_itself(function, names & params)
             for name in list(names & params):
                 sites = [(call, caller, dotted(arg)) for call, caller in self.program.call_sites(function)
                          if (arg := self.program.argument_for(call, function, name)) is not None and dotted(arg) in refs.get(caller, set())]
@@ -2692,6 +2700,23 @@ class Analyzer:
                 elif any(before):
                     handed_both.add((name, function))
         return refs, handed_both
+
+    def _unwraps_itself(self, function: cst.FunctionDef, params: set[str]) -> set[str]:
+        """The parameters a helper tests for a wrapper itself and runs no forward of: timm's old
+        `ModelEma.update(model)`, `needs_module = hasattr(model, "module")` then `msd =
+        model.state_dict()` read with `"module." + k` keys (helper corpus CV, repro 01: a `.module`
+        there made every step a KeyError). The helper reads the wrapper its own way."""
+        found = set()
+        for call in self.program.calls_in(function):
+            if not call.args or (name := dotted(call.args[0].value)) not in params:
+                continue
+            tests = (self.tree.is_builtin_call(call, "hasattr") and len(call.args) == 2 and string_value(call.args[1].value) == "module") or (
+                self.tree.is_builtin_call(call, "isinstance") and len(call.args) == 2
+                and any(self.tree.qname(n) in s.DDP | s.DATA_PARALLEL for n in self.tree.walk(call.args[1].value))
+            )  # fmt: skip
+            if tests and not any(type(c.func) is cst.Name and c.func.value == name for c in self.program.calls_in(function)):
+                found.add(name)
+        return found
 
     def _before_wrap(self, call: cst.Call, caller: cst.FunctionDef | None, models: list[TrainedModel]) -> bool:
         return any(
