@@ -10723,6 +10723,88 @@ def test_a_helper_that_tests_for_the_wrapper_itself_reads_it_its_own_way() -> No
     assert "            msd = model.state_dict()\n" in output and "ema.update(model)" in output
 
 
+def test_a_forward_needing_the_unused_flag_beside_a_parameter_only_the_loss_reads_is_refused() -> None:
+    """Helper corpus CS, repro 01 (and script 03): a forward returning forces through a helper
+    that returns `torch.autograd.grad(...)` (the last bias gets no gradient: the flag), and
+    `self.log_var = nn.Parameter(...)` read only by the loss: with `find_unused_parameters=True`
+    DDP marked `log_var` ready at the end of the forward and failed at the first backward ("marked
+    ready twice"); without the flag, and with static_graph, it failed at the second step. No wrap
+    serves both: refused with the reason."""
+    helpers = """\
+        def grad_of(y, x):
+            return torch.autograd.grad(y.sum(), x, create_graph=True)[0]
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mlp = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+                self.log_var = nn.Parameter(torch.zeros(()))
+
+            def forward(self, x):
+                x = x.requires_grad_(True)
+                return -grad_of(self.mlp(x), x)
+        """
+    loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = torch.exp(-model.log_var) * ((model(x) - y) ** 2).mean() + model.log_var")
+    result = convert(standard(model="model = Net().to(device)", loop=loop, helpers=helpers))
+    assert result.status == "unchanged"
+    assert "the training reads the parameter `log_var` of `Net` outside the forward (in the loss)" in result.reason
+    assert result.reason.startswith("`Net.forward` returns a gradient of its own output")
+
+
+def test_a_forward_needing_the_unused_flag_beside_a_parameter_only_the_loss_reads_is_refused() -> None:
+    """Helper corpus CS, repro 01 (and script 03): a forward returning forces through a helper
+    that returns `torch.autograd.grad(...)` (the last bias gets no gradient: the flag), and
+    `self.log_var = nn.Parameter(...)` read only by the loss: with `find_unused_parameters=True`
+    DDP marked `log_var` ready at the end of the forward and failed at the first backward ("marked
+    ready twice"); without the flag, and with static_graph, it failed at the second step. No wrap
+    serves both: refused with the reason."""
+    helpers = """\
+        def grad_of(y, x):
+            return torch.autograd.grad(y.sum(), x, create_graph=True)[0]
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mlp = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+                self.log_var = nn.Parameter(torch.zeros(()))
+
+            def forward(self, x):
+                x = x.requires_grad_(True)
+                return -grad_of(self.mlp(x), x)
+        """
+    loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = torch.exp(-model.log_var) * ((model(x) - y) ** 2).mean() + model.log_var")
+    result = convert(standard(model="model = Net().to(device)", loop=loop, helpers=helpers))
+    assert result.status == "unchanged"
+    assert "the training reads the parameter `log_var` of `Net` outside the forward (in the loss)" in result.reason
+    assert result.reason.startswith("`Net.forward` returns a gradient of its own output")
+
+
+def test_a_table_log_written_each_epoch_and_read_after_them_is_waited_for_once() -> None:
+    """Helper corpus CS, repro 07 (and script 08): `pd.DataFrame(rows).to_csv(log)` (rank 0's)
+    each epoch, then `pd.read_csv(log)` after the epochs to pick the best snapshot: the barrier
+    came after the read, so rank 1 read 2 rows where rank 0 read 3 and loaded another epoch. The
+    pandas and numpy readers and writers are file accesses too; one barrier serves the read and
+    the load after it, and a barrier right after another is not written twice."""
+    loop = LOOP + (
+        "    rows.append({'epoch': epoch, 'loss': loss.item()})\n    pd.DataFrame(rows).to_csv('log.csv', index=False)\n"
+        "    torch.save(model.state_dict(), f'e{epoch}.pt')\n"
+        "df = pd.read_csv('log.csv')\nbest = int(df.loc[df['loss'].idxmin(), 'epoch'])\nmodel.load_state_dict(torch.load(f'e{best}.pt'))\n"
+    )
+    output = convert(standard(loop="rows = []\n" + loop, imports="import pandas as pd\n")).output
+    assert "\n    dist.barrier()  # rank 0 wrote this file: wait until it is complete\n    df = pd.read_csv('log.csv')\n" in output
+    assert output.count("dist.barrier()") == 1
+    # written before training and read back: the barrier after the writes serves the read
+    before = "pd.DataFrame({'a': [1, 2]}).to_csv('table.csv', index=False)\ntable = pd.read_csv('table.csv')\n"
+    output = convert(standard(loader=before + LOADER, imports="import pandas as pd\n")).output
+    assert (
+        "        pd.DataFrame({'a': [1, 2]}).to_csv('table.csv', index=False)\n"
+        "    dist.barrier()  # rank 0 wrote files here that every rank may read next: wait for them\n"
+        "    table = pd.read_csv('table.csv')\n"
+    ) in output
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

@@ -658,6 +658,7 @@ class Analyzer:
         self._sources_cache: dict[cst.FunctionDef | None, set[int]] = {}
         self._return_sources_cache: dict[cst.FunctionDef, set[int]] = {}
         self._classes_followed: set[tuple[int, int]] = set()  # `a = b.to(d)` being followed to `b`'s class (a cycle stops)
+        self._loss_only: dict[cst.ClassDef, list[str]] = {}  # parameters of a model class only the training reads, outside its forward
 
     def run(self) -> Facts:
         self._check_not_distributed()
@@ -1280,6 +1281,14 @@ class Analyzer:
         model.unused_parameters = next((reason for reason in reasons if reason), "")
         if model.unused_parameters:
             self._refuse_dataclass_outputs(classes)  # type: ignore[arg-type]
+            read_apart = next(((cls, names[0]) for cls in classes if (names := self._loss_only.get(cls))), None)  # type: ignore[arg-type]
+            if read_apart is not None:  # helper corpus CS, repro 01 and script 03
+                raise NotConvertible(
+                    f"{model.unused_parameters}, so DDP needs find_unused_parameters=True, and the training reads the parameter "
+                    f"`{read_apart[1]}` of `{read_apart[0].name.value}` outside the forward (in the loss): with that flag DDP marks it "
+                    "ready when the forward ends and its gradient then comes a second time (\"marked ready twice\"), without it DDP "
+                    f"waits for the unused ones; read `{read_apart[1]}` inside the forward (or keep it outside the model), then convert"
+                )
         model.reentrant = next((found for cls in classes for part in self._parts(cls) if (found := self._reentrant_checkpoint(part))), "")  # type: ignore[arg-type]
         frozen = [cls for cls in classes if self._freezes_all_it_builds(cls)]  # type: ignore[arg-type]
         if frozen and model.optional is None:
@@ -1707,7 +1716,8 @@ class Analyzer:
             n.attr.value for n in self.tree.of_type(cst.Attribute)
             if not self.tree.inside(n, cls) and type(n.value) is cst.Name and n.value.value != "self"
         }
-        unused = [name for name in layers if name not in used and not (name in read_outside and self._made_parameter(cls, name))]
+        self._loss_only[cls] = [name for name in layers if name not in used and name in read_outside and self._made_parameter(cls, name)]
+        unused = [name for name in layers if name not in used and name not in self._loss_only[cls]]
         if unused:
             return f"`{cls.name.value}.forward` does not use `{unused[0]}`"
         for method in sorted(seen, key=self.tree.order):
