@@ -10556,6 +10556,14 @@ def test_a_model_under_reentrant_checkpointing_frozen_in_part_after_its_wrap_is_
     output = convert(standard(model="model = Net().to(device)", loop=loop, helpers=helpers)).output
     assert "    model = DDP(model, static_graph=True)\n" in output
     assert "            p.requires_grad = False\n            model = DDP(model.module, static_graph=True)  # again: a static graph needs the same parameters every step\n" in output
+    # CS, repro 02: the blocks walked by an outer loop, `for blk in model.blocks[:1]: for p in blk.parameters()`: once, after both loops
+    freeze = "    if epoch == 1:\n        for blk in model.blocks[:1]:\n            for p in blk.parameters():\n                p.requires_grad = False\n"
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n" + freeze)
+    output = convert(standard(model="model = Net().to(device)", loop=loop, helpers=helpers)).output
+    assert (
+        "                    p.requires_grad = False\n"
+        "            model = DDP(model.module, static_graph=True)  # again: a static graph needs the same parameters every step\n"
+    ) in output
 
 
 def test_a_checkpoint_in_a_dataclass_fields_own_temp_folder_stays_every_ranks() -> None:

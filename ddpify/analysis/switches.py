@@ -50,7 +50,7 @@ class GradSwitches:
         for loop in self.tree.of_type(cst.For):
             switch = self._loop(loop)
             if switch is not None:
-                found.append(switch)
+                found.append(self._over_a_loop(switch))
                 in_loops.add(switch.at)  # type: ignore[arg-type]
         for assign in self.tree.of_type(cst.Assign):
             # `model.embedding.weight.requires_grad = True`: one parameter of a module, by its attribute (helper corpus BJ, repro 02)
@@ -63,7 +63,7 @@ class GradSwitches:
             method = method_call(call)
             if method is not None and method[1] == "requires_grad_":
                 if call not in in_loops:
-                    found.append(GradSwitch(call, call, method[0], not passes_false(call.args[:1])))
+                    found.append(self._over_a_loop(GradSwitch(call, call, method[0], not passes_false(call.args[:1]))))
                 continue
             target = self.program.callee(call, self.tree.function(call))
             if target is None:
@@ -94,6 +94,17 @@ class GradSwitches:
                     found += [GradSwitch(call, call, module, switch.on, switch.partial) for module in each]
         found.sort(key=lambda switch: self.tree.order(switch.node))
         return found
+
+    def _over_a_loop(self, switch: GradSwitch) -> GradSwitch:
+        """`for blk in model.blocks[:2]: for p in blk.parameters(): p.requires_grad = False` (or
+        `blk.requires_grad_(False)`): the modules the outer loop walks switch, and the switch is
+        that loop (helper corpus CS, repro 02: a freeze under reentrant checkpointing went unseen)."""
+        if type(switch.module) is not cst.Name:
+            return switch
+        for outer in self.tree.loops(switch.node):
+            if outer is not switch.node and type(outer) is cst.For and type(outer.target) is cst.Name and outer.target.value == switch.module.value:
+                return GradSwitch(outer, switch.at, unchained(self.program.unwrap_iterable(outer.iter)), switch.on, switch.partial)
+        return switch
 
     def _iterated_parameter(self, name: str, helper: cst.FunctionDef) -> str | None:
         """The helper's parameter that `name` walks: `for g in groups:` or `for i, g in
