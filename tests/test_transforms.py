@@ -10760,35 +10760,6 @@ def test_a_forward_needing_the_unused_flag_beside_a_parameter_only_the_loss_read
     assert result.reason.startswith("`Net.forward` returns a gradient of its own output")
 
 
-def test_a_forward_needing_the_unused_flag_beside_a_parameter_only_the_loss_reads_is_refused() -> None:
-    """Helper corpus CS, repro 01 (and script 03): a forward returning forces through a helper
-    that returns `torch.autograd.grad(...)` (the last bias gets no gradient: the flag), and
-    `self.log_var = nn.Parameter(...)` read only by the loss: with `find_unused_parameters=True`
-    DDP marked `log_var` ready at the end of the forward and failed at the first backward ("marked
-    ready twice"); without the flag, and with static_graph, it failed at the second step. No wrap
-    serves both: refused with the reason."""
-    helpers = """\
-        def grad_of(y, x):
-            return torch.autograd.grad(y.sum(), x, create_graph=True)[0]
-
-
-        class Net(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.mlp = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
-                self.log_var = nn.Parameter(torch.zeros(()))
-
-            def forward(self, x):
-                x = x.requires_grad_(True)
-                return -grad_of(self.mlp(x), x)
-        """
-    loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = torch.exp(-model.log_var) * ((model(x) - y) ** 2).mean() + model.log_var")
-    result = convert(standard(model="model = Net().to(device)", loop=loop, helpers=helpers))
-    assert result.status == "unchanged"
-    assert "the training reads the parameter `log_var` of `Net` outside the forward (in the loss)" in result.reason
-    assert result.reason.startswith("`Net.forward` returns a gradient of its own output")
-
-
 def test_a_table_log_written_each_epoch_and_read_after_them_is_waited_for_once() -> None:
     """Helper corpus CS, repro 07 (and script 08): `pd.DataFrame(rows).to_csv(log)` (rank 0's)
     each epoch, then `pd.read_csv(log)` after the epochs to pick the best snapshot: the barrier

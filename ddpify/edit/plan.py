@@ -272,7 +272,25 @@ class _Applier(PathRebuilder):
         body.extend(plan.appended.get(original, []))
         if not body:
             body = [cst.SimpleStatementLine([cst.Pass()])]
-        return updated.with_changes(body=body)
+        return updated.with_changes(body=_one_barrier(body))
+
+
+def _one_barrier(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """A barrier right after another waits for nothing more: two edits that each wait for rank 0's
+    files (written before training, then read back) leave one, with the first one's comment."""
+    kept: list[cst.BaseStatement] = []
+    for statement in body:
+        if kept and _is_barrier(statement) and _is_barrier(kept[-1]) and not any(line.comment for line in statement.leading_lines):
+            continue
+        kept.append(statement)
+    return kept
+
+
+def _is_barrier(statement: cst.BaseStatement) -> bool:
+    if type(statement) is not cst.SimpleStatementLine or len(statement.body) != 1 or type(statement.body[0]) is not cst.Expr:
+        return False
+    call = statement.body[0].value
+    return type(call) is cst.Call and not call.args and cst.Module([]).code_for_node(call.func) == "dist.barrier"
 
 
 def _split_at(plan: Plan, statement: cst.CSTNode) -> bool:

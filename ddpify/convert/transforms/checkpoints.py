@@ -25,6 +25,10 @@ FALLBACK = '"cuda" if torch.cuda.is_available() else "cpu"'
 
 # pathlib's reads and writes of the file a path names
 PATH_READS = {"read_text", "read_bytes"}
+# tables and arrays read from a path, or written to one by a DataFrame method (`df.to_csv(path)`)
+TABLE_READS = {f"pandas.read_{kind}" for kind in ("csv", "json", "parquet", "pickle", "table", "feather", "excel")} | {"numpy.load", "numpy.loadtxt", "numpy.genfromtxt"}
+TABLE_WRITES = {"numpy.save", "numpy.savetxt", "numpy.savez"}
+FRAME_WRITES = {"to_csv", "to_json", "to_parquet", "to_pickle", "to_feather"}
 PATH_WRITES = {"write_text", "write_bytes"}
 
 
@@ -350,6 +354,8 @@ class Checkpoints(Transform):
         if not self._after_in_its_block(written[spelled], call):
             return  # `if not exists: write ... else: read`: a barrier in one branch would hang the ranks in the other
         waited.add(spelled)
+        if self._barrier_between(written[spelled], statement):
+            return  # one already planned since the write (after files written before training, before a load here)
         self.plan.insert_before(statement, statements("dist.barrier()  # rank 0 wrote this file: wait until it is complete\n"))
         self.change(call, f"barrier before reading {spelled} back: rank 0 writes it, every rank reads it")
 
@@ -377,7 +383,11 @@ class Checkpoints(Transform):
         if self.tree.is_builtin_call(call, "open"):
             path = s.arg(call, 0, "file")
             return (path.value if path is not None else None), self.tree.opens_for_writing(call)
+        if self.tree.is_call_to(call, TABLE_READS | TABLE_WRITES) and call.args:  # `pd.read_csv(log)` after the epochs (helper corpus CS, repro 07)
+            return call.args[0].value, self.tree.is_call_to(call, TABLE_WRITES)
         found = s.method_call(call)
+        if found is not None and found[1] in FRAME_WRITES and call.args and call.args[0].keyword is None:
+            return call.args[0].value, True  # `pd.DataFrame(rows).to_csv(path, index=False)`
         if found is not None and found[1] in PATH_READS | PATH_WRITES and type(found[0]) is cst.Call and (self.tree.qname(found[0].func) or "").startswith("pathlib.") and found[0].args:
             return found[0].args[0].value, found[1] in PATH_WRITES
         if found is not None and found[1] == "open" and type(found[0]) in (cst.Name, cst.Attribute) and self.facts.outputs.is_path(found[0], function):
