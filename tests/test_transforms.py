@@ -243,6 +243,37 @@ def test_training_through_a_custom_method_is_refused() -> None:
     assert result.reason.startswith("`model.features(...)` (line ") and "runs the model for training outside its forward()" in result.reason
 
 
+@pytest.mark.parametrize(("forward", "converted"), [
+    ("return (self.user(u) * self.item(i)).sum(-1)", True),
+    ("pu = self.user(u)\n                return (pu * self.item(i)).sum(-1)", True),
+    ("if u.numel() > 4:\n                    return (self.user(u) * self.item(i)).sum(-1)\n                return self.item(i).sum(-1)", False),
+])
+def test_a_penalty_on_a_layer_the_forward_runs_each_step_goes_through_module(forward: str, converted: bool) -> None:
+    """Helper corpus CU, repro 01 (and script 01): BPR's L2 penalty on the batch's embeddings,
+    `model.user(u).pow(2).sum()`, beside `model(u, i)`, was refused ("DDP would not average its
+    gradients"). The forward runs `self.user` at every step, so autograd sums both uses into the one
+    gradient DDP averages (the helper matched one process to 6e-8): it goes through `.module`. A
+    layer the forward runs only in a branch stays refused."""
+    helpers = f"""\
+        class MF(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.user = nn.Embedding(30, 8)
+                self.item = nn.Embedding(40, 8)
+
+            def forward(self, u, i):
+                {forward}
+        """
+    loader = "pairs = TensorDataset(torch.randint(0, 30, (64,)), torch.randint(0, 40, (64,)))\nloader = DataLoader(pairs, batch_size=8, shuffle=True)\n"
+    loop = LOOP.replace("loss = nn.functional.mse_loss(model(x), y)", "loss = -model(x, y).sigmoid().log().mean() + 1e-3 * model.user(x).pow(2).sum()")
+    result = convert(standard(model="model = MF().to(device)", loader=loader, loop=loop, helpers=helpers))
+    assert (result.status == "converted") is converted, result.reason
+    if converted:
+        assert "model(x, y).sigmoid().log().mean() + 1e-3 * model.module.user(x).pow(2).sum()" in result.output
+    else:
+        assert result.reason.startswith("`model.user(...)` (line ")
+
+
 def test_training_through_an_indexed_part_of_the_model_is_refused() -> None:
     """Helper corpus BU, repro 03: matrix factorization kept as `nn.ModuleDict({"user": ...,
     "item": ...})` and trained as `model["user"](u) * model["item"](i)` became

@@ -3603,6 +3603,8 @@ class Analyzer:
             assert isinstance(call.func, cst.Attribute)
             method = call.func.attr.value
             if self._feeds_backward(call, function) and self._may_run_forward(call.func.value, method, function):
+                if self._part_the_forward_runs(call.func.value, method, function) and not any(m.unused_parameters for m in facts.models):
+                    continue  # `model.user(u).pow(2)`, a penalty on what the forward looks up (helper corpus CU, repro 01)
                 raise NotConvertible(
                     f"`{code(call.func)}(...)` (line {self.tree.line(call)}) runs the model for training outside its "
                     "forward(), so DDP would not average its gradients across ranks: call the model itself "
@@ -3807,6 +3809,22 @@ class Analyzer:
 
     def _values_of(self, function: cst.FunctionDef | None, name: str) -> list[cst.CSTNode]:
         return [v for v, _ in self.program.assignments(function, name)] + self.program.augmented(function, name)
+
+    def _part_the_forward_runs(self, obj: cst.BaseExpression, attribute: str, function: cst.FunctionDef | None) -> bool:
+        """`model.user(u)` where `user` is a layer of a same-file class whose forward runs
+        `self.user(...)` at every step, outside any branch (BPR's L2 penalty on the batch's
+        embeddings): its parameters take part in DDP's forward too, and autograd sums both uses
+        into the one gradient DDP averages."""
+        cls = self._model_class(obj, function)
+        methods = self.program.class_methods(cls) if cls is not None else {}
+        forward = methods.get("forward")
+        if forward is None or attribute in methods:
+            return False
+        return any(
+            type(c.func) is cst.Attribute and type(c.func.value) is cst.Name and c.func.value.value == "self" and c.func.attr.value == attribute
+            and not any(isinstance(a, (cst.If, cst.IfExp, cst.While, cst.Try)) for a in self.tree.ancestors(c) if self.tree.inside(a, forward.body))
+            for c in self.program.calls_in(forward)
+        )  # fmt: skip
 
     def _may_run_forward(self, obj: cst.BaseExpression, method: str, function: cst.FunctionDef | None) -> bool:
         """Whether `obj.method(...)` runs the model's layers; unknown classes are assumed to,
