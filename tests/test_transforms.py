@@ -7172,6 +7172,8 @@ def test_values_collected_over_the_shard_by_adding_lists_or_arrays_are_gathered(
         pytest.param('float("inf")', "worst = min((model(x) - y).abs().min().item(), worst)", "MIN", id="min-either-order"),
         pytest.param("0.0", "err = (model(x) - y).abs().max().item()\n        if err > worst:\n            worst = err", "MAX", id="if-greater"),
         pytest.param("1e9", "err = loss.item()\n        if worst > err:\n            worst = err", "MIN", id="if-kept-greater"),
+        # helper corpus CT, repro 01: a min/max scaler fitted over the loader, three values at once
+        pytest.param('float("inf")', "worst = min(worst, x.min().item(), y.min().item())", "MIN", id="min-of-three"),
     ],
 )
 def test_a_running_extreme_over_the_shard_is_taken_over_ranks(start, kept, op) -> None:

@@ -308,9 +308,9 @@ class ReduceMetrics(Transform):
         for node in self.tree.walk(loop.loop.body):
             found_extreme = self._extreme(node)
             if found_extreme is not None:
-                name, kind, value = found_extreme
+                name, kind, values = found_extreme
                 entry = extremes.setdefault(name, (kind, [], []))
-                entry[1].append(value)
+                entry[1].extend(values)
                 entry[2].append(node)
             if (
                 isinstance(node, cst.AugAssign)
@@ -831,17 +831,17 @@ class ReduceMetrics(Transform):
         pieces = value.args[0].value.elements  # type: ignore[union-attr]
         return len(pieces) == 2 and type(pieces[1].value) is cst.Name and pieces[1].value.value == name
 
-    def _extreme(self, node: cst.CSTNode) -> tuple[str, str, cst.BaseExpression] | None:
+    def _extreme(self, node: cst.CSTNode) -> tuple[str, str, list[cst.BaseExpression]] | None:
         """A running maximum or minimum kept in a name: `m = max(m, v)` (or min, either order), or
-        `if v > m: m = v`. The name, "max" or "min", and `v`."""
+        `if v > m: m = v`. The name, "max" or "min", and the values (`v`)."""
         if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name and type(node.value) is cst.Call:
             name = node.targets[0].target.value
             kind = self.tree.qname(node.value.func)
             args = node.value.args
-            if kind in ("builtins.max", "builtins.min") and len(args) == 2 and not any(a.keyword or a.star for a in args):
+            if kind in ("builtins.max", "builtins.min") and len(args) >= 2 and not any(a.keyword or a.star for a in args):
                 sides = [code(a.value) for a in args]
-                if sides.count(name) == 1:
-                    return name, kind[9:], args[1 - sides.index(name)].value
+                if sides.count(name) == 1:  # also `lo = min(lo, xb.min().item(), yb.min().item())` (helper corpus CT, repro 01)
+                    return name, kind[9:], [a.value for a in args if code(a.value) != name]
             return None
         if type(node) is not cst.If or node.orelse is not None or type(node.test) is not cst.Comparison or len(node.test.comparisons) != 1:
             return None
@@ -858,7 +858,7 @@ class ReduceMetrics(Transform):
                 return None  # `if acc > best: best = acc; torch.save(...)`: a best model kept, no running statistic
             assigned = [small for line in lines for small in line.body if len(small.targets) == 1 and code(small.targets[0].target) == kept.value]
             if assigned and all(code(a.value) == code(value) for a in assigned):
-                return kept.value, kind, value
+                return kept.value, kind, [value]
         return None
 
     def _set_otherwise(self, loop: TrainLoop, name: str, kept: list[cst.CSTNode]) -> bool:
