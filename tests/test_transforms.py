@@ -2588,6 +2588,22 @@ def test_training_data_drawn_class_by_class_in_a_loop_is_warned_about(seed: str)
     assert bool(found) is not bool(seed)
 
 
+@pytest.mark.parametrize("seed", ["", "np.random.seed(0)\n"], ids=["unseeded", "seeded"])
+def test_training_data_drawn_into_a_frame_column_is_warned_about(seed: str) -> None:
+    """Helper corpus CT, repro 03 (and script 07): `df["y"] = np.sin(df.t / 7) +
+    np.random.normal(0, 0.3, len(df))`, then windows of `df["y"].values` into the TensorDataset:
+    each rank made its own series (its own mean and std, and plateau decisions), with no word.
+    A draw assigned into an item of the data's source is followed like one bound to it."""
+    loader = seed + (
+        "df = pd.DataFrame({'t': np.arange(64)})\ndf['y'] = np.sin(df.t / 7) + np.random.normal(0, 0.3, len(df))\n"
+        "X = torch.tensor(df['y'].values, dtype=torch.float32).reshape(16, 4)\n"
+        "loader = DataLoader(TensorDataset(X, X.sum(1, keepdim=True)), batch_size=8, shuffle=True)"
+    )
+    result = convert(standard(loader=loader, imports="import numpy as np\nimport pandas as pd\n"))
+    found = [n.message for n in result.warnings if n.message.startswith("the training data is drawn here from numpy's")]
+    assert len(found) == (0 if seed else 1)
+
+
 @pytest.mark.parametrize("seed", ["", "torch.manual_seed(0)\n"], ids=["unseeded", "seeded"])
 def test_training_data_drawn_from_an_unseeded_generator_is_warned_about(seed: str) -> None:
     """`X = torch.randn(...)` with no seed before it: every rank made its own data set (helper

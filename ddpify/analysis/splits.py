@@ -179,6 +179,11 @@ def unseeded_data(tree: Tree, program: Program, dataset: cst.BaseExpression, fun
                 # `xs.append(np.random.randn(n, 8) + c)` class by class, then `np.concatenate(xs)`
                 work += [(a.value, scope) for c in program.calls_in(scope) if (m := s.method_call(c)) is not None and m[1] in ("append", "extend")
                          and type(m[0]) is cst.Name and m[0].value == node.value and tree.order(c) < tree.order(node) for a in c.args[:1]]
+                # `df["y"] = np.sin(df.t) + np.random.normal(0, 0.3, len(df))`: a column drawn into it (helper corpus CT, repro 03)
+                work += [
+                    (a.value, scope) for a in program.scope_nodes(scope) if type(a) is cst.Assign and tree.order(a) < tree.order(node)
+                    and any(type(t.target) is cst.Subscript and type(t.target.value) is cst.Name and t.target.value.value == node.value for t in a.targets)
+                ]  # fmt: skip
                 earlier = [
                     program.element(v, i) for v, i in program.assignments(scope, node.value) if tree.order(v) < tree.order(node)
                 ]  # also `train_set, val_set = random_split(TensorDataset(X, y), ...)`: drawn from X and y (helper corpus BD, repro 03)
