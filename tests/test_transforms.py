@@ -10833,6 +10833,29 @@ def test_a_table_log_written_each_epoch_and_read_after_them_is_waited_for_once()
     ) in output
 
 
+def test_sparse_embedding_gradients_chosen_by_a_flag_are_warned_about() -> None:
+    """Helper corpus CU, repro 02: `nn.Embedding(n, d, sparse=sparse)` handed `args.sparse`, with
+    SparseAdam under the same flag: converted with no word, though with `--sparse` DDP fails at
+    the first backward under NCCL (`sparse=True` written out is refused). Right without the flag,
+    so converted, and said."""
+    helpers = """\
+        class MF(nn.Module):
+            def __init__(self, sparse):
+                super().__init__()
+                self.u = nn.Embedding(30, 8, sparse=sparse)
+
+            def forward(self, u):
+                return self.u(u).sum(-1)
+        """
+    loader = "pairs = TensorDataset(torch.randint(0, 30, (64,)), torch.rand(64))\nloader = DataLoader(pairs, batch_size=8, shuffle=True)\n"
+    result = convert(standard(model="model = MF(SPARSE).to(device)", loader=loader, helpers=helpers, imports="SPARSE = len(sys.argv) > 1\nimport sys\n"))
+    assert result.status == "converted"
+    assert [w for w in warnings(result) if "sparse=sparse" in w] == [
+        "`nn.Embedding(..., sparse=sparse)` makes sparse gradients when `sparse` is true, which NCCL cannot all-reduce: DDP then fails "
+        "at the first backward() on a GPU (gloo on the CPU passes); run it with dense gradients under DDP"
+    ]
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

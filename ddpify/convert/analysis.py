@@ -2083,6 +2083,13 @@ class Analyzer:
                             "DDP fails at the first backward() on a GPU; use dense gradients (sparse=False, and a dense optimizer such as Adam "
                             "instead of SparseAdam), then convert"
                         )
+                    if keyword == "sparse" and code(value) not in ("True", "False", "None") and not any(self.tree.calls(value)):
+                        # `sparse=sparse`, handed `args.sparse` (helper corpus CU, repro 02): right without the flag, not with it
+                        self.warnings.append((call, (
+                            f"`{code(call.func)}(..., sparse={code(value)})` makes sparse gradients when `{code(value)}` is true, "
+                            "which NCCL cannot all-reduce: DDP then fails at the first backward() on a GPU (gloo on the CPU passes); run it "
+                            "with dense gradients under DDP"
+                        )))
                     if keyword == "max_norm" and code(value) != "None":
                         raise NotConvertible(
                             f"`{code(call.func)}(..., max_norm=...)` (line {line}) rescales the rows each batch looks up in place, outside the "
