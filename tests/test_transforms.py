@@ -10856,6 +10856,31 @@ def test_sparse_embedding_gradients_chosen_by_a_flag_are_warned_about() -> None:
     ]
 
 
+def test_a_meter_summing_from_none_and_a_lazy_count_histogram_are_summed_over_ranks() -> None:
+    """Helper corpus CS, repro 03: a Meter whose `update(v, n)` does `self.sum = v.detach() * n if
+    self.sum is None else self.sum + v.detach() * n; self.count += n` had only its count reduced
+    (as a float), so the printed loss was halved; `hist = b if hist is None else hist + b` with `b
+    = torch.bincount(...)` was averaged, so it summed to half the samples. The lazy sum is a tensor
+    reduced in place, the count stays an int, and the bincount histogram is summed."""
+    helpers = """\
+        class Meter:
+            def __init__(self):
+                self.sum, self.count = None, 0
+
+            def update(self, v, n):
+                self.sum = v.detach() * n if self.sum is None else self.sum + v.detach() * n
+                self.count += n
+        """
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n    hist, meter = None, Meter()\n").replace(
+        "        optimizer.step()\n",
+        "        optimizer.step()\n        b = torch.bincount((model(x) > 0).long().flatten(), minlength=2)\n"
+        "        hist = b if hist is None else hist + b\n        meter.update(loss, len(y))\n",
+    ) + "    print(epoch, (meter.sum / meter.count).item(), hist.tolist())\n"
+    output = convert(standard(loop=loop, helpers=helpers)).output
+    assert "        meter.count = int(meter_totals[0].item())\n        dist.all_reduce(meter.sum)  # a tensor: summed in place\n" in output
+    assert "        dist.all_reduce(hist)\n" in output and "hist / " not in output
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

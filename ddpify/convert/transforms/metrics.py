@@ -672,7 +672,7 @@ class ReduceMetrics(Transform):
                 f"{tensor} = torch.tensor([{', '.join(f'{name}.{a}' for a in numbers)}], dtype=torch.float64)",
                 f"dist.all_reduce({tensor})",
             ]
-            counts = _meter_counts(program, update, numbers)
+            counts = _meter_counts(program, update, numbers, fed)
             for i, a in enumerate(numbers):
                 value = f"{tensor}[{i}].item()"
                 lines.append(f"{name}.{a} = int({value})" if isinstance(starts.get(a), cst.Integer) and a in counts else f"{name}.{a} = {value}")
@@ -702,6 +702,8 @@ class ReduceMetrics(Transform):
         tree = program.tree
         if start is not None and type(start) is cst.Call and tree.qname(start.func) in TENSOR_MAKERS:
             return True
+        if type(start) is cst.Name and start.value == "None":
+            return True  # `self.sum = None`, made from the first update's tensor (`v.detach() * n`)
         made = [program.element(v, i) for v, i in program.assignments(update, f"self.{attribute}")]
         if any(type(v) is cst.Call and tree.qname(v.func) in TENSOR_MAKERS for v in made):
             return True  # `if self.mat is None: self.mat = torch.zeros((n, n), ...)` at the first update (torchvision's ConfusionMatrix: helper corpus BN, repro 02)
@@ -1111,6 +1113,9 @@ class ReduceMetrics(Transform):
     def _a_count(self, node: cst.BaseExpression, depth: int = 1) -> bool:
         if type(node) is cst.Integer or self._is_count(node) or self.tree.is_call_to(node, ONES):
             return True  # `torch.ones_like(y)` added at the labels: one per sample
+        if type(node) is cst.Name and depth > 0:  # `b = torch.bincount(pred, minlength=k)`, then `hist = b if hist is None else hist + b` (helper corpus CS, repro 03)
+            bound = [value for value, index in self.program.assignments(self.tree.function(node), node.value) if index is None]
+            return bool(bound) and all(self._a_count(value, depth - 1) for value in bound)
         if any(type(n) is cst.Call and (self.tree.qname(n.func) in BINCOUNT or (method_call(n) or (None, ""))[1] == "bincount") for n in self.tree.walk(node)):
             return True
         found = method_call(node)
@@ -1516,13 +1521,20 @@ def _meter_lists(program: Program, update: cst.FunctionDef) -> list[str]:
 
 
 def _added_to(node: cst.CSTNode) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-    """(target, increment) of `t += v` or `t = t + v`."""
+    """(target, increment) of `t += v` or `t = t + v`, also made at the first update (`t = v if t
+    is None else t + v`: a Meter whose sum starts as None, helper corpus CS, repro 03)."""
     if type(node) is cst.AugAssign and type(node.operator) is cst.AddAssign:
         return node.target, node.value
-    if type(node) is cst.Assign and len(node.targets) == 1 and type(node.value) is cst.BinaryOperation and type(node.value.operator) is cst.Add:
-        target = node.targets[0].target
-        if dotted(node.value.left) is not None and dotted(node.value.left) == dotted(target):
-            return target, node.value.right
+    if type(node) is not cst.Assign or len(node.targets) != 1:
+        return None
+    target, value = node.targets[0].target, node.value
+    if type(value) is cst.IfExp and type(value.test) is cst.Comparison and dotted(target) is not None:
+        if code(value.test) == f"{dotted(target)} is None":
+            value = value.orelse
+        elif code(value.test) == f"{dotted(target)} is not None":
+            value = value.body
+    if type(value) is cst.BinaryOperation and type(value.operator) is cst.Add and dotted(value.left) is not None and dotted(value.left) == dotted(target):
+        return target, value.right
     return None
 
 
@@ -1548,10 +1560,16 @@ def _running_statistic(program: Program, update: cst.FunctionDef) -> cst.CSTNode
     return None
 
 
-def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[str]) -> set[str]:
-    """The totals update() counts with whole numbers: `self.count += n` (n defaults to an int)
-    or `+= 1`; `self.sum += val * n` is a float even when it starts from 0."""
+def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[str], fed: list[cst.Call] = ()) -> set[str]:  # type: ignore[assignment]
+    """The totals update() counts with whole numbers: `self.count += n` (n defaults to an int, or
+    every `fed` call hands it a size, `meter.update(loss, len(y))`) or `+= 1`; `self.sum += val *
+    n` is a float even when it starts from 0."""
     defaults = {p.name.value for p in update.params.params if isinstance(p.default, cst.Integer)}
+    params = [p.name.value for p in update.params.params][1:]  # after self
+    for i, name in enumerate(params):
+        handed = [a.value for call in fed for a in (s.arg(call, i, name),) if a is not None]
+        if fed and len(handed) == len(fed) and all(isinstance(v, cst.Integer) or _sizes(v) for v in handed):
+            defaults.add(name)
     counts = set()
     for a in attributes:
         increments = [added[1] for node in program.scope_nodes(update) if (added := _added_to(node)) is not None and dotted(added[0]) == f"self.{a}"]
