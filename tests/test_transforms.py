@@ -11031,6 +11031,12 @@ for epoch in range(2):
     result = convert(script(body, dataset))
     assert result.status == "unchanged"
     assert result.reason.startswith("`cache` is filled for each sample in a pass over `loader` (line ") and "reads entries it never filled" in result.reason
+    # CS, repro 04: filled and returned by a same-file helper handed the training loader
+    helper = "\n\ndef build_cache(teacher, data):\n    table = torch.zeros(64, 1)\n    with torch.no_grad():\n        for idx, x, y in data:\n            table[idx] = teacher(x).cpu()\n    return table\n"
+    inline = "cache = torch.zeros(64, 1)\nwith torch.no_grad():\n    for idx, x, y in loader:\n        cache[idx] = teacher(x.to(device)).cpu()\n"
+    result = convert(script(body.replace(inline, "cache = build_cache(teacher, loader)\n"), dataset + helper))
+    assert result.status == "unchanged"
+    assert result.reason.startswith("`cache` is filled for each sample in a pass over `loader` (line ")
 
 
 def test_stages_registered_by_a_method_of_a_registry_object_are_known_to_train() -> None:

@@ -2871,12 +2871,34 @@ class Analyzer:
                         continue
                     table = target.value.value if type(target.value) is cst.Name else None
                     if table in read and reads(self.tree, target, self.program.names_in(other.target)):
-                        raise NotConvertible(
-                            f"`{table}` is filled for each sample in a pass over `{spelled}` (line {self.tree.line(node)}), which will be "
-                            f"this rank's shard of the data, and the training step reads it by the samples of its own batches (line "
-                            f"{self.tree.line(loop.loop)}): from the next epoch on each rank trains on samples another rank filled, and "
-                            f"reads entries it never filled; fill `{table}` over a loader every rank reads whole (no sampler), then convert"
-                        )
+                        self._refuse_table(table, spelled, node, loop)
+            for call in self.program.calls_in(function):
+                # `cache = build_cache(teacher, loader)`, a same-file helper filling and returning the table (helper corpus CS, repro 04)
+                parent = self.tree.parent(call)
+                if self.tree.order(call) > self.tree.order(loop.loop) or type(parent) is not cst.Assign or len(parent.targets) != 1:
+                    continue
+                table = dotted(parent.targets[0].target)
+                target = self.program.callee(call, function)
+                handed = next((a.value for a in call.args if code(a.value) == spelled), None)
+                param = self.program.parameter_for(call, target[0], handed) if target is not None and handed is not None else None
+                if table not in read or param is None:
+                    continue
+                returned = {dotted(v) for v in self.program.returns(target[0])}  # type: ignore[index]
+                for other in self.program.scope_nodes(target[0]):  # type: ignore[index]
+                    if type(other) is not cst.For or code(self.program.unwrap_iterable(other.iter)) != param:
+                        continue
+                    for node in self.tree.walk(other.body):
+                        if type(node) is cst.Assign and len(node.targets) == 1 and type(filled := node.targets[0].target) is cst.Subscript and dotted(filled.value) in returned:
+                            if reads(self.tree, filled, self.program.names_in(other.target)):
+                                self._refuse_table(table, spelled, node, loop)  # type: ignore[arg-type]
+
+    def _refuse_table(self, table: str, spelled: str, filled: cst.CSTNode, loop: TrainLoop) -> None:
+        raise NotConvertible(
+            f"`{table}` is filled for each sample in a pass over `{spelled}` (line {self.tree.line(filled)}), which will be "
+            f"this rank's shard of the data, and the training step reads it by the samples of its own batches (line "
+            f"{self.tree.line(loop.loop)}): from the next epoch on each rank trains on samples another rank filled, and "
+            f"reads entries it never filled; fill `{table}` over a loader every rank reads whole (no sampler), then convert"
+        )
 
     def _carried(self, loop: cst.For, models: set[str]) -> str | None:
         """A name the loop hands the model (`model(x, hidden)`) and assigns again from a call that
