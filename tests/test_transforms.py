@@ -5193,6 +5193,26 @@ def test_an_unseeded_permutation_that_splits_the_data_is_drawn_alike_on_every_ra
     assert "mix = torch.randperm(x.size(0))\n" in output
 
 
+@pytest.mark.parametrize("calls", [1, 2])
+def test_an_unseeded_permutation_in_a_helper_returning_the_split_is_drawn_alike(calls: int) -> None:
+    """Helper corpus CU, repro 03: `train_e, val_e = split_edges(EDGES)`, a same-file helper
+    whose `perm = torch.randperm(len(edges))` splits what it returns: each rank split the edges
+    its own way, trained on what another held out, and verify saw disjoint indices of different
+    sets. A helper called once gets a generator of its own; one called again (a new split each
+    time) is left as it is."""
+    helpers = """\
+        def split(data, frac=0.25):
+            perm = torch.randperm(len(data))
+            k = int(frac * len(data))
+            return data[perm[k:]], data[perm[:k]]
+        """
+    again = "_, probe = split(torch.randn(64, 5))\n" if calls == 2 else ""
+    loader = f"{again}train, val = split(torch.randn(64, 5))\nloader = DataLoader(TensorDataset(train[:, :4], train[:, 4:]), batch_size=8, shuffle=True)"
+    output = convert(standard(loader=loader, helpers=helpers)).output
+    fixed = "    perm = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))\n"
+    assert (fixed in output) is (calls == 1)
+
+
 def test_an_unseeded_permutation_handed_to_a_helper_that_builds_the_loader_is_drawn_alike() -> None:
     """`idx = np.random.permutation(len(ds))` in main, folds handed to `train_fold(ds, tr_idx)`,
     which builds `DataLoader(Subset(ds, tr_idx))`: the loader is built in another function, so the

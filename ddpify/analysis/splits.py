@@ -49,6 +49,8 @@ SHARED_DRAWS = {
     "pandas.DataFrame.sample",
     *SHUFFLED_FOLDS,
 }
+# Of those, the ones that reorder indices or items (not `np.random.choice`, which also draws synthetic data).
+PERMUTING = {"torch.randperm", "numpy.random.permutation", "numpy.random.shuffle", "random.shuffle", "random.sample"}
 # Keywords that make such a draw use its own generator instead.
 OWN_GENERATOR = {"generator", "random_state"}
 
@@ -78,7 +80,9 @@ def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
         function = tree.function(call)
         if name not in s.RANDOM_SPLIT and name != "sklearn.model_selection.train_test_split" and name not in SHUFFLED_FOLDS:
             rows = name in ("pandas.DataFrame.sample", "sklearn.utils.shuffle")  # a helper reordering the rows it returns (`make_folds(df)`)
-            if runs_per_pass(tree, program, call) or program.in_dataset(function) or not _loader_after(tree, program, call, function, callers=int(rows)):
+            # also a helper called once, returning what the draw splits (`train_e, val_e = split_edges(EDGES)`: helper corpus CU, repro 03)
+            once = name in PERMUTING and function is not None and bool(program.call_sites(function)) and not program.called_repeatedly(function)
+            if runs_per_pass(tree, program, call) or program.in_dataset(function) or not _loader_after(tree, program, call, function, callers=int(rows or once)):
                 continue  # a batch permutation (mixup), augmentation, or a draw that feeds no loader here
         if not _seeded_before(tree, program, call, function, depth=2, library=_library(name)):
             found.append(call)
