@@ -10471,6 +10471,12 @@ def test_samples_picked_from_values_kept_per_sample_of_the_shard_are_refused() -
     assert result.reason.startswith("`sample_loss` keeps a value for each sample of this rank's batches (line "), result.reason
     assert "`torch.utils.data.Subset(...)`" in result.reason and "hangs the ranks in backward()" in result.reason
     assert convert(script(body.replace("PICK", "print(len(hard))"), dataset)).status == "converted"
+    # CS, repro 05: the next pass's WeightedRandomSampler weighted by the table, made at the top of the epoch loop
+    weighted = body.replace("loader = DataLoader(train_set, batch_size=8, shuffle=True)", "loader = DataLoader(full, batch_size=8, sampler=weighting(weights, 64))")
+    weighted = weighted.replace("PICK", "weights = sample_loss + 0.05").replace("sample_loss = torch.zeros(len(full))", "sample_loss = torch.zeros(len(full))\n        weights = torch.ones(64)")
+    result = convert(script(weighted, dataset, imports="from torch.utils.data import WeightedRandomSampler as weighting\n"))
+    assert result.status == "unchanged"
+    assert "`weighting(...)` (line " in result.reason and "weights the samples to train on by it" in result.reason
 
 
 def test_a_helper_that_exports_and_reloads_the_trained_model_waits_for_its_save_and_before_the_removal() -> None:

@@ -2834,17 +2834,28 @@ class Analyzer:
                 if not made or not any(type(c) is cst.Call and self.tree.qname(c.func) in s.TENSOR_FACTORIES for v in made for c in self.tree.walk(v)):
                     continue
                 derived, start = {table}, self.tree.order(loop.loop)
-                later = [n for n in self.program.scope_nodes(function) if self.tree.order(n) > start and not self.tree.inside(n, loop.loop)]
+                outer = self.tree.loops(loop.loop)  # the epoch loop around: what comes before the training loop runs in the next pass
+                later = [
+                    n for n in self.program.scope_nodes(function)
+                    if (self.tree.order(n) > start or any(self.tree.inside(n, o) for o in outer)) and not self.tree.inside(n, loop.loop)
+                ]  # fmt: skip
                 for _ in range(3):  # `hard = (...).nonzero()...`, `idx = hard.tolist()`: what is made from the table
                     derived |= {t for n in later if type(n) is cst.Assign and reads(self.tree, n.value, derived) for a in n.targets for t in self.program.names_in(a.target)}
-                picked = next((c for c in later if type(c) is cst.Call and self.tree.qname(c.func) in SUBSETS and reads(self.tree, c, derived)), None)
+                # also the weights of the next pass's WeightedRandomSampler (`weights = table + 0.05`: helper corpus CS, repro 05)
+                picked = next((c for c in later if type(c) is cst.Call and self.tree.qname(c.func) in SUBSETS | s.WEIGHTED_SAMPLER and reads(self.tree, c, derived)), None)
                 if picked is not None:
+                    weighted = self.tree.qname(picked.func) in s.WEIGHTED_SAMPLER
+                    what = "weights the samples to train on by it" if weighted else "picks the samples to train on from it"
+                    why = (
+                        "would hold only its own shard's values and weight the others' samples by what they started with, so each draws "
+                        "another training set" if weighted else
+                        "would hold only its own shard's values, pick another set of another size, and take another number of steps, "
+                        "which hangs the ranks in backward()"
+                    )  # fmt: skip
                     raise NotConvertible(
                         f"`{table}` keeps a value for each sample of this rank's batches (line {self.tree.line(node)}), and "
-                        f"`{code(picked.func)}(...)` (line {self.tree.line(picked)}) picks the samples to train on from it: each rank "
-                        "would hold only its own shard's values, pick another set of another size, and take another number of steps, "
-                        f"which hangs the ranks in backward(); gather `{table}` over ranks (dist.all_gather of the indices and values) "
-                        "before the pick, then convert"
+                        f"`{code(picked.func)}(...)` (line {self.tree.line(picked)}) {what}: each rank {why}; gather `{table}` over "
+                        "ranks (dist.all_gather of the indices and values) before the pick, then convert"
                     )
 
     def _check_tables_filled_from_the_shard(self, loops: list[TrainLoop]) -> None:
