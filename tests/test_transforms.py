@@ -10907,6 +10907,26 @@ def test_a_meter_summing_from_none_and_a_lazy_count_histogram_are_summed_over_ra
     assert "        dist.all_reduce(hist)\n" in output and "hist / " not in output
 
 
+def test_a_model_put_into_a_context_dict_is_wrapped_before_the_dict() -> None:
+    """Helper corpus CS, repro 06: `ctx = {"model": model, "opt": SGD(model.parameters()), "loaders":
+    {...}}` handed to `train(ctx)`: the wrap went after the dict, which kept the plain model, so
+    the stage trained outside DDP (replicas diverged). A container bound with the model itself in
+    it needs the wrapper: the wrap comes before it."""
+    helpers = """\
+        def train(ctx):
+            model, optimizer = ctx["model"], ctx["opt"]
+            for epoch in range(2):
+                for x, y in ctx["loader"]:
+                    loss = nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+        """
+    body = f"{DEVICE}\n{LOADER}\nmodel = nn.Linear(4, 1).to(device)\nctx = {{'model': model, 'opt': torch.optim.SGD(model.parameters(), lr=0.1), 'loader': loader}}\ntrain(ctx)\n"
+    output = convert(script(body, helpers)).output
+    assert "    model = nn.Linear(4, 1).to(device)\n    model = DDP(model)\n    ctx = {'model': model" in output
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

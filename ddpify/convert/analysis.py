@@ -2514,7 +2514,15 @@ class Analyzer:
         return assigns, moves
 
     def _uses_for_training(self, statement: cst.CSTNode, ref: str, function: cst.FunctionDef | None) -> bool:
-        """A forward, a loop that trains, or a call of a same-file function that trains."""
+        """A forward, a loop that trains, or a call of a same-file function that trains; or a
+        dict, list or tuple bound to a name that holds the model itself (`ctx = {"model": model,
+        "opt": ...}` handed to a stage: helper corpus CS, repro 06): it must hold the wrapper."""
+        if type(statement) is cst.SimpleStatementLine and any(
+            type(small) is cst.Assign and type(small.value) in (cst.Dict, cst.List, cst.Tuple)
+            and any(dotted(e.value) == ref for e in small.value.elements if isinstance(e, (cst.DictElement, cst.Element)))
+            for small in statement.body
+        ):  # fmt: skip
+            return True
         for call in self.tree.calls(statement):
             if dotted(call.func) == ref and not self._trial_forward(call, statement):
                 return True
