@@ -10927,6 +10927,29 @@ def test_a_model_put_into_a_context_dict_is_wrapped_before_the_dict() -> None:
     assert "    model = nn.Linear(4, 1).to(device)\n    model = DDP(model)\n    ctx = {'model': model" in output
 
 
+def test_detrs_model_without_ddp_alias_keeps_the_plain_model_and_its_log_is_rank_zeros() -> None:
+    """Helper corpus BN, script 02 and CV, script 02 (DETR's main.py): `model_without_ddp = model`,
+    the optimizer over `model_without_ddp.named_parameters()`, training through `model`: the wrap
+    went after the training, on `model_without_ddp`. `model` is wrapped before training and the
+    alias stays the plain model, whose state dict DETR saves. Its `with (output_dir /
+    "log.txt").open("a") as f:` wrote on every rank: pathlib's open for writing is rank 0's."""
+    loop = LOOP.replace("for epoch in range(2):\n", "for epoch in range(2):\n") + (
+        "    torch.save({'model': model_without_ddp.state_dict()}, out / 'checkpoint.pth')\n"
+        "    with (out / 'log.txt').open('a') as f:\n        f.write(str(epoch))\n"
+    )
+    model = "model = nn.Linear(4, 1).to(device)\nmodel_without_ddp = model\nout = Path('out')"
+    source = standard(model=model, loop=loop, imports="from pathlib import Path\n").replace(
+        "torch.optim.SGD(model.parameters()", "torch.optim.SGD(model_without_ddp.parameters()"
+    )
+    output = convert(source).output
+    assert "    model_without_ddp = model\n    model = DDP(model)\n" in output
+    assert "torch.save({'model': model_without_ddp.state_dict()}, out / 'checkpoint.pth')" in output
+    assert (
+        "        if rank == 0:\n            torch.save({'model': model_without_ddp.state_dict()}, out / 'checkpoint.pth')\n"
+        "            with (out / 'log.txt').open('a') as f:\n"
+    ) in output
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

@@ -2352,6 +2352,7 @@ class Analyzer:
         before then, so that weight init (`apply`), loaded or frozen weights and moves come first
         (DDP broadcasts rank 0's weights when it wraps; a change after that is per rank)."""
         body = function.body if function is not None else self.tree.module
+        ref = self._trained_through(ref, function, _flatten_main_block(self.tree, body))
         handed = function is not None and "." not in ref and ref in self.program.all_param_names(function)
         found = self._anchor_in(_flatten_main_block(self.tree, body), ref, function, assigned=handed)
         if found is None:
@@ -2369,6 +2370,22 @@ class Analyzer:
         if not found[1]:
             model.moved_by = self._moved_by_receiver(ref, function, found[0])
         return model
+
+    def _trained_through(self, ref: str, function: cst.FunctionDef | None, statements: list[cst.BaseStatement]) -> str:
+        """DETR's `model_without_ddp = model`, whose parameters the optimizer takes, while the
+        training runs `model` (helper corpus BN, script 02: the wrap went after the training, on the
+        name nothing trained through). The name trained through is wrapped; the other stays the
+        plain model, which is what DETR saves and loads through it."""
+        bound = self.program.assignments(function, ref) if "." not in ref else []
+        if len(bound) != 1 or bound[0][1] is not None or type(other := bound[0][0]) is not cst.Name or other.value in (ref, "self"):
+            return ref
+        runs = [
+            c for c in self.program.calls_in(function)
+            if dotted(c.func) == ref or (self.program.callee(c, function) is not None and any(dotted(a.value) == ref for a in c.args))
+        ]  # fmt: skip
+        if runs:
+            return ref  # its forward runs, or a same-file function is handed it: it is trained through
+        return other.value if any(self._uses_for_training(st, other.value, function) for st in statements) else ref
 
     def _moved_by_receiver(self, ref: str, function: cst.FunctionDef | None, anchor: cst.BaseStatement) -> tuple[str | None, str] | None:
         """`Trainer(model, ..., device)` whose `__init__` does `self.model = model.to(device)`:

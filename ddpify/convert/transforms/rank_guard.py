@@ -341,7 +341,7 @@ class RankZeroGuards(Transform):
                 kinds.append(kind)
             return kinds
         if isinstance(statement, cst.With):
-            if not all(self.tree.opens_for_writing(item.item) for item in statement.items):
+            if not all(self.tree.opens_for_writing(item.item) or self._opens_a_path_for_writing(item.item, function) for item in statement.items):
                 return []
             # `with open(path, "w") as f:` writes the file whatever else its body does (csv.writer(f))
             return [] if self.facts.syncs(statement.body, function) else ["file write"]
@@ -363,6 +363,12 @@ class RankZeroGuards(Transform):
         if not body or "!" in kinds:
             return []
         return kinds + body
+
+    def _opens_a_path_for_writing(self, item: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """`(output_dir / "log.txt").open("a")`: pathlib's open for writing (DETR's main.py: helper corpus CV, script 02)."""
+        found = s.method_call(item) if type(item) is cst.Call else None
+        out = self.facts.outputs.of(item, function) if found is not None and found[1] == "open" else None  # type: ignore[arg-type]
+        return out is not None and out.kind == FILE_WRITE
 
     def _run_for_each(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
         """What a statement that only runs through an iterator runs for each item: the element of
