@@ -522,6 +522,11 @@ def test_torch_batch_sampler_batches_a_distributed_sampler(inner: str, shuffle: 
     assert f"batch_sampler=torch.utils.data.BatchSampler(DistributedSampler(data, shuffle={shuffle}), 8, False))" in output
     assert "        loader.batch_sampler.sampler.set_epoch(epoch)\n" in output
     assert "drop_last=True" not in output and "loader.sampler" not in output.replace("batch_sampler.sampler", "")
+    # DETR's main.py (helper corpus CV, repro 03; BN, repro 04): the sampler bound to a name first
+    named = DATA + f"sampler_train = torch.utils.data.{inner}(data)\nbatches = torch.utils.data.BatchSampler(sampler_train, 8, drop_last=True)\nloader = DataLoader(data, batch_sampler=batches)"
+    output = convert(standard(loader=named)).output
+    assert f"    sampler_train = DistributedSampler(data, shuffle={shuffle})\n" in output
+    assert "        loader.batch_sampler.sampler.set_epoch(epoch)\n" in output
 
 
 def test_iterable_dataset_is_refused() -> None:

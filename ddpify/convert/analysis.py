@@ -3104,6 +3104,8 @@ class Analyzer:
             advice = "give each rank its own batches in it, or use a sampler"
             if self.tree.is_call_to(inner, s.BATCH_SAMPLER) and inner.args:  # type: ignore[union-attr]
                 sampler = inner.args[0].value  # type: ignore[union-attr]
+                if type(sampler) is cst.Name and type(bound := self.program.bound_once(origin.function, sampler.value)) is cst.Call:
+                    sampler = bound  # DETR's `sampler_train = RandomSampler(dataset_train)`, then `BatchSampler(sampler_train, ...)` (helper corpus CV, repro 03)
                 if self._shardable_inner(sampler):
                     return LoaderPlan(call, origin.function, "shard", sampler, batched=True)  # type: ignore[arg-type]
                 advice = (
