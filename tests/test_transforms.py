@@ -7602,6 +7602,15 @@ def test_training_data_split_in_a_tuple_assignment_is_followed_to_its_draws() ->
         pytest.param("folds = ShuffleSplit(n_splits=2, test_size=0.25)", "folds = ShuffleSplit(n_splits=2, test_size=0.25, random_state=0)", id="shuffle-split"),
         pytest.param("folds = KFold(n_splits=2)", "folds = KFold(n_splits=2)\n", id="kfold-in-order"),
         pytest.param("np.random.seed(1)\nfolds = KFold(n_splits=2, shuffle=True)", "folds = KFold(n_splits=2, shuffle=True)\n", id="seeded-before"),
+        # helper corpus CT, repro 04: a chronological split draws nothing (sklearn ignores random_state there)
+        pytest.param(
+            "folds = KFold(n_splits=2)\nfirst, rest = train_test_split(np.arange(64), test_size=0.25, shuffle=False)",
+            "first, rest = train_test_split(np.arange(64), test_size=0.25, shuffle=False)\n", id="train-test-split-in-order",
+        ),
+        pytest.param(
+            "folds = KFold(n_splits=2)\nfirst, rest = train_test_split(np.arange(64), test_size=0.25)",
+            "first, rest = train_test_split(np.arange(64), test_size=0.25, random_state=0)\n", id="train-test-split-shuffled",
+        ),
     ],
 )  # fmt: skip
 def test_cross_validation_folds_drawn_from_numpys_global_generator_are_drawn_alike(split: str, expected: str) -> None:
@@ -7614,7 +7623,7 @@ def test_cross_validation_folds_drawn_from_numpys_global_generator_are_drawn_ali
         "train_ids, val_ids = next(iter(folds.split(np.arange(64))))\n"
         "loader = DataLoader(Subset(data, train_ids), batch_size=8, shuffle=True)"
     )
-    imports = "import numpy as np\nfrom sklearn.model_selection import KFold, ShuffleSplit, StratifiedKFold\nfrom torch.utils.data import Subset\n"
+    imports = "import numpy as np\nfrom sklearn.model_selection import KFold, ShuffleSplit, StratifiedKFold, train_test_split\nfrom torch.utils.data import Subset\n"
     output = convert(standard(loader=loader, imports=imports)).output
     assert expected in output, output
 

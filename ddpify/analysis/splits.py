@@ -77,6 +77,8 @@ def unseeded_draws(tree: Tree, program: Program) -> list[cst.Call]:
             continue
         if name in SHUFFLED_ONLY_IF_ASKED and ((shuffle := s.arg(call, 1, "shuffle")) is None or s.code(shuffle.value) == "False"):
             continue  # `KFold(5)`: folds in order, the same on every rank
+        if name == "sklearn.model_selection.train_test_split" and (kept := s.arg(call, None, "shuffle")) is not None and s.code(kept.value) == "False":
+            continue  # a chronological split (`shuffle=False`): no draw (helper corpus CT, repro 04)
         function = tree.function(call)
         if name not in s.RANDOM_SPLIT and name != "sklearn.model_selection.train_test_split" and name not in SHUFFLED_FOLDS:
             rows = name in ("pandas.DataFrame.sample", "sklearn.utils.shuffle")  # a helper reordering the rows it returns (`make_folds(df)`)
