@@ -10964,6 +10964,31 @@ def test_detrs_model_without_ddp_alias_keeps_the_plain_model_and_its_log_is_rank
     ) in output
 
 
+@pytest.mark.parametrize(("called", "warned"), [("before", False), ("loop", True)])
+def test_a_buffer_set_by_a_method_only_before_the_wrap_is_not_warned_about(called: str, warned: bool) -> None:
+    """Helper corpus CT, repro 05 (and CQ, D6): `model.set_scaler(mu, sigma)` filling registered
+    buffers in place once, before the wrap, was warned about as "this rank's data" that DDP's
+    buffer broadcast would lose; DDP broadcasts rank 0's buffers when it wraps, so nothing is lost.
+    A call in the training loop is still warned about."""
+    helpers = """\
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 1)
+                self.register_buffer("mu", torch.zeros(1))
+
+            def set_scaler(self, mu):
+                self.mu.fill_(mu)
+
+            def forward(self, x):
+                return self.fc(x - self.mu)
+        """
+    model = "model = Net().to(device)\n" + ("model.set_scaler(0.5)\n" if called == "before" else "")
+    loop = LOOP if called == "before" else LOOP.replace("        optimizer.step()\n", "        optimizer.step()\n        model.set_scaler(x.mean().item())\n")
+    result = convert(standard(model=model, loop=loop, helpers=helpers))
+    assert any("changes a buffer of `Net` in place" in w for w in warnings(result)) is warned
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

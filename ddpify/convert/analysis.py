@@ -1461,7 +1461,7 @@ class Analyzer:
         methods = self.program.class_methods(cls)
         buffers = self._registered_buffers(cls)
         for name, method in methods.items():
-            if name == "__init__":
+            if name == "__init__" or self._called_only_before_the_wrap(model, name, methods):
                 continue
             for node in self.program.scope_nodes(method):
                 if type(node) is cst.Call and (changed := self._buffer_changed_in_place(node, buffers)) is not None:
@@ -1490,6 +1490,19 @@ class Analyzer:
                             "gather it from every rank first (all_gather) and write the same on each"
                         )))
                         return
+
+    def _called_only_before_the_wrap(self, model: TrainedModel, name: str, methods: dict[str, cst.FunctionDef]) -> bool:
+        """`model.set_scaler(mu, sigma)` once before the wrap, and not from the forward (helper
+        corpus CT, repro 05; CQ, D6): DDP broadcasts rank 0's buffers when it wraps, so what the
+        method wrote is the same on every rank from then on."""
+        forward = methods.get("forward")
+        if forward is None or model.anchor is None or any(dotted(c.func) == f"self.{name}" for m in methods.values() for c in self.program.calls_in(m)):
+            return False
+        sites = [c for f in [None, *self.program.all_functions] for c in self.program.calls_in(f) if type(c.func) is cst.Attribute and c.func.attr.value == name]
+        return bool(sites) and all(
+            self.tree.function(c) is model.function and dotted(c.func.value) == model.ref and (self.tree.order(c) < self.tree.order(model.anchor) or self.tree.inside(c, model.anchor))
+            and not self.tree.loops(c) for c in sites
+        )  # fmt: skip
 
     def _buffer_changed_in_place(self, call: cst.Call, buffers: set[str]) -> str | None:
         """`self.running.mul_(0.9).add_(v)` (or `self.running.data.copy_(v)`) with `v` read from
