@@ -4984,6 +4984,31 @@ def test_a_comprehension_over_the_loader_is_refused_for_what_it_is() -> None:
     assert result.status == "unchanged" and result.reason.startswith("the training loop is a comprehension over `loader` (line ")
 
 
+def test_per_step_values_of_a_loss_kept_in_an_attribute_are_gathered() -> None:
+    """Helper corpus CV, repro 07 (a fastai-style Learner): `self.loss = cross_entropy(...)` in the
+    step, then `losses.append(self.loss.item())` and the epoch's mean printed: not gathered, so
+    rank 0 printed its own shard's mean, while the same with a local `loss` was. An attribute
+    bound earlier in the step is followed like a name."""
+    helpers = """\
+        class Learner:
+            def __init__(self, model, loader, optimizer):
+                self.model, self.loader, self.optimizer = model, loader, optimizer
+
+            def fit(self, epochs):
+                for epoch in range(epochs):
+                    losses = []
+                    for x, y in self.loader:
+                        self.loss = nn.functional.mse_loss(self.model(x), y)
+                        self.optimizer.zero_grad()
+                        self.loss.backward()
+                        self.optimizer.step()
+                        losses.append(self.loss.item())
+                    print(sum(losses) / len(losses))
+        """
+    output = convert(script(f"{TRAINED}Learner(model, loader, optimizer).fit(2)\n", helpers)).output
+    assert "            dist.all_gather_object(gathered, losses)\n" in output
+
+
 def test_per_step_values_a_same_file_step_returns_are_gathered() -> None:
     """Helper corpus K: `losses.append(train_step(batch))`, where `train_step` returns
     `loss.item()`, was only warned about; it is a number like `loss.item()` itself."""

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from ddpify.program import Program
-from ddpify.syntax import Tree
+from ddpify.syntax import Tree, dotted
 
 
 def drawn_names(tree: Tree, program: Program, loop: cst.For | cst.While) -> set[str]:
@@ -88,6 +88,13 @@ def _from_batch(tree, program, loop, function, value, drawn, depth, also=None) -
         return True
     at = tree.order(value)
     for node in tree.walk(value):
+        held = dotted(node) if type(node) is cst.Attribute else None
+        if held is not None and held.startswith("self.") and held.count(".") == 1:
+            # `self.loss = criterion(self.model(xb), yb)` earlier in the step, then `losses.append(self.loss.item())` (helper corpus CV, repro 07)
+            earlier = [v for v, _ in program.assignments(function, held) if tree.inside(v, loop.body) and tree.order(v) < at]
+            if earlier and (depth == 0 or _from_batch(tree, program, loop, function, max(earlier, key=tree.order), drawn, depth - 1, also)):
+                return True
+            continue
         if not isinstance(node, cst.Name):
             continue
         if node.value in drawn:
