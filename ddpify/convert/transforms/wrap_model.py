@@ -720,13 +720,16 @@ class WrapModel(Transform):
                 ))
                 self.change(call, f"`{held}` takes rank 0's {'buffers' if tensors == 'buffers' else 'tensors'} after each pass: the running statistics it averages differ per rank")
                 break
-            for copied in self._copies_run_in(loop):  # `teacher = copy.deepcopy(student)`, run on each batch (Mean Teacher)
+            run = self._copies_run_in(loop)  # `teacher = copy.deepcopy(student)`, run on each batch (Mean Teacher)
+            for copied in run + [c for c in self._copies_moved_by_helpers(loop) if c not in run]:
                 buffer = next(n for n in ("buffer", "copy_buffer", "ema_buffer") if not self.program.binds(loop.function, n))
+                why = "its forwards on each rank's batches moved its BatchNorm statistics" if copied in run else "each rank's BatchNorm statistics went into the copy"
                 self.plan.insert_after(loop.loop, statements(
-                    f"for {buffer} in {copied}.buffers():  # its forwards on each rank's batches moved its BatchNorm statistics: rank 0's, on every rank\n"
+                    f"for {buffer} in {copied}.buffers():  # {why}: rank 0's, on every rank\n"
                     f"    dist.broadcast({buffer}, 0)\n"
                 ))
-                self.change(loop.loop, f"`{copied}`, a copy of the model run on this rank's batches, takes rank 0's buffers after each pass")
+                how = "run on this rank's batches" if copied in run else "moved toward this rank's model by a helper"
+                self.change(loop.loop, f"`{copied}`, a copy of the model {how}, takes rank 0's buffers after each pass")
 
     def _copies_run_in(self, loop) -> list[str]:
         """Names bound to a copy of a trained model (`teacher = copy.deepcopy(student)`) that the
@@ -745,6 +748,28 @@ class WrapModel(Transform):
                 found.append(name)
             elif values and name not in self.facts.model_refs.get(loop.function, set()) and self._loaded_from_a_model(name, loop):
                 found.append(name)  # `teacher = make_net()`, then `teacher.load_state_dict(student.state_dict())`
+        return found
+
+    def _copies_moved_by_helpers(self, loop) -> list[str]:
+        """`update_ema(ema_model, model)` in the training loop, a same-file function handed a deep
+        copy of the model beside it (DiT's and ADM's EMA over `state_dict()` items, BatchNorm
+        statistics included: helper corpus CV, repro 04): each rank folded its own statistics into
+        the copy. Its buffers take rank 0's after each pass, as a copy run on the batches does."""
+        found = []
+        for call in self.tree.calls(loop.loop.body):
+            target = self.program.callee(call, loop.function)
+            if target is None or target[0] in self.program.training_functions or not any(self.facts.is_model(a.value, loop.function) for a in call.args):
+                continue
+            for a in call.args:
+                name = a.value.value if type(a.value) is cst.Name else None
+                if name is None or name in found or self.facts.is_model(a.value, loop.function):
+                    continue
+                made = [o.node for o in self.program.origins(a.value, loop.function)]
+                if made and all(
+                    self.tree.is_call_to(v, {"copy.deepcopy"}) and v.args and self._with_buffers(dotted(unchained(v.args[0].value)), self.tree.function(v))  # type: ignore[union-attr]
+                    for v in made
+                ):
+                    found.append(name)
         return found
 
     def _loaded_from_a_model(self, name: str, loop) -> bool:
