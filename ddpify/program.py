@@ -440,14 +440,15 @@ class Program:
 
     def _stores_handed(self, function: cst.FunctionDef, table: str | None) -> bool:
         """Whether `function`, or a function nested in it, stores its first parameter into
-        `table[...]` (None: into a dict the object keeps, `self._fns[name] = fn`)."""
+        `table[...]` (None: into a dict the object keeps, `self._fns[name] = fn`, or is, `self[name]
+        = fn` in a subclass of dict: helper corpus CS, repro 09)."""
         for inner in [function, *self.nested_functions(function)]:
             params = [p for p in self.param_names(inner) if p != "self"]
             if params and any(
                 type(value) is cst.Name and value.value == params[0]
                 for node in self.scope_nodes(inner) if type(node) is cst.Assign and len(node.targets) == 1
                 and type(node.targets[0].target) is cst.Subscript
-                and ((stored := dotted(node.targets[0].target.value) or "") == table or (table is None and stored.startswith("self.")))
+                and ((stored := dotted(node.targets[0].target.value) or "") == table or (table is None and (stored == "self" or stored.startswith("self."))))
                 for value in [node.value]
             ):
                 return True

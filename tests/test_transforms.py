@@ -11228,3 +11228,9 @@ def test_stages_registered_by_a_method_of_a_registry_object_are_known_to_train()
     result = convert(script(body, helpers))
     assert result.status == "converted", result.reason
     assert "    model = DDP(model)\n    for name in" in result.output and "sampler=DistributedSampler(train_dataset, shuffle=True)" in result.output
+    # CS, repro 09: a registry that subclasses dict, `self[name] = fn`
+    dict_registry = helpers.replace("class Registry:", "class Registry(dict):").replace("self._fns[name] = fn", "self[name] = fn")
+    dict_registry = dict_registry.replace("            def __getitem__(self, name):\n                return self._fns[name]\n", "")
+    result = convert(script(body, dict_registry))
+    assert result.status == "converted", result.reason
+    assert "    model = DDP(model)\n    for name in" in result.output
