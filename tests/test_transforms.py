@@ -11034,6 +11034,32 @@ def test_a_copy_an_ema_helper_moves_toward_the_model_takes_rank_zeros_buffers() 
     assert "        for buffer in ema_model.buffers():  # each rank's BatchNorm statistics went into the copy: rank 0's, on every rank\n" in output
 
 
+def test_an_early_stopper_saving_into_a_folder_named_by_its_pid_runs_on_every_rank() -> None:
+    """Helper corpus CS, repro 08 (and script 04): `folder = os.path.join(tempfile.gettempdir(),
+    f"stop_{os.getpid()}")` in the stopper's class body: it ran on rank 0 and broadcast its path, so
+    every rank loaded rank 0's file (on another node, a folder that is not there) and rank 1's own
+    folder was left behind. A path named by the process id is the process's own, as mkdtemp's is:
+    every rank runs the stopper, saves, reads back and removes its own."""
+    helpers = """\
+        class Stopper:
+            folder = os.path.join(tempfile.gettempdir(), f"stop_{os.getpid()}")
+
+            def __init__(self):
+                os.makedirs(self.folder, exist_ok=True)
+                self.path = os.path.join(self.folder, "best.pt")
+                self.best = float("inf")
+
+            def __call__(self, val, model):
+                if val < self.best:
+                    self.best = val
+                    torch.save(model.state_dict(), self.path)
+        """
+    loop = "stop = Stopper()\n" + LOOP + "    stop(loss.item(), model)\nmodel.load_state_dict(torch.load(stop.path))\nos.remove(stop.path)\n"
+    output = convert(standard(loop=loop, helpers=helpers, imports="import os\nimport tempfile\n")).output
+    assert "        stop(rank_mean(loss.item()), model.module)\n" in output and "broadcast_object_list" not in output
+    assert "dist.barrier()" not in output and "\n    os.remove(stop.path)\n" in output
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

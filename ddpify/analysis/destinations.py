@@ -23,6 +23,8 @@ def private_to_process(tree: Tree, program: Program, expr: cst.BaseExpression, f
     there by every rank is no duplicate, and a rank reads back only what it wrote itself."""
 
     def private(node: cst.CSTNode) -> bool:
+        if type(node) is cst.Call:
+            return tree.qname(node.func) == "os.getpid"  # `f"stop_{os.getpid()}"`: named for this process (helper corpus CS, repro 08)
         if type(node) is not cst.Name and type(node) is not cst.Attribute:
             return False
         name = tree.qname(node)
@@ -57,7 +59,11 @@ def _derives(tree: Tree, program: Program, expr: cst.BaseExpression, function: c
         return False
     for node in tree.walk(expr):
         if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":
-            pass  # `self.path`: what the class's methods bind to it (`self.path = path` in `__init__`)
+            # `self.path`: what the class's methods bind to it (`self.path = path` in `__init__`), below; or its class
+            # body (`folder = os.path.join(tempfile.gettempdir(), f"stop_{os.getpid()}")`: helper corpus CS, repro 08)
+            cls = program.owner_class(function) if function is not None else None
+            if cls is not None and any(_derives(tree, program, value, None, test, depth - 1) for value in _class_defaults(cls, node.attr.value)):
+                return True
         elif type(node) is cst.Attribute and isinstance(node.value, (cst.Name, cst.Attribute)) and (cls := program.instance_of(node.value, function)) is not None:
             # `stopper.path` of a same-file class's object: what its methods bind to `self.path` (helper
             # corpus CO, repro 01); `self.cfg.workdir`, of the object `__init__` keeps (CP, script 04)
