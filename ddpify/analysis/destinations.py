@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from ddpify.program import Program
 from ddpify import syntax as s
+from ddpify.program import Program
 from ddpify.syntax import Tree, dotted, string_value
 
 IN_MEMORY = {"io.BytesIO", "io.StringIO"}
@@ -73,6 +73,8 @@ def _derives(tree: Tree, program: Program, expr: cst.BaseExpression, function: c
             if any(_derives(tree, program, value, None, test, depth - 1) for value in _class_defaults(cls, node.attr.value)):
                 return True  # a dataclass field, `workdir: str = field(default_factory=tempfile.mkdtemp)` (helper corpus CP, repro 01)
             continue
+        elif type(node) is cst.Attribute and (dotted(node) or "").startswith("self."):
+            pass  # `self.a.b` of no known class: where the name itself is bound, as before
         elif type(node) is cst.Call:
             pass  # `self.ckpt_path("best")`: what the same-file function returns (helper corpus CP, script 04)
         elif type(node) is cst.Name:

@@ -1560,7 +1560,7 @@ def _running_statistic(program: Program, update: cst.FunctionDef) -> cst.CSTNode
     return None
 
 
-def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[str], fed: list[cst.Call] = ()) -> set[str]:  # type: ignore[assignment]
+def _meter_counts(program: Program, update: cst.FunctionDef, attributes: list[str], fed: Sequence[cst.Call] = ()) -> set[str]:
     """The totals update() counts with whole numbers: `self.count += n` (n defaults to an int, or
     every `fed` call hands it a size, `meter.update(loss, len(y))`) or `+= 1`; `self.sum += val *
     n` is a float even when it starts from 0."""

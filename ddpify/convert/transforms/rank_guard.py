@@ -265,7 +265,7 @@ class RankZeroGuards(Transform):
     def _guard(self, statement: cst.BaseStatement, function: cst.FunctionDef | None, kinds: list[str]) -> None:
         condition, who = self.is_main_process(function, statement), "rank 0"
         # each node's own temp folder: its first rank writes there, and binds what only those writes read (helper corpus BM, script 01)
-        if all(self._writes_node_local(s, function) for s in self._read_only_by.get(statement, [statement])):
+        if all(self._writes_node_local(writer, function) for writer in self._read_only_by.get(statement, [statement])):
             condition, who = f"{self.facts.local_rank_expr(function, statement)} == 0", "each node's first rank (its own temp folder)"
         what = " and ".join(dict.fromkeys(kinds))
         if isinstance(statement, cst.If) and statement.orelse is None:
