@@ -11060,6 +11060,34 @@ def test_an_early_stopper_saving_into_a_folder_named_by_its_pid_runs_on_every_ra
     assert "dist.barrier()" not in output and "\n    os.remove(stop.path)\n" in output
 
 
+@pytest.mark.parametrize(("loss", "flagged"), [
+    ("loss = nn.functional.mse_loss(a + b, y)", False),
+    ("loss = nn.functional.mse_loss(a, y)\n        aux = b.mean().item()", True),
+    ("loss = nn.functional.mse_loss(a, y)\n        if epoch > 0:\n            loss = loss + b.mean()", True),
+])
+def test_a_tuple_output_the_loss_reads_whole_needs_no_unused_flag(loss: str, flagged: bool) -> None:
+    """Helper corpus CU, script 07 (a two-tower model; also BA repro 05, BU repro 05, CL repro 06,
+    CQ repro 04, gan_acgan's discriminator): `return self.user_tower(u), self.item_tower(i)` and
+    `qu, ki = model(u, i)` with a loss reading both got `find_unused_parameters=True`, which
+    torch warns about at every run and pays for with a graph walk each step. It is left out when
+    every forward with gradients unpacks the outputs into names the loss all reads outside a
+    branch; an output read for a log line, or only in some steps, keeps it."""
+    helpers = """\
+        class TwoHeads(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(4, 1)
+                self.b = nn.Linear(4, 1)
+
+            def forward(self, x):
+                return self.a(x), self.b(x)
+        """
+    loop = LOOP.replace("        loss = nn.functional.mse_loss(model(x), y)\n", f"        a, b = model(x)\n        {loss}\n")
+    output = convert(standard(model="model = TwoHeads().to(device)", loop=loop, helpers=helpers)).output
+    assert ("model = DDP(model, find_unused_parameters=True)" in output) is flagged
+    assert ("model = DDP(model)\n" in output) is not flagged
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

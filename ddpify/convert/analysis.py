@@ -1526,6 +1526,8 @@ class Analyzer:
         DDP's extra graph walk each step is not needed)."""
         forward = self.program.class_methods(cls).get("forward")
         returned = [node.value for node in self.program.scope_nodes(forward) if type(node) is cst.Return] if forward is not None else []
+        if returned and all(type(value) is cst.Tuple for value in returned):
+            return self._unpacks_every_output(model, returned)  # type: ignore[arg-type]
         if not returned or not all(type(value) is cst.Dict for value in returned):
             return False
         keys = {string_value(el.key) for value in returned for el in value.elements if isinstance(el, cst.DictElement)}  # type: ignore[union-attr]
@@ -1550,6 +1552,37 @@ class Analyzer:
             }
             if not keys <= read:
                 return False
+        return bool(forwards)
+
+    def _unpacks_every_output(self, model: TrainedModel, returned: list[cst.Tuple]) -> bool:
+        """`return self.user_tower(u), self.item_tower(i)`, and every forward with gradients,
+        through any name the model is handed to (`qu, ki = self.model(u, i)` in a Trainer), unpacked
+        into as many names, each of which the loss reads outside a branch (a two-tower model's
+        `qu @ ki.t()`: helper corpus CU, script 07, and CL 06): no output is left out of the loss."""
+        sizes = {len(value.elements) for value in returned}
+        if len(sizes) != 1 or any(type(e) is cst.StarredElement for value in returned for e in value.elements):
+            return False
+        refs = self.program.propagate([(model.ref, model.function)])
+        forwards = [
+            call for function, names in refs.items() for call in self.program.calls_in(function)
+            if dotted(call.func) in names and not self.tree.grad_disabled(call)
+        ]
+        for call in forwards:
+            assign = self.tree.parent(call)
+            target = assign.targets[0].target if type(assign) is cst.Assign and len(assign.targets) == 1 else None
+            if type(target) not in (cst.Tuple, cst.List) or len(target.elements) not in sizes:  # type: ignore[union-attr]
+                return False
+            function = self.tree.function(call)
+            sources = self._backward_sources(function)
+            for element in target.elements:  # type: ignore[union-attr]
+                if type(element.value) is not cst.Name:
+                    return False
+                if not any(
+                    type(node) is cst.Name and node.value == element.value.value and node is not element.value and self.tree.order(node) > self.tree.order(call)
+                    and any(id(n) in sources for n in (node, *self.tree.ancestors(node))) and not self._in_a_branch(node, call)
+                    for node in self.program.scope_nodes(function)
+                ):
+                    return False
         return bool(forwards)
 
     def _in_a_branch(self, node: cst.CSTNode, forward: cst.Call) -> bool:
