@@ -11088,6 +11088,40 @@ def test_a_tuple_output_the_loss_reads_whole_needs_no_unused_flag(loss: str, fla
     assert ("model = DDP(model)\n" in output) is not flagged
 
 
+def test_callbacks_called_by_the_name_of_the_event_reach_the_learners_model_through_module() -> None:
+    """Helper corpus CV, repro 05 and script 10 (fastai's layout): `self("before_fit")` in the
+    Learner runs `getattr(cb, name)(self)` for each callback, whose `before_fit(self, learn)` made
+    `copy.deepcopy(learn.model)` (a copy of the DDP wrapper) and whose saver wrote
+    `learn.model.state_dict()` with `module.` keys, which the plain model could not load. A
+    parameter handed through such a call is of the caller's class, as through `cb.method(self)`."""
+    helpers = """\
+        class Saver:
+            def after_fit(self, learn):
+                torch.save(learn.model.state_dict(), "last.pt")
+
+
+        class Learner:
+            def __init__(self, model, loader, cbs):
+                self.model, self.loader, self.cbs = model, loader, cbs
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def __call__(self, name):
+                for cb in self.cbs:
+                    getattr(cb, name)(self)
+
+            def fit(self, epochs):
+                for epoch in range(epochs):
+                    for x, y in self.loader:
+                        loss = nn.functional.mse_loss(self.model(x), y)
+                        self.opt.zero_grad()
+                        loss.backward()
+                        self.opt.step()
+                self("after_fit")
+        """
+    output = convert(script(f"{DEVICE}\n{LOADER}\nLearner(nn.Linear(4, 1).to(device), loader, [Saver()]).fit(2)\n", helpers)).output
+    assert 'torch.save(learn.model.module.state_dict(), "last.pt")' in output
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

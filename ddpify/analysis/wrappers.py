@@ -91,7 +91,9 @@ def _handed_by_name(program: Program, param: str, function: cst.FunctionDef | No
     found: set[cst.ClassDef | None] = set()
     for caller in [None, *program.all_functions]:
         for call in program.calls_in(caller):
-            if type(call.func) is not cst.Attribute or call.func.attr.value != function.name.value or program.callee(call, caller) is not None:
+            # also `getattr(cb, name)(self)`: fastai's callbacks called by the name of the event (helper corpus CV, repro 05)
+            by_event = type(call.func) is cst.Call and program.tree.is_builtin_call(call.func, "getattr") and len(call.func.args) == 2
+            if not by_event and (type(call.func) is not cst.Attribute or call.func.attr.value != function.name.value or program.callee(call, caller) is not None):
                 continue
             positional = [a for a in call.args if a.keyword is None and not a.star]
             found.add(program.instance_of(positional[index].value, caller) if 0 <= index < len(positional) else None)
