@@ -11122,6 +11122,31 @@ def test_callbacks_called_by_the_name_of_the_event_reach_the_learners_model_thro
     assert 'torch.save(learn.model.module.state_dict(), "last.pt")' in output
 
 
+def test_a_snapshot_one_helper_exports_and_another_reads_back_is_waited_for_before_its_removal() -> None:
+    """Helper corpus CS, script 08: `export_snapshot(model, path)` (`torch.jit.script(...).save`,
+    rank 0's) each epoch, `m = load_snapshot(best, device)` (`torch.jit.load`) on every rank after
+    training, then rank 0's `shutil.rmtree(OUT)`: no barrier came before the removal, and a slowed
+    rank 1 found the folder gone. A removal after a read on every rank waits for the readers; a
+    file the read does not name (a history rank 0 wrote) does not."""
+    helpers = """\
+        def export_snapshot(model, path):
+            model.eval()
+            scripted = torch.jit.script(model)
+            scripted.save(path)
+            model.train()
+
+
+        def load_snapshot(path):
+            return torch.jit.load(path)
+        """
+    loop = LOOP + (
+        "    export_snapshot(model, f'out/e{epoch}.pt')\n    rows.append({'loss': loss.item(), 'snapshot': f'out/e{epoch}.pt'})\n"
+        "best = min(rows, key=lambda r: r['loss'])\nm = load_snapshot(best['snapshot'])\nshutil.rmtree('out')\n"
+    )
+    output = convert(standard(loop="rows = []\n" + loop, helpers=helpers, imports="import shutil\n")).output
+    assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('out')\n" in output
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

@@ -143,13 +143,21 @@ class Checkpoints(Transform):
         events.sort(key=lambda e: e[0])
         saved: cst.Call | None = None
         read: cst.BaseStatement | None = None
+        read_from: set[str] | None = None  # what a read with no save before it names, when it names a path
         for _, kind, call in events:
             if kind == "save":
                 saved, read = call, None
             elif kind == "read" and saved is not None:
                 read = self._wait(saved, call, "rank 0 saved the files read here: wait until they are complete", f"which reads back what rank 0 saved at line {self.tree.line(saved)}")
-                saved = None
+                saved, read_from = None, None
+            elif kind == "read" and not any(e[1] == "save" for e in events):
+                # what a helper exported (`scripted.save(path)`) read back by another (helper corpus CS, script 08): removed after it
+                path = s.arg(call, 0, "f") if self.tree.is_call_to(call, READS_BACK) else None
+                read, read_from = call, (self._path_parts(path.value, function) if path is not None else None)
             elif kind == "remove" and read is not None:
+                removed = self._removed(call, function)
+                if read_from is not None and removed is not None and not read_from & self._path_parts(removed, function):
+                    continue  # another file (a history rank 0 wrote), not what was read
                 self._wait(read, call, "every rank read from here above: wait for them before rank 0 removes it", "as rank 0 removes what every rank read above")
                 read = None
 
