@@ -142,7 +142,7 @@ class Checkpoints(Transform):
         events = [e for e in events if e[1] != "save" or e[0] >= min(starts)]
         events.sort(key=lambda e: e[0])
         saved: cst.Call | None = None
-        read: cst.BaseStatement | None = None
+        read: cst.CSTNode | None = None  # the statement of a read waited for, or a read with no save before it
         read_from: set[str] | None = None  # what a read with no save before it names, when it names a path
         for _, kind, call in events:
             if kind == "save":
