@@ -11147,6 +11147,18 @@ def test_a_snapshot_one_helper_exports_and_another_reads_back_is_waited_for_befo
     assert "    dist.barrier()  # every rank read from here above: wait for them before rank 0 removes it\n    if rank == 0:\n        shutil.rmtree('out')\n" in output
 
 
+@pytest.mark.parametrize(("dataset", "said"), [("[graph]", True), ("[graph, graph]", False)])
+def test_a_training_loader_over_a_dataset_of_one_item_is_warned_about(dataset: str, said: bool) -> None:
+    """Helper corpus CU, repro 04: full-graph training served as `DataLoader([graph],
+    batch_size=None)`: the DistributedSampler pads each rank's shard with the one graph, so every
+    rank trained on all of it and two GPUs did one GPU's work, while the report said each rank gets
+    its share (verify saw disjoint indices). Said, with what to split instead."""
+    loader = f"graph = (torch.randn(8, 4), torch.randn(8, 1))\nloader = DataLoader({dataset}, batch_size=None)"
+    result = convert(standard(loader=loader))
+    assert result.status == "converted"
+    assert any(w.startswith(f"`{dataset}` is a dataset of one item") for w in warnings(result)) is said
+
+
 def test_a_binding_only_node_local_writes_read_joins_their_guard() -> None:
     """Helper corpus BM, script 01: `stats = {...}` read only by the writes right after it, into
     `os.path.join(tempfile.gettempdir(), ...)` through a same-file helper: the binding joined a

@@ -74,6 +74,7 @@ class Sampler(Transform):
                 ))
             else:
                 self._shard(plan)
+                self._one_item(plan)
         for draw in unseeded_draws(self.tree, self.program):
             self._same_draw_on_every_rank(draw)
         self._whole_loaders_shuffled_alike()
@@ -124,6 +125,20 @@ class Sampler(Transform):
                 "before the loop (torch.Generator().manual_seed(0), np.random.default_rng(0))"
             ))
             return
+
+    def _one_item(self, plan: LoaderPlan) -> None:
+        """`DataLoader([graph], batch_size=None)`, full-graph training served as a dataset of one
+        item (a PyG habit: helper corpus CU, repro 04): the DistributedSampler pads each rank's
+        shard with that item, so every rank trains on the whole graph and the ranks do one GPU's
+        work; the report said each rank gets its share. Said: the split is the script's to make."""
+        dataset = s.arg(plan.call, 0, "dataset") if plan.call is not None else None
+        if dataset is None or type(dataset.value) not in (cst.List, cst.Tuple) or len(dataset.value.elements) != 1:  # type: ignore[attr-defined]
+            return
+        self.warn(plan.call, (
+            f"`{code(dataset.value)}` is a dataset of one item: the DistributedSampler pads every rank's shard with it, so each rank "
+            "trains on the same item and the ranks do the work of one; split what the item holds by rank (a graph's training "
+            "nodes or edges), or train it on one GPU"
+        ))
 
     def _training_set_drawn_per_pass(self) -> None:
         """Active learning (helper corpus CO, repro 03): `random.shuffle(unlabeled)` each cycle,
