@@ -2945,15 +2945,8 @@ class Analyzer:
                 if type(n) is cst.Subscript and type(n.value) is cst.Name and len(n.slice) == 1 and type(n.slice[0].slice) is cst.Index
                 and reads(self.tree, n.slice[0].slice.value, drawn)
             }  # fmt: skip
-            for other in self.program.scope_nodes(function):
-                if type(other) is not cst.For or other is loop.loop or code(self.program.unwrap_iterable(other.iter)) != spelled or self.tree.order(other) > self.tree.order(loop.loop):
-                    continue
-                for node in self.tree.walk(other.body):
-                    if type(node) is not cst.Assign or len(node.targets) != 1 or type(target := node.targets[0].target) is not cst.Subscript:
-                        continue
-                    table = target.value.value if type(target.value) is cst.Name else None
-                    if table in read and reads(self.tree, target, self.program.names_in(other.target)):
-                        self._refuse_table(table, spelled, node, loop)
+            if (filled := self._filled_per_sample(function, spelled, read, before=loop.loop)) is not None:
+                self._refuse_table(filled[0], spelled, filled[1], loop)
             for call in self.program.calls_in(function):
                 # `cache = build_cache(teacher, loader)`, a same-file helper filling and returning the table (helper corpus CS, repro 04)
                 parent = self.tree.parent(call)
@@ -2965,14 +2958,27 @@ class Analyzer:
                 param = self.program.parameter_for(call, target[0], handed) if target is not None and handed is not None else None
                 if table not in read or param is None:
                     continue
-                returned = {dotted(v) for v in self.program.returns(target[0])}  # type: ignore[index]
-                for other in self.program.scope_nodes(target[0]):  # type: ignore[index]
-                    if type(other) is not cst.For or code(self.program.unwrap_iterable(other.iter)) != param:
-                        continue
-                    for node in self.tree.walk(other.body):
-                        if type(node) is cst.Assign and len(node.targets) == 1 and type(filled := node.targets[0].target) is cst.Subscript and dotted(filled.value) in returned:
-                            if reads(self.tree, filled, self.program.names_in(other.target)):
-                                self._refuse_table(table, spelled, node, loop)  # type: ignore[arg-type]
+                returned = {name for v in self.program.returns(target[0]) if (name := dotted(v)) is not None}  # type: ignore[index]
+                if (filled := self._filled_per_sample(target[0], param, returned)) is not None:  # type: ignore[index]
+                    self._refuse_table(table, spelled, filled[1], loop)  # type: ignore[arg-type]
+
+    def _filled_per_sample(
+        self, function: cst.FunctionDef | None, loader: str, tables: set[str], before: cst.CSTNode | None = None
+    ) -> tuple[str, cst.Assign] | None:
+        """`table[idx] = ...` into one of `tables`, by what a `for` over `loader` in `function` draws
+        (before `before`, when given): the table and the assignment."""
+        for other in self.program.scope_nodes(function):
+            if type(other) is not cst.For or other is before or code(self.program.unwrap_iterable(other.iter)) != loader:
+                continue
+            if before is not None and self.tree.order(other) > self.tree.order(before):
+                continue
+            for node in self.tree.walk(other.body):
+                if type(node) is not cst.Assign or len(node.targets) != 1 or type(target := node.targets[0].target) is not cst.Subscript:
+                    continue
+                table = dotted(target.value)
+                if table in tables and reads(self.tree, target, self.program.names_in(other.target)):
+                    return table, node  # type: ignore[return-value]
+        return None
 
     def _refuse_table(self, table: str, spelled: str, filled: cst.CSTNode, loop: TrainLoop) -> None:
         raise NotConvertible(

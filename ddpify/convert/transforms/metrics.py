@@ -1444,13 +1444,21 @@ def _assigned_pairs(node: cst.CSTNode) -> list[tuple[str, cst.BaseExpression]]:
     ]
 
 
+def _grown_branch(value: cst.BaseExpression, name: str) -> cst.BaseExpression:
+    """Of `x if name is None else name + x` (or the `is not None` order), the branch that adds to
+    `name`: a total made at its first update; any other value as it is."""
+    if type(value) is cst.IfExp and type(value.test) is cst.Comparison and name:
+        if code(value.test) == f"{name} is None":
+            return value.orelse
+        if code(value.test) == f"{name} is not None":
+            return value.body
+    return value
+
+
 def _added_to_itself(tree: Tree, value: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
     """What `name = name + x` (or `x + name`, `torch.add(name, x)`) adds: `x`; not a running
     average, whose step reads `name` again (`avg = avg + (x - avg) / n`)."""
-    if type(value) is cst.IfExp and type(value.test) is cst.Comparison and code(value.test) in (f"{name} is None", f"{name} is not None"):
-        # `sums = x if sums is None else sums + x`: a total made at its first batch (helper corpus CP, repro 08)
-        grown = value.orelse if code(value.test) == f"{name} is None" else value.body
-        return _added_to_itself(tree, grown, name)
+    value = _grown_branch(value, name)  # `sums = x if sums is None else sums + x`: a total made at its first batch (helper corpus CP, repro 08)
     if type(value) is cst.Call and tree.qname(value.func) == "torch.add" and len(value.args) == 2 and not any(a.keyword for a in value.args):
         left, right = value.args[0].value, value.args[1].value
     elif type(value) is cst.BinaryOperation and type(value.operator) is cst.Add:
@@ -1527,12 +1535,8 @@ def _added_to(node: cst.CSTNode) -> tuple[cst.BaseExpression, cst.BaseExpression
         return node.target, node.value
     if type(node) is not cst.Assign or len(node.targets) != 1:
         return None
-    target, value = node.targets[0].target, node.value
-    if type(value) is cst.IfExp and type(value.test) is cst.Comparison and dotted(target) is not None:
-        if code(value.test) == f"{dotted(target)} is None":
-            value = value.orelse
-        elif code(value.test) == f"{dotted(target)} is not None":
-            value = value.body
+    target = node.targets[0].target
+    value = _grown_branch(node.value, dotted(target) or "")
     if type(value) is cst.BinaryOperation and type(value.operator) is cst.Add and dotted(value.left) is not None and dotted(value.left) == dotted(target):
         return target, value.right
     return None
