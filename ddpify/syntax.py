@@ -404,6 +404,12 @@ def _different_branches(node: cst.CSTNode, one: cst.CSTNode, other: cst.CSTNode)
 BLOCKS = {cst.IndentedBlock, cst.Module}
 
 
+def writing_mode(mode: cst.Arg | None) -> bool:
+    """An open() mode that writes the file ("w", "a", "x", binary or not); none given reads it."""
+    value = string_value(mode.value) if mode is not None else "r"
+    return value is not None and any(c in value for c in "wax")
+
+
 class Tree:
     """A parsed script, indexed once: parents, children and preorder up front; qualified
     names and positions when first asked for."""
@@ -696,9 +702,7 @@ class Tree:
         truncates the file, under any other process that has it mapped."""
         if self.is_builtin_call(node, "open"):
             assert isinstance(node, cst.Call)
-            mode = arg(node, 1, "mode")
-            value = string_value(mode.value) if mode is not None else "r"
-            return value is not None and any(c in value for c in "wax")
+            return writing_mode(arg(node, 1, "mode"))
         if type(node) is not cst.Call or (spec := MEMMAPS.get(self.qname(node.func) or "")) is None:
             return False
         mode = arg(node, *spec)

@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpify import syntax as s
 from ddpify.program import Program
-from ddpify.syntax import Tree, code, dotted, string_value
+from ddpify.syntax import Tree, code, dotted
 
 # Writes by qualified name: name -> (position, keyword) of the destination, None where the call
 # names no path we can read.
@@ -355,7 +355,7 @@ class Outputs:
             return Output(FILE_WRITE, label, saved.value if saved is not None else None)
         if method in PATH_CHANGES and self.is_path(obj, function):
             return Output(FILE_WRITE, label, obj)
-        if method == "open" and (mode := s.arg(call, 0, "mode")) is not None and any(c in (string_value(mode.value) or "") for c in "wax") and self.is_path(obj, function):
+        if method == "open" and s.writing_mode(s.arg(call, 0, "mode")) and self.is_path(obj, function):
             return Output(FILE_WRITE, label, obj)  # `with (output_dir / "log.txt").open("a") as f:` (DETR's main.py: helper corpus CV, script 02)
         if method == "save" and any(tree.is_call_to(o, s.SCRIPTED_EXPORTS) for o in origins):
             # `traced = torch.jit.trace(model, x)`, `traced.save(path)`: the path, so that one into the process's own

@@ -399,9 +399,7 @@ class Checkpoints(Transform):
         if found is not None and found[1] in PATH_READS | PATH_WRITES and type(found[0]) is cst.Call and (self.tree.qname(found[0].func) or "").startswith("pathlib.") and found[0].args:
             return found[0].args[0].value, found[1] in PATH_WRITES
         if found is not None and found[1] == "open" and type(found[0]) in (cst.Name, cst.Attribute) and self.facts.outputs.is_path(found[0], function):
-            mode = s.arg(call, 0, "mode")  # `log_path.open()`, `log_path.open("a")` on a pathlib path
-            value = string_value(mode.value) if mode is not None else "r"
-            return found[0], value is not None and any(c in value for c in "wax")
+            return found[0], s.writing_mode(s.arg(call, 0, "mode"))  # `log_path.open()`, `log_path.open("a")` on a pathlib path
         target = self.program.callee(call, function) if depth > 0 else None
         if target is None or self.program.owner_class(target[0]) is not None:
             return None, False
